@@ -1,0 +1,148 @@
+"""The ASGI app: routes, error rendering and the lifespan that owns every resource.
+
+``create_app(settings)`` opens the configured backends in its lifespan; tests pass
+``resources=`` (built from fakes with :func:`proxy.resources.build_resources`) and keep
+ownership of them. Background tasks — the learning sink's writer, the access-count and
+usage flushers, and in embedded mode the learning worker — start with the app and stop,
+in reverse order, with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
+from proxy.http import error_response
+from proxy.memory import text
+from proxy.resources import Resources, open_resources
+from proxy.routes import chat, health, memories, models
+from proxy.settings import Settings
+
+log = structlog.get_logger("proxy.app")
+FLUSH_INTERVAL_SECONDS = 1.0
+
+
+async def _proxy_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProxyError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        error: ProxyError = NotFoundError(f"Unknown path {request.url.path}.",
+                                          code="unknown_url")
+    elif exc.status_code == 405:
+        error = InvalidRequestError(f"Method {request.method} is not allowed on "
+                                    f"{request.url.path}.", code="method_not_allowed",
+                                    status_code=405)
+    else:
+        error = ProxyError(str(exc.detail), status_code=exc.status_code)
+    return error_response(error)
+
+
+async def _unexpected(request: Request, _exc: Exception) -> Response:
+    log.exception("unhandled_error", path=request.url.path)
+    return error_response(ProxyError("The gateway failed unexpectedly; see its logs."))
+
+
+async def _every(seconds: float, action: Callable[[], Awaitable[None]], name: str) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await action()
+        except Exception:
+            log.exception("periodic_task_failed", task=name)
+
+
+async def _warm_up(res: Resources) -> None:
+    """Load what the first request would otherwise pay for, off the event loop."""
+    tokenizers = {route.tokenizer for name in res.registry.names
+                  for route in res.registry.routes(name)}
+    await asyncio.to_thread(text.warm_up)
+    for name in tokenizers:
+        await asyncio.to_thread(res.counter.encoder, name)
+    warm = getattr(res.upstream, "warm_up", None)
+    if warm is not None and any(not r.relay for n in res.registry.names
+                                for r in res.registry.routes(n)):
+        await warm()
+
+
+@contextlib.asynccontextmanager
+async def _running(res: Resources) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def flush() -> None:
+        await res.memory.access.flush(res.store, res.clock())
+        await res.usage.flush()
+
+    tasks.append(asyncio.create_task(res.sink.run(), name="learning-sink"))
+    tasks.append(asyncio.create_task(_every(FLUSH_INTERVAL_SECONDS, flush, "flush"),
+                                     name="flush"))
+    if res.worker is not None and res.settings.server.run_worker:
+        tasks.append(asyncio.create_task(res.worker.run(stop), name="learning-worker"))
+    try:
+        yield
+    finally:
+        stop.set()
+        for task in reversed(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await res.sink.aclose()
+        with contextlib.suppress(Exception):
+            await flush()
+
+
+def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:
+    """The gateway app. ``resources`` (tests) are used as given and not closed here."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            res = resources if resources is not None else \
+                await stack.enter_async_context(open_resources(settings))
+            app.state.resources = res
+            if res.keyring.open_mode:
+                log.warning("auth_open_mode",
+                            detail="no auth.keys configured: every caller is tenant "
+                                   "'default'; configure keys before exposing the gateway")
+            await _warm_up(res)
+            await stack.enter_async_context(_running(res))
+            log.info("gateway_started", models=res.registry.names,
+                     learning=res.learning_enabled, storage=settings.storage.backend)
+            yield
+
+    routes = [
+        Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat.chat_completions, methods=["POST"]),
+        Route("/v1/models", models.list_models, methods=["GET"]),
+        Route("/models", models.list_models, methods=["GET"]),
+        Route("/v1/memories", memories.list_memories, methods=["GET"]),
+        Route("/v1/memories", memories.create_memory, methods=["POST"]),
+        Route("/v1/memories", memories.clear_memories, methods=["DELETE"]),
+        Route("/v1/memories/{memory_id}", memories.get_memory, methods=["GET"]),
+        Route("/v1/memories/{memory_id}", memories.delete_memory, methods=["DELETE"]),
+        Route("/healthz", health.healthz, methods=["GET"]),
+        Route("/readyz", health.readyz, methods=["GET"]),
+        Route("/metrics", health.metrics, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ProxyError: _proxy_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+    )

@@ -1,0 +1,195 @@
+"""Who the end user is, which conversation this is, and what memory may do (SPEC §2.2).
+
+One function, :func:`resolve_identity`, feeds retrieval, learning, the management API and
+logging alike (case B26). Precedence for the end user:
+
+1. the user a gateway key is bound to (body and headers cannot override it);
+2. the configured header (default ``X-User-Id``);
+3. the body ``user`` field, then ``metadata.user_id``, then ``safety_identifier``
+   (only from keys that are not bound, and only when ``identity.accept_body_user``).
+
+No user → plain pass-through: no memory, no learning. The memory namespace is always
+(tenant, user), the tenant coming from the authenticated key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxy.auth import Principal
+from proxy.errors import InvalidRequestError
+from proxy.request import Message, message_text
+from proxy.settings import IdentitySettings
+
+MemoryMode = Literal["on", "off", "read-only", "write-only"]
+Channel = Literal["private", "group"]
+MAX_ID_LENGTH = 256
+_MODES: dict[str, MemoryMode] = {
+    "on": "on", "off": "off", "read-only": "read-only", "write-only": "write-only",
+    "readonly": "read-only", "writeonly": "write-only",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The resolved caller of one request."""
+
+    tenant: str
+    user: str | None
+    conversation: str
+    channel: Channel = "private"
+    group: str | None = None
+    mode: MemoryMode = "on"
+    user_source: str = "none"  # key | header | body | metadata | none
+
+    @property
+    def can_read(self) -> bool:
+        """Memory may be injected into this request."""
+        return self.user is not None and self.mode in ("on", "read-only")
+
+    @property
+    def can_write(self) -> bool:
+        """This exchange may be learned from (subject to the learning switches)."""
+        return self.user is not None and self.mode in ("on", "write-only")
+
+
+def resolve_user(
+    principal: Principal,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any] | None,
+    settings: IdentitySettings,
+) -> tuple[str | None, str]:
+    """The end user id and where it came from (``key``/``header``/``body``/``metadata``).
+
+    Raises :class:`InvalidRequestError` for an id that is empty, longer than 256 characters
+    or contains control characters.
+    """
+    if principal.bound_user is not None:
+        return principal.bound_user, "key"
+    header_value = headers.get(settings.user_header.lower())
+    if header_value is not None and header_value.strip():
+        return _check_id(header_value.strip(), settings.user_header), "header"
+    if body is None or not settings.accept_body_user:
+        return None, "none"
+    user = body.get("user")
+    if isinstance(user, str) and user.strip():
+        return _check_id(user.strip(), "user"), "body"
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        meta_user = metadata.get("user_id")
+        if isinstance(meta_user, str) and meta_user.strip():
+            return _check_id(meta_user.strip(), "metadata.user_id"), "metadata"
+    safety = body.get("safety_identifier")
+    if isinstance(safety, str) and safety.strip():
+        return _check_id(safety.strip(), "safety_identifier"), "body"
+    return None, "none"
+
+
+def resolve_identity(
+    principal: Principal,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    messages: list[Message],
+    settings: IdentitySettings,
+) -> Identity:
+    """Resolve tenant, user, conversation, channel and memory mode for a chat request.
+
+    Raises :class:`InvalidRequestError` for an unknown ``X-Memory`` value, an unknown
+    channel, a group channel without a group id, or a malformed id.
+    """
+    user, source = resolve_user(principal, headers, body, settings)
+    mode = _mode(headers.get(settings.memory_header.lower()), settings.memory_header)
+    channel, group = _channel(headers, body, settings)
+    conversation = _conversation(headers, body, settings)
+    if conversation is None:
+        conversation = derive_conversation_id(
+            tenant=principal.tenant, user=user, channel=channel, group=group, messages=messages
+        )
+    return Identity(
+        tenant=principal.tenant,
+        user=user,
+        conversation=conversation,
+        channel=channel,
+        group=group,
+        mode=mode,
+        user_source=source,
+    )
+
+
+def derive_conversation_id(
+    *, tenant: str, user: str | None, channel: str, group: str | None, messages: list[Message]
+) -> str:
+    """A stable id for a conversation the client did not name.
+
+    sha256 over tenant, user, channel, group and the first user message's text: clients
+    resend the whole history each turn, so the first user message is the same on every turn
+    of one conversation while two users never share an id. System messages are left out
+    because apps often put the date in them.
+    """
+    first_user = next((m for m in messages if m.get("role") == "user"), None)
+    seed = "\x1f".join(
+        [tenant, user or "", channel, group or "", message_text(first_user) if first_user else ""]
+    )
+    return "conv_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def _mode(raw: str | None, header: str) -> MemoryMode:
+    if raw is None or not raw.strip():
+        return "on"
+    mode = _MODES.get(raw.strip().lower())
+    if mode is None:
+        raise InvalidRequestError(
+            f"Header {header} must be one of on, off, read-only, write-only (got {raw!r}).",
+            param=header, code="invalid_header",
+        )
+    return mode
+
+
+def _channel(
+    headers: Mapping[str, str], body: Mapping[str, Any], settings: IdentitySettings
+) -> tuple[Channel, str | None]:
+    raw = (headers.get(settings.channel_header.lower()) or "private").strip().lower()
+    if raw not in ("private", "group"):
+        raise InvalidRequestError(
+            f"Header {settings.channel_header} must be 'private' or 'group' (got {raw!r}).",
+            param=settings.channel_header, code="invalid_header",
+        )
+    if raw == "private":
+        return "private", None
+    group = headers.get(settings.group_header.lower())
+    metadata = body.get("metadata")
+    if not group and isinstance(metadata, dict) and isinstance(metadata.get("group_id"), str):
+        group = metadata["group_id"]
+    if not group or not group.strip():
+        raise InvalidRequestError(
+            f"A group channel needs a group id: send header {settings.group_header} "
+            "or metadata.group_id.",
+            param=settings.group_header, code="missing_required_parameter",
+        )
+    return "group", _check_id(group.strip(), settings.group_header)
+
+
+def _conversation(
+    headers: Mapping[str, str], body: Mapping[str, Any], settings: IdentitySettings
+) -> str | None:
+    value = headers.get(settings.conversation_header.lower())
+    if value and value.strip():
+        return _check_id(value.strip(), settings.conversation_header)
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        meta = metadata.get("conversation_id")
+        if isinstance(meta, str) and meta.strip():
+            return _check_id(meta.strip(), "metadata.conversation_id")
+    return None
+
+
+def _check_id(value: str, param: str) -> str:
+    if len(value) > MAX_ID_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidRequestError(
+            f"{param} must be at most {MAX_ID_LENGTH} printable characters.",
+            param=param, code="invalid_value",
+        )
+    return value

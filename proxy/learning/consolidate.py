@@ -1,0 +1,277 @@
+"""Consolidation: extracted facts + what is stored → one :class:`ChangeSet` (pure).
+
+Rules (SPEC §3.6; seed 001 §5.3–5.4):
+
+- **Merge as evidence.** A fact that repeats a stored memory — the model's
+  ``duplicate_of``, normalised equality, containment, or embedding similarity ≥
+  ``dedup_similarity`` (0.85, seed 000 §4.2) — adds evidence to it: ``hits += 1`` (at most
+  once per batch), ``last_seen_at`` refreshed, tags unioned, and its content replaced only
+  by a strictly richer statement of the same thing. Nothing "skips identical facts": that
+  guard would freeze hits at 1 (seed 001 §5.3, a real regression there).
+- **Retire, not delete.** A fact that ``supersedes`` stored memories is stored new, and each
+  superseded one gets ``enabled = False``, ``superseded_at``, ``superseded_by`` and a reason:
+  kept for audit and history, never injected again (case B24: never both active, never
+  neither).
+- **Deleted stays deleted.** A fact the user deleted after saying it is not re-created from
+  messages older than the deletion (case B32).
+- **Profile.** Traits and topics are ``{text, score, hits, at}``: a hit adds 1 to the decayed
+  score and refreshes ``at``; effective score = score × 0.9^weeks; near-synonyms (normalised
+  equality, containment, or one configured synonym group such as 话少/潜水/沉默) merge;
+  each list keeps the 12 best (seed 001 §5.1–5.2, §6). Style and impression are
+  overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from proxy.learning.parsing import CandidateFact, ProfileUpdate
+from proxy.memory.records import (
+    CATEGORIES,
+    USER_SUBJECT,
+    ConversationRecord,
+    Memory,
+    Profile,
+    ScoredTag,
+    new_id,
+)
+from proxy.memory.store import AuditEvent, ChangeSet
+from proxy.memory.text import normalize
+
+MIN_CONTAINMENT_CHARS = 12  # shorter texts are too generic to merge by containment
+TRAIT_CAP = 12  # seed 001 §6: traits 12 + topics 12
+TOPIC_CAP = 12
+DECAY_PER_WEEK = 0.9  # seed 001 §5.1
+
+Similarity = Callable[[Memory, str], float]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContext:
+    """Everything consolidation needs to know about the batch and the store."""
+
+    tenant: str
+    user: str
+    batch_key: str
+    conversation: str
+    channel: str  # "private" | "group:<id>"
+    now: datetime
+    batch_started: datetime  # time of the batch's oldest message
+    score: float  # the batch's weighted score (stored as the memories' quality)
+    known: Mapping[str, Memory] = field(default_factory=dict)  # short id → memory
+    existing: Sequence[Memory] = ()  # active memories to dedup against
+    tombstones: Mapping[str, datetime] = field(default_factory=dict)  # norm → deleted_at
+    dedup_similarity: float = 0.85
+    similarity: Similarity | None = None
+    synonyms: Sequence[Sequence[str]] = ()
+
+
+def _same_subject(memory: Memory, subject: str) -> bool:
+    return normalize(memory.subject) == normalize(subject)
+
+
+def _find_duplicate(
+    fact: CandidateFact, subject: str, norm: str, ctx: BatchContext,
+    active: Mapping[str, Memory],
+) -> Memory | None:
+    if fact.duplicate_of:
+        known = ctx.known.get(fact.duplicate_of)
+        if known is not None and known.id in active:
+            return active[known.id]
+    candidates = [m for m in active.values() if _same_subject(m, subject)]
+    for memory in candidates:
+        if normalize(memory.content) == norm:
+            return memory
+    for memory in candidates:
+        other = normalize(memory.content)
+        shorter = min(len(other), len(norm))
+        if shorter >= MIN_CONTAINMENT_CHARS and (other in norm or norm in other):
+            return memory
+    if ctx.similarity is not None:
+        best, best_sim = None, ctx.dedup_similarity
+        for memory in candidates:
+            sim = ctx.similarity(memory, fact.content)
+            if sim >= best_sim:
+                best, best_sim = memory, sim
+        return best
+    return None
+
+
+def _merge(memory: Memory, fact: CandidateFact, ctx: BatchContext, *, count: bool) -> Memory:
+    old, new = normalize(memory.content), normalize(fact.content)
+    richer = new != old and old in new
+    tags = tuple(dict.fromkeys((*memory.tags, *fact.tags)))[:20]
+    return memory.with_changes(
+        content=fact.content if richer else memory.content,
+        title=memory.title or fact.title,
+        tags=tags,
+        hits=memory.hits + (1 if count else 0),
+        last_seen_at=ctx.now,
+        updated_at=ctx.now,
+        score=max(memory.score, ctx.score),
+    )
+
+
+def _category(fact: CandidateFact) -> str:
+    return fact.category if fact.category in CATEGORIES else "domain"
+
+
+def consolidate(
+    ctx: BatchContext,
+    facts: Sequence[CandidateFact],
+    *,
+    profile: Profile | None,
+    profile_update: ProfileUpdate | None,
+    user_messages: int,
+    names: Iterable[str] = (),
+    dimensions: Mapping[str, float] | None = None,
+    reason: str = "",
+) -> ChangeSet:
+    """The change set for one batch (see the module docstring for the rules)."""
+    active: dict[str, Memory] = {m.id: m for m in ctx.existing if m.active}
+    for memory in ctx.known.values():
+        if memory.active:
+            active.setdefault(memory.id, memory)
+    upserts: dict[str, Memory] = {}
+    evidence: list[tuple[str, str]] = []
+    counted: set[str] = set()
+    audit: list[AuditEvent] = []
+
+    def event(action: str, memory_id: str | None, why: str = "",
+              detail: dict[str, object] | None = None) -> None:
+        audit.append(AuditEvent(
+            tenant=ctx.tenant, user_id=ctx.user, action=action,  # type: ignore[arg-type]
+            actor="auto", at=ctx.now, conversation_id=ctx.conversation, memory_id=memory_id,
+            reason=why, detail=detail or {},
+        ))
+
+    for fact in facts:
+        subject = fact.subject.strip() or USER_SUBJECT
+        norm = normalize(fact.content)
+        if not norm:
+            continue
+        deleted_at = ctx.tombstones.get(norm)
+        if deleted_at is not None and deleted_at >= ctx.batch_started:
+            event("rejected", None, "deleted by the user after it was said")
+            continue
+        superseded = [
+            active[ctx.known[s].id] for s in fact.supersedes
+            if s in ctx.known and ctx.known[s].id in active
+        ]
+        retiring = {m.id for m in superseded}
+        duplicate = _find_duplicate(fact, subject, norm, ctx, active)
+        if duplicate is not None and duplicate.id not in retiring:
+            first = duplicate.id not in counted
+            merged = _merge(duplicate, fact, ctx, count=first)
+            counted.add(duplicate.id)
+            upserts[merged.id] = active[merged.id] = merged
+            if first:
+                evidence.append((merged.id, ctx.batch_key))
+            event("merged", merged.id, "repeated fact counted as evidence",
+                  {"hits": merged.hits})
+            continue
+        created = Memory(
+            id=new_id(), tenant=ctx.tenant, user_id=ctx.user, content=fact.content,
+            title=fact.title, scope="personal", category=_category(fact),  # type: ignore[arg-type]
+            subcategory=fact.subcategory, tags=fact.tags, subject=subject, source="auto",
+            source_conversation_id=ctx.conversation, source_channel=ctx.channel,
+            score=ctx.score, hits=1, created_at=ctx.now, updated_at=ctx.now,
+            last_seen_at=ctx.now,
+        )
+        upserts[created.id] = active[created.id] = created
+        counted.add(created.id)
+        evidence.append((created.id, ctx.batch_key))
+        event("created", created.id, "extracted from conversation",
+              {"category": created.category})
+        for old in superseded:
+            retired = old.with_changes(
+                enabled=False, superseded_at=ctx.now, superseded_by=created.id,
+                supersede_reason=f"contradicted by a later statement in {ctx.conversation}",
+                updated_at=ctx.now,
+            )
+            upserts[old.id] = retired
+            active.pop(old.id, None)
+            event("retired", old.id, "superseded", {"superseded_by": created.id})
+    new_profile = merge_profile(
+        profile, profile_update, tenant=ctx.tenant, user=ctx.user, now=ctx.now,
+        user_messages=user_messages, names=names, synonyms=ctx.synonyms,
+    )
+    if profile_update is not None:
+        event("profile_updated", None, "consolidation",
+              {"traits": len(new_profile.traits), "topics": len(new_profile.topics)})
+    return ChangeSet(
+        tenant=ctx.tenant, user_id=ctx.user, batch_key=ctx.batch_key,
+        upserts=tuple(upserts.values()), evidence=tuple(evidence), profile=new_profile,
+        conversation=ConversationRecord(
+            tenant=ctx.tenant, user_id=ctx.user, conversation_id=ctx.conversation,
+            score=ctx.score, dimensions=dict(dimensions or {}), reason=reason,
+            learned_messages=user_messages, updated_at=ctx.now,
+        ),
+        audit=tuple(audit),
+    )
+
+
+def canonical_tag(text: str, synonyms: Sequence[Sequence[str]]) -> str:
+    """The first word of the synonym group ``text`` belongs to, else ``text`` itself."""
+    norm = normalize(text)
+    for group in synonyms:
+        if any(normalize(word) == norm for word in group):
+            return group[0]
+    return text.strip()
+
+
+def merge_tags(
+    existing: Sequence[ScoredTag], texts: Iterable[str], *, now: datetime,
+    synonyms: Sequence[Sequence[str]], cap: int, decay: float = DECAY_PER_WEEK,
+) -> tuple[ScoredTag, ...]:
+    """Add one hit per text (matching by synonym group, equality or containment), then keep
+    the ``cap`` best by effective score."""
+    tags = list(existing)
+    for raw in texts:
+        text = canonical_tag(raw, synonyms)
+        norm = normalize(text)
+        if not norm:
+            continue
+        for index, tag in enumerate(tags):
+            other = normalize(canonical_tag(tag.text, synonyms))
+            if other == norm or (min(len(other), len(norm)) >= 2
+                                 and (other in norm or norm in other)):
+                tags[index] = ScoredTag(
+                    text=tag.text, hits=tag.hits + 1, at=now,
+                    score=tag.effective_score(now, decay_per_week=decay) + 1.0,
+                )
+                break
+        else:
+            tags.append(ScoredTag(text=text, score=1.0, hits=1, at=now))
+    tags.sort(key=lambda t: (-t.effective_score(now, decay_per_week=decay), t.text))
+    return tuple(tags[:cap])
+
+
+def merge_profile(
+    profile: Profile | None,
+    update: ProfileUpdate | None,
+    *,
+    tenant: str,
+    user: str,
+    now: datetime,
+    user_messages: int,
+    names: Iterable[str],
+    synonyms: Sequence[Sequence[str]],
+) -> Profile:
+    base = profile or Profile(tenant=tenant, user_id=user, first_seen=now)
+    known_names = tuple(dict.fromkeys((*base.names, *(n for n in names if n))))[:10]
+    style, impression = base.style, base.impression
+    traits, topics = base.traits, base.topics
+    if update is not None:
+        style = update.style.strip() if update.style else style
+        impression = update.impression.strip() if update.impression else impression
+        traits = merge_tags(traits, update.traits, now=now, synonyms=synonyms, cap=TRAIT_CAP)
+        topics = merge_tags(topics, update.topics, now=now, synonyms=synonyms, cap=TOPIC_CAP)
+    return Profile(
+        tenant=tenant, user_id=user, names=known_names,
+        first_seen=base.first_seen or now, last_seen=now,
+        message_count=base.message_count + user_messages, style=style,
+        impression=impression, traits=traits, topics=topics,
+    )

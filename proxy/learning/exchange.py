@@ -1,0 +1,103 @@
+"""What the gateway hands to learning after a completed reply (SPEC §2.9).
+
+An :class:`Exchange` holds only messages that came from the client (never the spliced
+memory block — case B22) plus the assistant's reply as context. Tool results and tool-call
+arguments are left out: they are not statements of the user (cases B03, B30). Each message
+carries a fingerprint — a hash of (tenant, user, role, normalised text) — so that clients
+resending the whole history every turn never get a message learned twice, even after they
+truncate history or the conversation id changes (SPEC §3.1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.memory.inject import strip_blocks
+from proxy.memory.text import normalize
+from proxy.request import Message, message_text
+
+LEARNABLE_ROLES = frozenset({"user", "assistant"})
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptMessage:
+    role: str  # "user" | "assistant"
+    text: str
+    fingerprint: str
+    name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "text": self.text, "fp": self.fingerprint, "name": self.name}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TranscriptMessage:
+        return cls(role=data["role"], text=data["text"], fingerprint=data["fp"],
+                   name=data.get("name"))
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One completed turn, as queued for learning."""
+
+    id: str
+    tenant: str
+    user: str
+    conversation: str
+    channel: str  # "private" | "group"
+    group: str | None
+    model: str
+    messages: tuple[TranscriptMessage, ...]
+    at: float  # epoch seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "tenant": self.tenant, "user": self.user,
+            "conversation": self.conversation, "channel": self.channel, "group": self.group,
+            "model": self.model, "messages": [m.to_json() for m in self.messages], "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Exchange:
+        return cls(
+            id=data["id"], tenant=data["tenant"], user=data["user"],
+            conversation=data["conversation"], channel=data["channel"], group=data.get("group"),
+            model=data["model"],
+            messages=tuple(TranscriptMessage.from_json(m) for m in data["messages"]),
+            at=float(data["at"]),
+        )
+
+
+def fingerprint(*, tenant: str, user: str, role: str, text: str) -> str:
+    """Stable id of a message's content for one user (hex, 32 chars)."""
+    seed = "\x1f".join((tenant, user, role, normalize(text)))
+    return hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def transcript(
+    *, tenant: str, user: str, messages: list[Message], reply: str, limit: int
+) -> tuple[TranscriptMessage, ...]:
+    """The learnable tail of a conversation: the last ``limit`` user/assistant text messages
+    of the client's list plus the new assistant ``reply``. Memory blocks are stripped as a
+    defence (the client never sees ours, but another gateway's may be in its history)."""
+    out: list[TranscriptMessage] = []
+    for message in messages:
+        role = message.get("role")
+        if role not in LEARNABLE_ROLES:
+            continue
+        text = strip_blocks(message_text(message)).strip()
+        if not text:
+            continue  # e.g. assistant tool-call turns with null content
+        name = message.get("name") if isinstance(message.get("name"), str) else None
+        out.append(TranscriptMessage(role=str(role), text=text, name=name,
+                                     fingerprint=fingerprint(tenant=tenant, user=user,
+                                                             role=str(role), text=text)))
+    out = out[-limit:]
+    reply_text = strip_blocks(reply).strip()
+    if reply_text:
+        out.append(TranscriptMessage(
+            role="assistant", text=reply_text,
+            fingerprint=fingerprint(tenant=tenant, user=user, role="assistant", text=reply_text),
+        ))
+    return tuple(out)

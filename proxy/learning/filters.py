@@ -1,0 +1,133 @@
+"""Checks every extracted fact must pass before consolidation (pure).
+
+- **instruction** (case B30): a fact phrased as an order to the assistant, or carrying a
+  link, "ignore previous instructions", "system:" or similar markers, is dropped — memory
+  holds statements about the user, never standing directives.
+- **json** (case B17): a fact that itself looks like JSON or carries the schema's keys.
+- **example** (case B20): a copy of the prompt's own worked example.
+- **pii** (case B28): a fact that still holds personal data or a secret after the input was
+  scrubbed, or a placeholder such as ``[PHONE]`` (useless as memory).
+- **grounding** (cases B18, B20, B22): a fact about the user must rest on the user's own
+  turns of this batch: its numbers and capitalised names must occur there, and it must
+  share at least one content word (Latin words compared on their first 4 letters, to allow
+  "lives"/"live"; CJK compared on character bigrams) with them. Assistant text never
+  grounds a fact, so an assistant repeating known facts adds no evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from proxy.learning.parsing import CandidateFact
+from proxy.learning.pii import PLACEHOLDERS, Scrubber
+from proxy.learning.prompts import EXAMPLE_FACTS
+from proxy.memory.text import content_terms, has_cjk, normalize
+
+_URL = re.compile(r"https?://|www\.|\b[\w-]+\.(?:com|net|org|io|invalid|xyz|ru|cn)/\S*", re.I)
+_DIRECTIVE = re.compile(
+    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}"
+    r"\b(?:instructions?|rules?|prompts?|guidelines|directives?)\b"
+    r"|\b(?:ignore|disregard)\s+(?:all\s+|any\s+|the\s+|your\s+)*(?:previous|prior|above)|\bsystem\s*(?:prompt|rule|message|instruction)s?\b|^\s*system\s*:"
+    r"|\b(?:assistant|ai|model|chatbot|bot)\s+(?:must|should|shall|has to|needs to|will always|"
+    r"is required to)\b|\byou (?:must|should|shall|have to|need to|are required to)\b"
+    r"|^\s*(?:always|never|do not|don't|must)\s+(?:answer|reply|respond|append|include|add|"
+    r"say|mention|tell|use|write|output|print|call|refer|start|end|format|recommend|suggest|"
+    r"link|send)\b"
+    r"|^\s*(?:append|include|respond|reply|answer|output|print|forward|visit|click)\b"
+    r"|忽略(?:之前|以上|前面)|系统(?:规则|提示|指令)|你(?:必须|应该|一定要|要始终)|助手(?:必须|应该|要始终)"
+    r"|^\s*(?:始终|永远|总是|务必|必须)",
+    re.I,
+)
+_SCHEMA_KEYS = re.compile(r'"(?:title|content|category|facts|memories|subject)"\s*:')
+_NUMBER = re.compile(r"\d+")
+_WORD = re.compile(r"[A-Za-z][\w'-]*")
+_SENTENCE = re.compile(r"[.!?;:]\s+")
+_EXAMPLES = tuple(normalize(e) for e in EXAMPLE_FACTS)
+_PLACEHOLDER_TEXT = tuple(PLACEHOLDERS.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    fact: CandidateFact
+    reason: str | None  # None = accepted
+
+
+def _stem(term: str) -> str:
+    return term if has_cjk(term) else term[:4]
+
+
+def _bigrams(text: str) -> set[str]:
+    cjk = "".join(ch for ch in text if has_cjk(ch))
+    return {cjk[i: i + 2] for i in range(len(cjk) - 1)} | set(cjk if len(cjk) == 1 else ())
+
+
+def _capitalised(text: str) -> list[str]:
+    """Capitalised Latin words that do not open a sentence: names, places, products."""
+    out: list[str] = []
+    for sentence in _SENTENCE.split(text):
+        words = _WORD.findall(sentence)
+        out.extend(w.removesuffix("'s").rstrip("'-") for w in words[1:] if w[0].isupper())
+    return out
+
+
+def is_directive(text: str) -> bool:
+    """True for text phrased as an order to the assistant or carrying a link (case B30)."""
+    return bool(_URL.search(text) or _DIRECTIVE.search(text))
+
+
+class FactFilter:
+    """Applies the checks above against the user turns of one batch."""
+
+    def __init__(
+        self, *, user_text: str, scrubber: Scrubber, user_names: Iterable[str] = ()
+    ) -> None:
+        self._scrubber = scrubber
+        names = " ".join(user_names)
+        self._lower = f"{user_text}\n{names}".casefold()
+        self._stems = {_stem(t) for t in content_terms(user_text) if not has_cjk(t)}
+        self._bigrams = _bigrams(user_text)
+        self._numbers = set(_NUMBER.findall(user_text))
+
+    def check(self, fact: CandidateFact) -> str | None:
+        """``None`` when the fact may be stored, else the reason it is dropped."""
+        text = f"{fact.title}\n{fact.content}"
+        if is_directive(fact.title) or is_directive(fact.content):
+            return "instruction"
+        stripped = fact.content.strip()
+        if stripped[:1] in "{[" or _SCHEMA_KEYS.search(text):
+            return "json"
+        norm = normalize(fact.content)
+        if any(example and (example in norm or norm in example) for example in _EXAMPLES):
+            return "example"
+        if any(p in text for p in _PLACEHOLDER_TEXT) or self._scrubber.contains_pii(text):
+            return "pii"
+        if not self._grounded(fact):
+            return "ungrounded"
+        return None
+
+    def _grounded(self, fact: CandidateFact) -> bool:
+        content = fact.content
+        for number in _NUMBER.findall(content):
+            if number not in self._numbers:
+                return False
+        for name in _capitalised(content):
+            if name.casefold() not in self._lower and name.casefold() not in {"user", "i"}:
+                return False
+        if has_cjk(content) and self._bigrams & _bigrams(content):
+            return True
+        stems = {_stem(t) for t in content_terms(content) if not has_cjk(t)}
+        stems.discard("user")
+        return bool(stems & self._stems)
+
+    def split(self, facts: Iterable[CandidateFact]) -> tuple[list[CandidateFact], list[Verdict]]:
+        """(accepted facts, rejected verdicts)."""
+        accepted, rejected = [], []
+        for fact in facts:
+            reason = self.check(fact)
+            if reason is None:
+                accepted.append(fact)
+            else:
+                rejected.append(Verdict(fact, reason))
+        return accepted, rejected

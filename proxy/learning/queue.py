@@ -1,0 +1,151 @@
+"""The learning queue and the per-conversation message buffer (SPEC §3.1, §3.9).
+
+Three job kinds flow through one durable queue:
+
+- ``exchange`` — a completed turn from the gateway. The worker drops messages whose
+  fingerprint the user has already seen, buffers the rest, and when a conversation has
+  ``batch_messages`` new user messages it seals them into a batch and enqueues ``learn``
+  — in the same transaction.
+- ``flush`` — seal whatever a conversation has buffered (idle timeout or explicit flush).
+- ``learn`` — score, extract and consolidate one sealed batch.
+
+Delivery is at-least-once: a claimed job carries a lease; a worker that dies loses it and
+the job becomes claimable again when the lease runs out. Effects are idempotent (batch keys
+in the store, fingerprints in the buffer). A job that keeps failing is moved to the dead
+letter list with its last error after ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from proxy.learning.exchange import Exchange, TranscriptMessage
+
+JobKind = Literal["exchange", "flush", "learn"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    kind: JobKind
+    payload: bytes
+    attempts: int  # deliveries so far, including this one
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    id: str
+    kind: JobKind
+    attempts: int
+    last_error: str
+    failed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Sealed messages of one conversation, learned together."""
+
+    key: str  # idempotency key for the store (batch id)
+    tenant: str
+    user: str
+    conversation: str
+    channel: str
+    model: str
+    messages: tuple[TranscriptMessage, ...]
+    oldest_at: float
+    newest_at: float
+
+    @property
+    def user_messages(self) -> tuple[TranscriptMessage, ...]:
+        return tuple(m for m in self.messages if m.role == "user")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    buffered_messages: int
+
+
+class LearningQueue(Protocol):
+    """Durable queue + conversation buffer. Every method is safe to call from several
+    worker processes at once."""
+
+    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
+        """Add a job; a job id already present is ignored (idempotent producers)."""
+        ...
+
+    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None:
+        """Several jobs at once (one transaction where the backend has them)."""
+        ...
+
+    async def claim(self, worker: str, *, lease_seconds: float) -> Job | None:
+        """The oldest ready job, leased to ``worker``; ``None`` when nothing is ready."""
+        ...
+
+    async def ack(self, job: Job) -> None: ...
+
+    async def retry(self, job: Job, *, error: str, delay_seconds: float) -> None: ...
+
+    async def bury(self, job: Job, *, error: str) -> None:
+        """Move to the dead letter list."""
+        ...
+
+    async def buffer(
+        self, exchange: Exchange, *, batch_size: int, now: float
+    ) -> str | None:
+        """Buffer the unseen messages of ``exchange``; when the conversation now holds
+        ``batch_size`` user messages, seal a batch and enqueue its ``learn`` job. Returns
+        the batch key or ``None``."""
+        ...
+
+    async def mark_seen(self, exchange: Exchange, *, now: float) -> None:
+        """Record the messages' fingerprints without buffering them (learning is off for
+        the user: these messages are never learned, not even when resent later)."""
+        ...
+
+    async def seal(
+        self, tenant: str, user: str, conversation: str, *, now: float
+    ) -> str | None:
+        """Seal whatever is buffered for the conversation (flush)."""
+        ...
+
+    async def load_batch(self, key: str) -> Batch | None: ...
+
+    async def drop_batch(self, key: str) -> None:
+        """Delete a learned (or discarded) batch's raw text."""
+        ...
+
+    async def idle_conversations(self, *, idle_before: float) -> list[tuple[str, str, str]]:
+        """(tenant, user, conversation) with unsealed messages, last one before the time."""
+        ...
+
+    async def expire(self, *, buffered_before: float, seen_before: float) -> int:
+        """Delete raw buffered text older than the buffer TTL and old fingerprints."""
+        ...
+
+    async def depth(self) -> QueueDepth: ...
+
+    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]: ...
+
+    async def requeue(self, job_id: str) -> bool:
+        """Move a dead job back to ready with a fresh attempt count."""
+        ...
+
+    async def forget_user(self, tenant: str, user: str) -> None:
+        """Drop buffered text of a user whose memory was cleared (seen fingerprints stay,
+        so resent history is not learned again)."""
+        ...
+
+
+def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
+    return sizes.get(exchange_channel, sizes.get("private", 5))
+
+
+__all__: Sequence[str] = (
+    "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "QueueDepth", "batch_sizes",
+)

@@ -1,0 +1,251 @@
+"""Embedded :class:`~proxy.learning.queue.LearningQueue` in the SQLite file.
+
+Every state change is one SQLite transaction on the writer connection, so several worker
+processes sharing the file (``memory-proxy worker`` next to ``serve``) never claim the same
+job twice or seal the same message into two batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+
+import orjson
+
+from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth
+from proxy.sqlite import SqliteDatabase
+
+_MAX_ERROR_CHARS = 2000
+
+
+def batch_key(fingerprints: list[str], conversation: str) -> str:
+    """Deterministic batch id from its messages: the same messages → the same key."""
+    digest = hashlib.sha256(("\x1f".join([conversation, *fingerprints])).encode()).hexdigest()
+    return "b_" + digest[:32]
+
+
+def _seal(
+    conn: sqlite3.Connection, tenant: str, user: str, conversation: str, now: float
+) -> str | None:
+    rows = conn.execute(
+        "SELECT id, fingerprint FROM buffered_messages WHERE tenant = ? AND user_id = ? AND "
+        "conversation_id = ? AND batch_key IS NULL ORDER BY id",
+        (tenant, user, conversation),
+    ).fetchall()
+    if not rows:
+        return None
+    key = batch_key([r[1] for r in rows], conversation)
+    conn.executemany("UPDATE buffered_messages SET batch_key = ? WHERE id = ?",
+                     [(key, r[0]) for r in rows])
+    conn.execute(
+        "INSERT OR IGNORE INTO jobs (id, kind, payload, status, attempts, available_at, "
+        "created_at, updated_at) VALUES (?, 'learn', ?, 'ready', 0, ?, ?, ?)",
+        ("learn:" + key, orjson.dumps({"batch": key}), now, now, now),
+    )
+    return key
+
+
+class SqliteLearningQueue:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
+        await self.enqueue_many([(kind, job_id, payload)])
+
+    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None:
+        """Several jobs in one transaction (the gateway's writer batches its exchanges)."""
+        if not jobs:
+            return
+        now = time.time()
+        await self._db.write(lambda c: c.executemany(
+            "INSERT OR IGNORE INTO jobs (id, kind, payload, status, attempts, available_at, "
+            "created_at, updated_at) VALUES (?, ?, ?, 'ready', 0, ?, ?, ?)",
+            [(job_id, kind, payload, now, now, now) for kind, job_id, payload in jobs],
+        ))
+
+    async def claim(self, worker: str, *, lease_seconds: float) -> Job | None:
+        now = time.time()
+
+        def run(conn: sqlite3.Connection) -> Job | None:
+            row = conn.execute(
+                "SELECT id, kind, payload, attempts FROM jobs WHERE "
+                "(status = 'ready' AND available_at <= ?) OR "
+                "(status = 'leased' AND lease_until <= ?) "
+                "ORDER BY available_at, created_at LIMIT 1",
+                (now, now),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE jobs SET status = 'leased', leased_by = ?, lease_until = ?, "
+                "attempts = attempts + 1, updated_at = ? WHERE id = ?",
+                (worker, now + lease_seconds, now, row[0]),
+            )
+            return Job(id=row[0], kind=row[1], payload=bytes(row[2]), attempts=row[3] + 1)
+
+        result: Job | None = await self._db.write(run)
+        return result
+
+    async def ack(self, job: Job) -> None:
+        await self._db.write(lambda c: c.execute("DELETE FROM jobs WHERE id = ?", (job.id,)))
+
+    async def retry(self, job: Job, *, error: str, delay_seconds: float) -> None:
+        now = time.time()
+        await self._db.write(lambda c: c.execute(
+            "UPDATE jobs SET status = 'ready', leased_by = NULL, lease_until = NULL, "
+            "available_at = ?, last_error = ?, updated_at = ? WHERE id = ?",
+            (now + delay_seconds, error[:_MAX_ERROR_CHARS], now, job.id),
+        ))
+
+    async def bury(self, job: Job, *, error: str) -> None:
+        now = time.time()
+        await self._db.write(lambda c: c.execute(
+            "UPDATE jobs SET status = 'dead', leased_by = NULL, lease_until = NULL, "
+            "last_error = ?, updated_at = ? WHERE id = ?",
+            (error[:_MAX_ERROR_CHARS], now, job.id),
+        ))
+
+    async def buffer(self, exchange: Exchange, *, batch_size: int, now: float) -> str | None:
+        def run(conn: sqlite3.Connection) -> str | None:
+            fresh: list[TranscriptMessage] = []
+            for message in exchange.messages:
+                inserted = conn.execute(
+                    "INSERT OR IGNORE INTO seen_messages (tenant, user_id, fingerprint, "
+                    "seen_at) VALUES (?, ?, ?, ?)",
+                    (exchange.tenant, exchange.user, message.fingerprint, now),
+                )
+                if inserted.rowcount:
+                    fresh.append(message)
+            if not fresh:
+                return None
+            channel = exchange.channel if exchange.group is None else f"group:{exchange.group}"
+            conn.executemany(
+                "INSERT INTO buffered_messages (tenant, user_id, conversation_id, channel, "
+                "fingerprint, role, name, content, model, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?)",
+                [(exchange.tenant, exchange.user, exchange.conversation, channel,
+                  m.fingerprint, m.role, m.name, m.text, exchange.model, exchange.at)
+                 for m in fresh],
+            )
+            pending = conn.execute(
+                "SELECT count(*) FROM buffered_messages WHERE tenant = ? AND user_id = ? AND "
+                "conversation_id = ? AND batch_key IS NULL AND role = 'user'",
+                (exchange.tenant, exchange.user, exchange.conversation),
+            ).fetchone()[0]
+            if pending < batch_size:
+                return None
+            return _seal(conn, exchange.tenant, exchange.user, exchange.conversation, now)
+
+        result: str | None = await self._db.write(run)
+        return result
+
+    async def mark_seen(self, exchange: Exchange, *, now: float) -> None:
+        await self._db.write(lambda c: c.executemany(
+            "INSERT OR IGNORE INTO seen_messages (tenant, user_id, fingerprint, seen_at) "
+            "VALUES (?, ?, ?, ?)",
+            [(exchange.tenant, exchange.user, m.fingerprint, now) for m in exchange.messages],
+        ))
+
+    async def seal(self, tenant: str, user: str, conversation: str, *, now: float) -> str | None:
+        result: str | None = await self._db.write(
+            lambda c: _seal(c, tenant, user, conversation, now)
+        )
+        return result
+
+    async def load_batch(self, key: str) -> Batch | None:
+        def run(conn: sqlite3.Connection) -> Batch | None:
+            rows = conn.execute(
+                "SELECT tenant, user_id, conversation_id, channel, fingerprint, role, name, "
+                "content, model, at FROM buffered_messages WHERE batch_key = ? ORDER BY id",
+                (key,),
+            ).fetchall()
+            if not rows:
+                return None
+            first = rows[0]
+            return Batch(
+                key=key, tenant=first[0], user=first[1], conversation=first[2],
+                channel=first[3], model=rows[-1][8],
+                messages=tuple(TranscriptMessage(role=r[5], text=r[7], fingerprint=r[4],
+                                                 name=r[6]) for r in rows),
+                oldest_at=min(r[9] for r in rows), newest_at=max(r[9] for r in rows),
+            )
+
+        result: Batch | None = await self._db.read(run)
+        return result
+
+    async def drop_batch(self, key: str) -> None:
+        await self._db.write(lambda c: c.execute(
+            "DELETE FROM buffered_messages WHERE batch_key = ?", (key,)
+        ))
+
+    async def idle_conversations(self, *, idle_before: float) -> list[tuple[str, str, str]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            rows = conn.execute(
+                "SELECT tenant, user_id, conversation_id FROM buffered_messages "
+                "WHERE batch_key IS NULL GROUP BY tenant, user_id, conversation_id "
+                "HAVING max(at) < ? AND sum(role = 'user') > 0",
+                (idle_before,),
+            ).fetchall()
+            return [(r[0], r[1], r[2]) for r in rows]
+
+        result: list[tuple[str, str, str]] = await self._db.read(run)
+        return result
+
+    async def expire(self, *, buffered_before: float, seen_before: float) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            removed = conn.execute(
+                "DELETE FROM buffered_messages WHERE at < ? AND batch_key IS NULL",
+                (buffered_before,),
+            ).rowcount
+            conn.execute("DELETE FROM seen_messages WHERE seen_at < ?", (seen_before,))
+            return int(removed)
+
+        result: int = await self._db.write(run)
+        return result
+
+    async def depth(self) -> QueueDepth:
+        now = time.time()
+
+        def run(conn: sqlite3.Connection) -> QueueDepth:
+            counts = {"ready": 0, "delayed": 0, "leased": 0, "dead": 0}
+            for status, delayed, n in conn.execute(
+                "SELECT status, available_at > ?, count(*) FROM jobs GROUP BY 1, 2", (now,)
+            ):
+                key = "delayed" if status == "ready" and delayed else status
+                counts[key] = counts.get(key, 0) + n
+            buffered = conn.execute(
+                "SELECT count(*) FROM buffered_messages WHERE batch_key IS NULL"
+            ).fetchone()[0]
+            return QueueDepth(counts["ready"], counts["delayed"], counts["leased"],
+                              counts["dead"], buffered)
+
+        result: QueueDepth = await self._db.read(run)
+        return result
+
+    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        def run(conn: sqlite3.Connection) -> list[DeadLetter]:
+            rows = conn.execute(
+                "SELECT id, kind, attempts, last_error, updated_at FROM jobs "
+                "WHERE status = 'dead' ORDER BY updated_at DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [DeadLetter(r[0], r[1], r[2], r[3] or "", r[4]) for r in rows]
+
+        result: list[DeadLetter] = await self._db.read(run)
+        return result
+
+    async def requeue(self, job_id: str) -> bool:
+        now = time.time()
+        result: bool = await self._db.write(lambda c: c.execute(
+            "UPDATE jobs SET status = 'ready', attempts = 0, available_at = ?, updated_at = ? "
+            "WHERE id = ? AND status = 'dead'",
+            (now, now, job_id),
+        ).rowcount > 0)
+        return result
+
+    async def forget_user(self, tenant: str, user: str) -> None:
+        await self._db.write(lambda c: c.execute(
+            "DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?", (tenant, user)
+        ))

@@ -1,0 +1,208 @@
+"""The memory record, the user profile and the conversation record (SPEC §4).
+
+Seed 000's schema (§3) extended with seed 001's lifecycle (§5.3 evidence, §5.4 retire-not-
+delete). Times are timezone-aware UTC ``datetime`` in Python and ISO 8601 on the wire.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from ulid import ULID
+
+Scope = Literal["personal", "shared", "system"]
+Source = Literal["auto", "manual", "system"]
+Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
+
+CATEGORIES: tuple[Category, ...] = (
+    "user_preference", "business", "technical", "organizational", "domain",
+)
+# Seed 000 §5: preset subcategories (domain is open-ended).
+SUBCATEGORIES: dict[str, tuple[str, ...]] = {
+    "user_preference": ("style", "language", "tool", "topic"),
+    "business": ("rule", "process", "product", "customer"),
+    "technical": ("architecture", "stack", "practice", "issue"),
+    "organizational": ("team", "role", "project", "convention"),
+    "domain": ("dynamic",),
+}
+USER_SUBJECT = "user"
+TITLE_MAX_CHARS = 30  # seed 000 §6 extraction prompt: title ≤ 30 characters
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A sortable unique id (ULID, 26 characters, time-ordered)."""
+    return str(ULID())
+
+
+def to_iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def from_iso(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """Whose memory: a tenant's user, or (``user=None``) the tenant's shared space."""
+
+    tenant: str
+    user: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One memory (SPEC §4). ``hits`` is the evidence count (seed 001 §5.3)."""
+
+    id: str
+    tenant: str
+    user_id: str | None
+    content: str
+    title: str = ""
+    scope: Scope = "personal"
+    category: Category = "user_preference"
+    subcategory: str = ""
+    tags: tuple[str, ...] = ()
+    subject: str = USER_SUBJECT
+    source: Source = "auto"
+    source_conversation_id: str | None = None
+    source_channel: str | None = None  # "private" | "group:<id>"; audit only, never injected
+    score: float = 0.0
+    embedding: tuple[float, ...] | None = None
+    enabled: bool = True
+    hits: int = 1
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+    last_seen_at: datetime = field(default_factory=utcnow)
+    access_count: int = 0
+    last_access_at: datetime | None = None
+    superseded_at: datetime | None = None
+    superseded_by: str | None = None
+    supersede_reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Enabled and not retired: the only memories ever injected."""
+        return self.enabled and self.superseded_at is None
+
+    @property
+    def about_user(self) -> bool:
+        return self.subject == USER_SUBJECT
+
+    def with_changes(self, **changes: Any) -> Memory:
+        return replace(self, **changes)
+
+    def to_api(self) -> dict[str, Any]:
+        """JSON shape of the management API (SPEC §4 field names; no embedding vector)."""
+        return {
+            "object": "memory",
+            "id": self.id,
+            "tenant": self.tenant,
+            "user_id": self.user_id,
+            "scope": self.scope,
+            "category": self.category,
+            "subcategory": self.subcategory,
+            "title": self.title,
+            "content": self.content,
+            "tags": list(self.tags),
+            "subject": self.subject,
+            "source": self.source,
+            "source_conversation_id": self.source_conversation_id,
+            "source_channel": self.source_channel,
+            "score": self.score,
+            "has_embedding": self.embedding is not None,
+            "enabled": self.enabled,
+            "hits": self.hits,
+            "created_at": to_iso(self.created_at),
+            "updated_at": to_iso(self.updated_at),
+            "last_seen_at": to_iso(self.last_seen_at),
+            "access_count": self.access_count,
+            "last_access_at": to_iso(self.last_access_at),
+            "superseded_at": to_iso(self.superseded_at),
+            "superseded_by": self.superseded_by,
+            "supersede_reason": self.supersede_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredTag:
+    """A profile trait or topic: ``{text, score, hits, at}`` (seed 001 §5.1)."""
+
+    text: str
+    score: float
+    hits: int
+    at: datetime
+
+    def effective_score(self, now: datetime, *, decay_per_week: float = 0.9) -> float:
+        """score × decay^(weeks since ``at``), applied lazily (seed 001 §5.1: 0.9/week)."""
+        weeks = max(0.0, (now - self.at).total_seconds() / (7 * 86400))
+        return self.score * math.pow(decay_per_week, weeks)
+
+    def to_api(self) -> dict[str, Any]:
+        return {"text": self.text, "score": self.score, "hits": self.hits, "at": to_iso(self.at)}
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The resident profile of one (tenant, user) (SPEC §4, seed 001 §6)."""
+
+    tenant: str
+    user_id: str
+    names: tuple[str, ...] = ()
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    message_count: int = 0
+    style: str = ""
+    impression: str = ""
+    traits: tuple[ScoredTag, ...] = ()
+    topics: tuple[ScoredTag, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.style or self.impression or self.traits or self.topics)
+
+    def to_api(self, now: datetime | None = None) -> dict[str, Any]:
+        moment = now or utcnow()
+        return {
+            "object": "profile",
+            "tenant": self.tenant,
+            "user_id": self.user_id,
+            "names": list(self.names),
+            "first_seen": to_iso(self.first_seen),
+            "last_seen": to_iso(self.last_seen),
+            "message_count": self.message_count,
+            "style": self.style,
+            "impression": self.impression,
+            "traits": [
+                {**t.to_api(), "effective_score": round(t.effective_score(moment), 4)}
+                for t in self.traits
+            ],
+            "topics": [
+                {**t.to_api(), "effective_score": round(t.effective_score(moment), 4)}
+                for t in self.topics
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    """Score of a learned conversation and how far learning got (SPEC §4)."""
+
+    tenant: str
+    user_id: str
+    conversation_id: str
+    score: float | None = None
+    dimensions: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+    learned_messages: int = 0
+    updated_at: datetime = field(default_factory=utcnow)

@@ -1,0 +1,623 @@
+"""Embedded :class:`~proxy.memory.store.MemoryStore` on one SQLite file.
+
+Keyword recall is FTS5 BM25 over pre-segmented terms (:mod:`proxy.memory.text`); each row
+also carries namespace tokens, so the index itself filters by user (``ns:u…``) instead of
+scanning other users' rows. Only active memories are in the keyword index. Vector recall
+(when memories carry embeddings) is brute-force cosine in numpy over the user's active
+memories — at the per-user quota (500, seed 000 §6) that is well under a millisecond.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import orjson
+
+from proxy.memory.records import (
+    ConversationRecord,
+    Memory,
+    Profile,
+    ScoredTag,
+    from_iso,
+    to_iso,
+    utcnow,
+)
+from proxy.memory.store import (
+    AuditEvent,
+    Candidate,
+    ChangeSet,
+    ListQuery,
+    SearchQuery,
+    StoreUnavailableError,
+    UserSettings,
+)
+from proxy.memory.text import index_terms, normalize, query_terms
+from proxy.sqlite import SqliteDatabase
+
+_COLUMNS = (
+    "id, tenant, user_id, scope, category, subcategory, title, content, tags, subject, source, "
+    "source_conversation_id, source_channel, score, embedding, enabled, hits, created_at, "
+    "updated_at, last_seen_at, access_count, last_access_at, superseded_at, superseded_by, "
+    "supersede_reason"
+)
+_ACTIVE = "m.enabled = 1 AND m.superseded_at IS NULL"
+
+
+def user_token(tenant: str, user: str) -> str:
+    """Namespace token of a user's memories in the keyword index."""
+    return "u" + hashlib.sha256(f"{tenant}\x1f{user}".encode()).hexdigest()[:24]
+
+
+def shared_token(tenant: str) -> str:
+    """Namespace token of a tenant's shared and system memories."""
+    return "s" + hashlib.sha256(tenant.encode()).hexdigest()[:24]
+
+
+def _ns_token(memory: Memory) -> str:
+    if memory.user_id is None:
+        return shared_token(memory.tenant)
+    return user_token(memory.tenant, memory.user_id)
+
+
+def _fts_query(tokens: Sequence[str], terms: Sequence[str]) -> str:
+    ns = " OR ".join(tokens)
+    words = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
+    return f"ns:({ns}) AND terms:({words})"
+
+
+def _memory_from_row(row: sqlite3.Row) -> Memory:
+    blob = row["embedding"]
+    return Memory(
+        id=row["id"],
+        tenant=row["tenant"],
+        user_id=row["user_id"],
+        scope=row["scope"],
+        category=row["category"],
+        subcategory=row["subcategory"],
+        title=row["title"],
+        content=row["content"],
+        tags=tuple(orjson.loads(row["tags"])),
+        subject=row["subject"],
+        source=row["source"],
+        source_conversation_id=row["source_conversation_id"],
+        source_channel=row["source_channel"],
+        score=row["score"],
+        embedding=None if blob is None else tuple(np.frombuffer(blob, dtype=np.float32).tolist()),
+        enabled=bool(row["enabled"]),
+        hits=row["hits"],
+        created_at=_dt(row["created_at"]),
+        updated_at=_dt(row["updated_at"]),
+        last_seen_at=_dt(row["last_seen_at"]),
+        access_count=row["access_count"],
+        last_access_at=from_iso(row["last_access_at"]),
+        superseded_at=from_iso(row["superseded_at"]),
+        superseded_by=row["superseded_by"],
+        supersede_reason=row["supersede_reason"],
+    )
+
+
+def _dt(value: str) -> datetime:
+    parsed = from_iso(value)
+    assert parsed is not None
+    return parsed
+
+
+def _row_values(m: Memory) -> tuple[Any, ...]:
+    embedding = None if m.embedding is None else np.asarray(m.embedding, np.float32).tobytes()
+    return (
+        m.id, m.tenant, m.user_id, m.scope, m.category, m.subcategory, m.title, m.content,
+        orjson.dumps(list(m.tags)).decode(), m.subject, m.source, m.source_conversation_id,
+        m.source_channel, m.score, embedding, int(m.enabled), m.hits, to_iso(m.created_at),
+        to_iso(m.updated_at), to_iso(m.last_seen_at), m.access_count, to_iso(m.last_access_at),
+        to_iso(m.superseded_at), m.superseded_by, m.supersede_reason, normalize(m.content),
+    )
+
+
+def _upsert(conn: sqlite3.Connection, memory: Memory) -> None:
+    conn.execute(
+        f"INSERT INTO memories ({_COLUMNS}, norm) VALUES ({', '.join('?' * 26)}) "
+        "ON CONFLICT(id) DO UPDATE SET "
+        + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _COLUMNS.split(",")[1:])
+        + ", norm = excluded.norm",
+        _row_values(memory),
+    )
+    rowid = conn.execute("SELECT rowid FROM memories WHERE id = ?", (memory.id,)).fetchone()[0]
+    conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
+    if memory.active:
+        text = f"{memory.title}\n{memory.content}\n{' '.join(memory.tags)}"
+        conn.execute(
+            "INSERT INTO memories_fts (rowid, ns, terms) VALUES (?, ?, ?)",
+            (rowid, _ns_token(memory), index_terms(text)),
+        )
+
+
+def _delete_rows(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[str]:
+    rows = conn.execute(f"SELECT rowid, id FROM memories WHERE {where}", args).fetchall()
+    for row in rows:
+        conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (row[0],))
+        conn.execute("DELETE FROM memory_evidence WHERE memory_id = ?", (row[1],))
+    conn.execute(f"DELETE FROM memories WHERE {where}", args)
+    return [row[1] for row in rows]
+
+
+def _insert_audit(conn: sqlite3.Connection, events: Sequence[AuditEvent]) -> None:
+    conn.executemany(
+        "INSERT INTO audit_log (at, tenant, user_id, conversation_id, actor, action, memory_id, "
+        "reason, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (to_iso(e.at), e.tenant, e.user_id, e.conversation_id, e.actor, e.action,
+             e.memory_id, e.reason, orjson.dumps(e.detail, default=str).decode())
+            for e in events
+        ],
+    )
+
+
+def _channel_clause(channels: tuple[str | None, ...] | None) -> tuple[str, list[Any]]:
+    """Personal memories visible in a channel: all of them in private (``None``); in a
+    group only those learned in that group — never private ones (SPEC §3.10). Shared and
+    system memories (no user) are visible everywhere."""
+    if channels is None:
+        return "", []
+    named = [c for c in channels if c is not None]
+    if not named:
+        return " AND m.user_id IS NULL", []
+    return (f" AND (m.user_id IS NULL OR m.source_channel IN ({', '.join('?' * len(named))}))",
+            named)
+
+
+def _profile_json(profile: Profile) -> str:
+    def tags(items: tuple[ScoredTag, ...]) -> list[dict[str, Any]]:
+        return [t.to_api() for t in items]
+
+    return orjson.dumps({
+        "names": list(profile.names),
+        "first_seen": to_iso(profile.first_seen),
+        "last_seen": to_iso(profile.last_seen),
+        "message_count": profile.message_count,
+        "style": profile.style,
+        "impression": profile.impression,
+        "traits": tags(profile.traits),
+        "topics": tags(profile.topics),
+    }).decode()
+
+
+def _profile_from_json(tenant: str, user: str, raw: str) -> Profile:
+    data = orjson.loads(raw)
+
+    def tags(items: list[dict[str, Any]]) -> tuple[ScoredTag, ...]:
+        return tuple(
+            ScoredTag(text=i["text"], score=float(i["score"]), hits=int(i["hits"]),
+                      at=_dt(i["at"]))
+            for i in items
+        )
+
+    return Profile(
+        tenant=tenant,
+        user_id=user,
+        names=tuple(data.get("names", ())),
+        first_seen=from_iso(data.get("first_seen")),
+        last_seen=from_iso(data.get("last_seen")),
+        message_count=int(data.get("message_count", 0)),
+        style=data.get("style", ""),
+        impression=data.get("impression", ""),
+        traits=tags(data.get("traits", [])),
+        topics=tags(data.get("topics", [])),
+    )
+
+
+def _put_profile(conn: sqlite3.Connection, profile: Profile) -> None:
+    conn.execute(
+        "INSERT INTO profiles (tenant, user_id, data, updated_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(tenant, user_id) DO UPDATE SET data = excluded.data, "
+        "updated_at = excluded.updated_at",
+        (profile.tenant, profile.user_id, _profile_json(profile), to_iso(utcnow())),
+    )
+
+
+class SqliteMemoryStore:
+    """:class:`~proxy.memory.store.MemoryStore` on a :class:`~proxy.sqlite.SqliteDatabase`."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def _read(self, fn: Any) -> Any:
+        try:
+            return await self._db.read(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
+
+    async def _write(self, fn: Any) -> Any:
+        try:
+            return await self._db.write(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite write failed: {exc}") from exc
+
+    async def ping(self) -> None:
+        await self._read(lambda c: c.execute("SELECT 1").fetchone())
+
+    # hot path --------------------------------------------------------------
+    async def search(self, query: SearchQuery) -> list[Candidate]:
+        tokens = [user_token(query.tenant, query.user)]
+        if query.include_shared:
+            tokens.append(shared_token(query.tenant))
+        clause, clause_args = _channel_clause(query.channels)
+
+        def run(conn: sqlite3.Connection) -> list[Candidate]:
+            found: dict[str, Candidate] = {}
+            if query.terms:
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS}, bm25(memories_fts, 0.0, 1.0) AS rank "
+                    "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+                    f"WHERE memories_fts MATCH ? AND {_ACTIVE}{clause} "
+                    "ORDER BY rank LIMIT ?",
+                    (_fts_query(tokens, query.terms), *clause_args, query.limit),
+                ).fetchall()
+                for rank, row in enumerate(rows, start=1):
+                    memory = _memory_from_row(row)
+                    found[memory.id] = Candidate(memory, keyword_rank=rank,
+                                                 keyword_score=-float(row["rank"]))
+            if query.embedding is not None:
+                self._vector_candidates(conn, query, clause, clause_args, found)
+            return list(found.values())
+
+        result: list[Candidate] = await self._read(run)
+        return result
+
+    @staticmethod
+    def _vector_candidates(
+        conn: sqlite3.Connection,
+        query: SearchQuery,
+        clause: str,
+        clause_args: list[Any],
+        found: dict[str, Candidate],
+    ) -> None:
+        assert query.embedding is not None
+        owner = "(m.user_id = ?" + (" OR m.user_id IS NULL)" if query.include_shared else ")")
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM memories m WHERE m.tenant = ? AND {owner} AND {_ACTIVE} "
+            f"AND m.embedding IS NOT NULL{clause}",
+            (query.tenant, query.user, *clause_args),
+        ).fetchall()
+        if not rows:
+            return
+        matrix = np.vstack([np.frombuffer(r["embedding"], dtype=np.float32) for r in rows])
+        vector = np.asarray(query.embedding, dtype=np.float32)
+        if matrix.shape[1] != vector.shape[0]:
+            return
+        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(vector) or 1.0)
+        sims = (matrix @ vector) / np.where(norms == 0, 1.0, norms)
+        order = np.argsort(-sims)[: query.limit]
+        for rank, index in enumerate(order, start=1):
+            row = rows[int(index)]
+            memory_id = row["id"]
+            previous = found.get(memory_id)
+            memory = previous.memory if previous else _memory_from_row(row)
+            found[memory_id] = Candidate(
+                memory,
+                keyword_rank=previous.keyword_rank if previous else None,
+                keyword_score=previous.keyword_score if previous else None,
+                vector_rank=rank,
+                vector_score=float(sims[int(index)]),
+            )
+
+    async def resident(
+        self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
+    ) -> list[Memory]:
+        if limit <= 0:
+            return []
+        clause, clause_args = _channel_clause(channels)
+
+        def run(conn: sqlite3.Connection) -> list[Memory]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories m WHERE m.tenant = ? AND m.user_id = ? "
+                f"AND {_ACTIVE} AND m.subject = 'user'{clause} "
+                "ORDER BY m.hits DESC, m.last_seen_at DESC LIMIT ?",
+                (tenant, user, *clause_args, limit),
+            ).fetchall()
+            return [_memory_from_row(r) for r in rows]
+
+        result: list[Memory] = await self._read(run)
+        return result
+
+    async def get_profile(self, tenant: str, user: str) -> Profile | None:
+        row = await self._read(lambda c: c.execute(
+            "SELECT data FROM profiles WHERE tenant = ? AND user_id = ?", (tenant, user)
+        ).fetchone())
+        return None if row is None else _profile_from_json(tenant, user, row[0])
+
+    async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
+        if not counts:
+            return
+        stamp = to_iso(at)
+        await self._write(lambda c: c.executemany(
+            "UPDATE memories SET access_count = access_count + ?, last_access_at = ? "
+            "WHERE id = ? AND tenant = ?",
+            [(n, stamp, i, tenant) for i, n in counts.items()],
+        ))
+
+    # management ------------------------------------------------------------
+    async def get(self, tenant: str, user: str | None, memory_id: str) -> Memory | None:
+        def run(conn: sqlite3.Connection) -> Memory | None:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories m WHERE m.id = ? AND m.tenant = ? "
+                "AND m.user_id IS ?",
+                (memory_id, tenant, user),
+            ).fetchone()
+            return None if row is None else _memory_from_row(row)
+
+        result: Memory | None = await self._read(run)
+        return result
+
+    async def list_memories(self, query: ListQuery) -> list[Memory]:
+        where = ["m.tenant = ?", "m.user_id = ?"]
+        args: list[Any] = [query.tenant, query.user]
+        if not query.include_retired:
+            where.append("m.superseded_at IS NULL")
+        if not query.include_disabled:
+            where.append("m.enabled = 1")
+        if query.category:
+            where.append("m.category = ?")
+            args.append(query.category)
+        if query.text:
+            for term in query_terms(query.text, limit=8) or [query.text]:
+                where.append("(m.norm LIKE ? OR lower(m.title) LIKE ?)")
+                pattern = f"%{term.lower()}%"
+                args.extend([pattern, pattern])
+
+        def run(conn: sqlite3.Connection) -> list[Memory]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories m WHERE {' AND '.join(where)} "
+                "ORDER BY m.id DESC LIMIT ? OFFSET ?",
+                (*args, query.limit, query.offset),
+            ).fetchall()
+            return [_memory_from_row(r) for r in rows]
+
+        result: list[Memory] = await self._read(run)
+        return result
+
+    async def count(self, tenant: str, user: str) -> dict[str, int]:
+        def run(conn: sqlite3.Connection) -> dict[str, int]:
+            counts = {"total": 0, "retired": 0, "disabled": 0}
+            for row in conn.execute(
+                "SELECT category, enabled, superseded_at IS NOT NULL AS retired, count(*) "
+                "FROM memories WHERE tenant = ? AND user_id = ? "
+                "GROUP BY category, enabled, retired",
+                (tenant, user),
+            ):
+                category, enabled, retired, n = row[0], row[1], row[2], row[3]
+                if retired:
+                    counts["retired"] += n
+                elif not enabled:
+                    counts["disabled"] += n
+                else:
+                    counts["total"] += n
+                    counts[category] = counts.get(category, 0) + n
+            return counts
+
+        result: dict[str, int] = await self._read(run)
+        return result
+
+    async def add(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        def run(conn: sqlite3.Connection) -> None:
+            _upsert(conn, memory)
+            if audit is not None:
+                _insert_audit(conn, [audit])
+
+        await self._write(run)
+        return memory
+
+    async def update(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        def run(conn: sqlite3.Connection) -> None:
+            exists = conn.execute(
+                "SELECT 1 FROM memories WHERE id = ? AND tenant = ? AND user_id IS ?",
+                (memory.id, memory.tenant, memory.user_id),
+            ).fetchone()
+            if exists is None:
+                raise KeyError(memory.id)
+            _upsert(conn, memory)
+            if audit is not None:
+                _insert_audit(conn, [audit])
+
+        await self._write(run)
+        return memory
+
+    async def delete(
+        self, tenant: str, user: str, memory_id: str, *, audit: AuditEvent | None = None
+    ) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT norm FROM memories WHERE id = ? AND tenant = ? AND user_id = ?",
+                (memory_id, tenant, user),
+            ).fetchone()
+            if row is None:
+                return False
+            _delete_rows(conn, "id = ?", (memory_id,))
+            conn.execute(
+                "INSERT OR REPLACE INTO memory_tombstones (tenant, user_id, norm, deleted_at) "
+                "VALUES (?, ?, ?, ?)",
+                (tenant, user, row[0], to_iso(utcnow())),
+            )
+            if audit is not None:
+                _insert_audit(conn, [audit])
+            return True
+
+        result: bool = await self._write(run)
+        return result
+
+    async def clear(self, tenant: str, user: str, *, audit: AuditEvent | None = None) -> int:
+        now = to_iso(utcnow())
+
+        def run(conn: sqlite3.Connection) -> int:
+            removed = _delete_rows(conn, "tenant = ? AND user_id = ?", (tenant, user))
+            conn.execute("DELETE FROM profiles WHERE tenant = ? AND user_id = ?", (tenant, user))
+            conn.execute("DELETE FROM conversations WHERE tenant = ? AND user_id = ?",
+                         (tenant, user))
+            conn.execute(
+                "INSERT INTO user_settings (tenant, user_id, cleared_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(tenant, user_id) DO UPDATE SET cleared_at = excluded.cleared_at",
+                (tenant, user, now),
+            )
+            if audit is not None:
+                _insert_audit(conn, [audit])
+            return len(removed)
+
+        result: int = await self._write(run)
+        return result
+
+    # learning --------------------------------------------------------------
+    async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
+        if limit <= 0:
+            return []
+        found = await self.search(SearchQuery(
+            tenant=tenant, user=user, terms=tuple(query_terms(text)), limit=limit,
+            include_shared=False,
+        ))
+        memories = [c.memory for c in sorted(found, key=lambda c: c.keyword_rank or 0)]
+        if len(memories) < limit:
+            seen = {m.id for m in memories}
+            for memory in await self.resident(tenant, user, limit=limit, channels=None):
+                if memory.id not in seen and len(memories) < limit:
+                    memories.append(memory)
+        return memories
+
+    async def apply(self, changes: ChangeSet) -> bool:
+        now = to_iso(utcnow())
+
+        def run(conn: sqlite3.Connection) -> bool:
+            done = conn.execute(
+                "INSERT OR IGNORE INTO applied_batches (batch_key, applied_at) VALUES (?, ?)",
+                (changes.batch_key, now),
+            )
+            if done.rowcount == 0:
+                return False
+            for memory in changes.upserts:
+                if memory.tenant != changes.tenant or memory.user_id != changes.user_id:
+                    raise ValueError("a change set may only touch its own namespace")
+                _upsert(conn, memory)
+            conn.executemany(
+                "INSERT OR IGNORE INTO memory_evidence (memory_id, evidence_key, at) "
+                "VALUES (?, ?, ?)",
+                [(memory_id, key, now) for memory_id, key in changes.evidence],
+            )
+            for memory_id in changes.deletes:
+                _delete_rows(conn, "id = ? AND tenant = ? AND user_id = ?",
+                             (memory_id, changes.tenant, changes.user_id))
+            if changes.profile is not None:
+                _put_profile(conn, changes.profile)
+            if changes.conversation is not None:
+                record = changes.conversation
+                conn.execute(
+                    "INSERT INTO conversations (tenant, user_id, conversation_id, score, "
+                    "dimensions, reason, learned_messages, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(tenant, user_id, conversation_id) DO UPDATE SET "
+                    "score = excluded.score, dimensions = excluded.dimensions, "
+                    "reason = excluded.reason, "
+                    "learned_messages = conversations.learned_messages + "
+                    "excluded.learned_messages, updated_at = excluded.updated_at",
+                    (record.tenant, record.user_id, record.conversation_id, record.score,
+                     orjson.dumps(record.dimensions).decode(), record.reason,
+                     record.learned_messages, to_iso(record.updated_at)),
+                )
+            _insert_audit(conn, changes.audit)
+            return True
+
+        result: bool = await self._write(run)
+        return result
+
+    async def tombstoned(
+        self, tenant: str, user: str, norms: Sequence[str]
+    ) -> dict[str, datetime]:
+        if not norms:
+            return {}
+
+        def run(conn: sqlite3.Connection) -> dict[str, datetime]:
+            rows = conn.execute(
+                "SELECT norm, deleted_at FROM memory_tombstones WHERE tenant = ? AND "
+                f"user_id = ? AND norm IN ({', '.join('?' * len(norms))})",
+                (tenant, user, *norms),
+            ).fetchall()
+            return {r[0]: _dt(r[1]) for r in rows}
+
+        result: dict[str, datetime] = await self._read(run)
+        return result
+
+    async def put_profile(self, profile: Profile) -> None:
+        await self._write(lambda c: _put_profile(c, profile))
+
+    async def get_conversation(
+        self, tenant: str, user: str, conversation_id: str
+    ) -> ConversationRecord | None:
+        row = await self._read(lambda c: c.execute(
+            "SELECT score, dimensions, reason, learned_messages, updated_at FROM conversations "
+            "WHERE tenant = ? AND user_id = ? AND conversation_id = ?",
+            (tenant, user, conversation_id),
+        ).fetchone())
+        if row is None:
+            return None
+        return ConversationRecord(
+            tenant=tenant, user_id=user, conversation_id=conversation_id, score=row[0],
+            dimensions=orjson.loads(row[1]), reason=row[2], learned_messages=row[3],
+            updated_at=_dt(row[4]),
+        )
+
+    async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
+        row = await self._read(lambda c: c.execute(
+            "SELECT enable_personal_learning, show_learning_indicator, cleared_at "
+            "FROM user_settings WHERE tenant = ? AND user_id = ?",
+            (tenant, user),
+        ).fetchone())
+        if row is None:
+            return UserSettings()
+        return UserSettings(bool(row[0]), bool(row[1]), from_iso(row[2]))
+
+    async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None:
+        await self._write(lambda c: c.execute(
+            "INSERT INTO user_settings (tenant, user_id, enable_personal_learning, "
+            "show_learning_indicator, cleared_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(tenant, user_id) DO UPDATE SET "
+            "enable_personal_learning = excluded.enable_personal_learning, "
+            "show_learning_indicator = excluded.show_learning_indicator, "
+            "cleared_at = excluded.cleared_at",
+            (tenant, user, int(settings.enable_personal_learning),
+             int(settings.show_learning_indicator), to_iso(settings.cleared_at)),
+        ))
+
+    async def audit(self, events: Sequence[AuditEvent]) -> None:
+        if events:
+            await self._write(lambda c: _insert_audit(c, events))
+
+    async def audit_log(
+        self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
+    ) -> list[tuple[int, AuditEvent]]:
+        where = ["tenant = ?"]
+        args: list[Any] = [tenant]
+        if user is not None:
+            where.append("user_id = ?")
+            args.append(user)
+        if before_id is not None:
+            where.append("id < ?")
+            args.append(before_id)
+
+        def run(conn: sqlite3.Connection) -> list[tuple[int, AuditEvent]]:
+            rows = conn.execute(
+                "SELECT id, at, tenant, user_id, conversation_id, actor, action, memory_id, "
+                f"reason, detail FROM audit_log WHERE {' AND '.join(where)} "
+                "ORDER BY id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [
+                (r[0], AuditEvent(
+                    tenant=r[2], user_id=r[3], conversation_id=r[4], actor=r[5], action=r[6],
+                    memory_id=r[7], reason=r[8], detail=orjson.loads(r[9]), at=_dt(r[1]),
+                ))
+                for r in rows
+            ]
+
+        result: list[tuple[int, AuditEvent]] = await self._read(run)
+        return result

@@ -1,0 +1,198 @@
+"""The storage contract every backend implements (SQLite embedded, Redis).
+
+All reads and writes are scoped by namespace: a (tenant, user) pair, plus the tenant's
+shared/system space where a call says so. No method returns another user's memories (case
+B25). Backends raise :class:`StoreUnavailableError` when their server or file fails, so
+callers can degrade memory without breaking chat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+from proxy.memory.records import ConversationRecord, Memory, Profile
+
+
+class StoreUnavailableError(Exception):
+    """The memory store cannot be reached or failed; memory degrades, chat goes on."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """A hot-path recall query over active (enabled, non-retired) memories.
+
+    ``terms``: keyword terms from :func:`proxy.memory.text.query_terms`;
+    ``embedding``: query vector when an embedder is configured;
+    ``channels``: restrict personal memories by ``source_channel`` (``None`` = any);
+    ``include_shared``: also search the tenant's shared and system memories.
+    """
+
+    tenant: str
+    user: str
+    terms: tuple[str, ...]
+    limit: int = 30
+    embedding: tuple[float, ...] | None = None
+    channels: tuple[str | None, ...] | None = None
+    include_shared: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A memory found by recall with its per-method ranks (1 = best) and raw scores."""
+
+    memory: Memory
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+    vector_rank: int | None = None
+    vector_score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Management listing of one user's memories (newest first)."""
+
+    tenant: str
+    user: str
+    include_retired: bool = False
+    include_disabled: bool = True
+    category: str | None = None
+    text: str | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UserSettings:
+    """Per-user switches (seed 000 §6 UserSetting)."""
+
+    enable_personal_learning: bool = True
+    show_learning_indicator: bool = True
+    cleared_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One learning-log row (SPEC §3.8)."""
+
+    tenant: str
+    user_id: str | None
+    action: Literal[
+        "scored", "skipped", "extracted", "created", "merged", "retired", "edited",
+        "deleted", "cleared", "promoted", "evicted", "purged", "failed", "rejected",
+        "profile_updated", "settings_changed",
+    ]
+    actor: Literal["auto", "user", "admin"]
+    at: datetime
+    conversation_id: str | None = None
+    memory_id: str | None = None
+    reason: str = ""
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSet:
+    """Everything one learning batch changes, applied atomically and at most once.
+
+    ``batch_key`` makes the apply idempotent: a redelivered batch is a no-op.
+    ``upserts`` are whole records after consolidation; ``evidence`` lists the
+    (memory id, evidence key) pairs this batch adds — a pair already stored does not count
+    again, so hits grow once per distinct source (SPEC §3.6).
+    """
+
+    tenant: str
+    user_id: str
+    batch_key: str
+    upserts: tuple[Memory, ...] = ()
+    evidence: tuple[tuple[str, str], ...] = ()
+    profile: Profile | None = None
+    conversation: ConversationRecord | None = None
+    audit: tuple[AuditEvent, ...] = ()
+    deletes: tuple[str, ...] = ()
+
+
+class MemoryStore(Protocol):
+    """Storage of memories, profiles, per-user settings and the audit log."""
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreUnavailableError` when the store cannot serve requests."""
+        ...
+
+    # hot path --------------------------------------------------------------
+    async def search(self, query: SearchQuery) -> list[Candidate]:
+        """Keyword (and vector, when ``query.embedding``) candidates, best first."""
+        ...
+
+    async def resident(
+        self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
+    ) -> list[Memory]:
+        """Top active personal memories about the user by (hits, last_seen_at) desc."""
+        ...
+
+    async def get_profile(self, tenant: str, user: str) -> Profile | None: ...
+
+    async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
+        """``access_count += n`` and ``last_access_at = at`` for each injected memory id."""
+        ...
+
+    # management ------------------------------------------------------------
+    async def get(self, tenant: str, user: str | None, memory_id: str) -> Memory | None:
+        """One memory of (tenant, user) — or of the tenant's shared space when ``user`` is
+        ``None`` — or ``None`` when it does not exist there."""
+        ...
+
+    async def list_memories(self, query: ListQuery) -> list[Memory]: ...
+
+    async def count(self, tenant: str, user: str) -> dict[str, int]:
+        """Active memory counts per category, plus ``"total"`` and ``"retired"``."""
+        ...
+
+    async def add(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory: ...
+
+    async def update(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        """Replace a stored memory (same id and namespace). Raises ``KeyError`` if absent."""
+        ...
+
+    async def delete(
+        self, tenant: str, user: str, memory_id: str, *, audit: AuditEvent | None = None
+    ) -> bool:
+        """Hard-delete one memory and its index entries; leaves a tombstone so that
+        learning queued earlier does not bring it back (case B32)."""
+        ...
+
+    async def clear(self, tenant: str, user: str, *, audit: AuditEvent | None = None) -> int:
+        """Delete every personal memory and the profile of (tenant, user); records
+        ``cleared_at`` so that learning queued before now is discarded (case B32)."""
+        ...
+
+    # learning --------------------------------------------------------------
+    async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
+        """Active memories of the user most related to ``text`` (keyword, then evidence)."""
+        ...
+
+    async def apply(self, changes: ChangeSet) -> bool:
+        """Apply a learning batch atomically. ``False`` when ``batch_key`` was applied
+        before (nothing changes)."""
+        ...
+
+    async def tombstoned(self, tenant: str, user: str, norms: Sequence[str]) -> dict[str, datetime]:
+        """Deletion times of the given normalised contents that the user deleted."""
+        ...
+
+    async def put_profile(self, profile: Profile) -> None: ...
+
+    async def get_conversation(
+        self, tenant: str, user: str, conversation_id: str
+    ) -> ConversationRecord | None: ...
+
+    async def get_user_settings(self, tenant: str, user: str) -> UserSettings: ...
+
+    async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None: ...
+
+    async def audit(self, events: Sequence[AuditEvent]) -> None: ...
+
+    async def audit_log(
+        self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
+    ) -> list[tuple[int, AuditEvent]]: ...

@@ -1,0 +1,109 @@
+"""Text normalisation and keyword terms, the same at write and at query time.
+
+Chinese (and other CJK) runs are segmented with jieba's search mode; everything else is
+split on word characters and lower-cased. The result is a space-joined string that an
+FTS5 ``porter unicode61`` tokenizer (SQLite) or a RediSearch TEXT field indexes as is, so
+both backends see identical terms. Stemming of Latin words is left to the index.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from functools import lru_cache
+from typing import Any
+
+_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_RUN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)", re.UNICODE)
+_HAS_CJK = re.compile(rf"[{_CJK}]")
+_SPACE = re.compile(r"\s+")
+
+# Words too common to help keyword recall (English function words; Chinese particles).
+STOPWORDS = frozenset((
+    "a", "an", "the", "and", "or", "but", "if", "then", "else", "of", "to", "in", "on", "at",
+    "by", "for", "with", "from", "into", "over", "under", "about", "as", "is", "am", "are",
+    "was", "were", "be", "been", "being", "do", "does", "did", "doing", "have", "has", "had",
+    "having", "i", "me", "my", "mine", "myself", "you", "your", "yours", "we", "us", "our",
+    "they", "them", "their", "he", "him", "his", "she", "her", "it", "its", "this", "that",
+    "these", "those", "there", "here", "what", "which", "who", "whom", "whose", "when",
+    "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other",
+    "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very",
+    "can", "will", "just", "should", "would", "could", "may", "might", "must", "shall", "s",
+    "t", "don", "doesn", "didn", "won", "isn", "aren", "wasn", "weren", "ve", "ll", "re", "d",
+    "m", "o", "y", "also", "up", "down", "out", "off", "again", "further", "once", "let",
+    "lets", "get", "got", "please", "tell", "know", "的", "了", "是", "在", "我", "你", "他", "她",
+    "它", "们", "和", "与", "或", "也", "就", "都", "而", "及", "着", "吗", "呢", "吧", "啊", "呀", "嘛", "哦",
+    "很", "这", "那", "有", "没", "不", "一个", "什么", "怎么", "为什么", "吗", "把", "被", "让", "给", "对", "从",
+    "到", "为", "以", "之", "其", "中", "上", "下", "个", "要", "会", "能",
+))
+
+_jieba_lock = threading.Lock()
+_jieba: Any = None
+
+
+def _segmenter() -> Any:
+    """jieba, imported and initialised once (its dictionary takes ~0.7 s to load)."""
+    global _jieba  # noqa: PLW0603 - one process-wide, read-only dictionary, loaded lazily
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                import jieba
+
+                jieba.setLogLevel(60)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba
+
+
+def warm_up() -> None:
+    """Load the Chinese dictionary now (call off the event loop at startup)."""
+    _segmenter()
+
+
+def has_cjk(text: str) -> bool:
+    return _HAS_CJK.search(text) is not None
+
+
+def normalize(text: str) -> str:
+    """NFKC, lower-case, collapsed whitespace, trimmed punctuation: the dedup key (SPEC §3.6)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = re.sub(r"[^\w\s]", " ", folded)
+    return _SPACE.sub(" ", folded).strip()
+
+
+@lru_cache(maxsize=4096)
+def tokens(text: str) -> tuple[str, ...]:
+    """Keyword tokens of ``text``: lower-cased words and jieba-segmented CJK words."""
+    out: list[str] = []
+    for match in _RUN.finditer(unicodedata.normalize("NFKC", text)):
+        cjk, word = match.groups()
+        if cjk:
+            out.extend(w for w in _segmenter().cut_for_search(cjk) if w.strip())
+        elif word:
+            out.append(word.casefold())
+    return tuple(out)
+
+
+def content_terms(text: str) -> tuple[str, ...]:
+    """Tokens minus stopwords and single Latin letters, in order, duplicates kept."""
+    return tuple(
+        t for t in tokens(text)
+        if t not in STOPWORDS and not (len(t) == 1 and t.isascii())
+    )
+
+
+def index_terms(text: str) -> str:
+    """The space-joined term string stored in the keyword index for ``text``."""
+    return " ".join(tokens(text))
+
+
+def query_terms(text: str, *, limit: int = 32) -> list[str]:
+    """Distinct content terms of a query, first ``limit`` of them, in order."""
+    seen: dict[str, None] = {}
+    for term in content_terms(text):
+        if term not in seen:
+            seen[term] = None
+            if len(seen) >= limit:
+                break
+    return list(seen)

@@ -1,0 +1,213 @@
+"""``POST /v1/chat/completions``: authenticate → identify → recall/splice → forward →
+stream back → account → hand the turn to learning. Orchestration only; each step lives in
+its own module.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.errors import ContextLengthExceededError
+from proxy.http import CLIENT_CLOSED_REQUEST, ClientDisconnectedError, until_disconnected
+from proxy.identity import Identity, resolve_identity
+from proxy.learning.sink import Turn
+from proxy.ledger import UsageRecord
+from proxy.memory.service import Injection
+from proxy.models import Route
+from proxy.request import ChatRequest, parse_chat_request
+from proxy.resources import Resources
+from proxy.streaming import StreamForwarder
+from proxy.transcript import ReplyAssembler, Usage, reply_from_completion
+from proxy.upstream.base import UpstreamCall
+
+log = structlog.get_logger("proxy.chat")
+
+
+@dataclass(slots=True)
+class _Call:
+    """One request's state, passed between the steps below."""
+
+    res: Resources
+    request: Request
+    chat: ChatRequest
+    identity: Identity
+    route: Route
+    injection: Injection
+    started: float
+    api_key: str | None
+
+    def body(self) -> dict[str, Any]:
+        body = {**self.chat.body, "messages": self.injection.messages}
+        if self.chat.stream:
+            # Ask for usage for our own accounting; StreamForwarder strips it when the
+            # client did not ask (case B01).
+            options = self.chat.body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                      "include_usage": True}
+        return body
+
+    def upstream_call(self) -> UpstreamCall:
+        return UpstreamCall(route=self.route, body=self.body(), api_key=self.api_key)
+
+    def headers(self) -> dict[str, str]:
+        return {**self.injection.headers(), "x-memory-conversation-id": self.identity.conversation}
+
+
+async def chat_completions(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    started = time.perf_counter()
+    principal = res.keyring.authenticate(request.headers)
+    chat = parse_chat_request(await request.body())
+    identity = resolve_identity(principal, request.headers, chat.body, chat.messages,
+                                res.settings.identity)
+    route = res.registry.route(chat.model)
+    injection = await res.memory.prepare(identity, chat, route)
+    res.metrics.memory_outcomes.labels(injection.status, injection.reason or "").inc()
+    if injection.injected:
+        res.metrics.recall_seconds.observe(injection.recall_ms / 1000)
+        res.metrics.injected_tokens.observe(injection.tokens)
+    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key)
+    try:
+        if chat.stream:
+            return await _stream(call)
+        return await _complete(call)
+    except ClientDisconnectedError:
+        log.info("client_disconnected", model=chat.model, stream=chat.stream)
+        res.metrics.requests.labels(chat.model, str(chat.stream).lower(), "disconnected").inc()
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+def _without_memory(call: _Call) -> bool:
+    """After an overflow the memory caused (case B04): drop the block, retry once."""
+    if not call.injection.injected or \
+            not call.res.settings.upstream.retry_without_memory_on_overflow:
+        return False
+    call.injection = call.res.memory.passthrough(call.chat, call.route, "degraded",
+                                                 "context_overflow")
+    return True
+
+
+async def _complete(call: _Call) -> Response:
+    res = call.res
+    try:
+        completion = await until_disconnected(call.request, res.upstream.complete(
+            call.upstream_call()))
+    except ContextLengthExceededError:
+        if not _without_memory(call):
+            raise
+        completion = await until_disconnected(call.request, res.upstream.complete(
+            call.upstream_call()))
+    elapsed = time.perf_counter() - call.started
+    res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(elapsed)
+    res.metrics.request_seconds.labels("false").observe(elapsed)
+    replies, usage = reply_from_completion(completion.data)
+    first = replies.get(0)
+    estimated = usage is None
+    if usage is None:
+        usage = _estimate(call, first.content if first else "")
+    _account(call, usage, estimated=estimated)
+    if first is not None and first.finish_reason is not None:
+        _learn(call, first.content)
+    res.metrics.requests.labels(call.chat.model, "false", "ok").inc()
+    return Response(completion.raw, media_type="application/json",
+                    headers={**completion.headers, **call.headers()})
+
+
+async def _stream(call: _Call) -> Response:
+    res = call.res
+
+    async def open_stream() -> StreamForwarder:
+        upstream = await res.upstream.stream(call.upstream_call())
+        forwarder = StreamForwarder(
+            upstream, include_usage=call.chat.include_usage,
+            estimate_usage=lambda assembler: _estimate_stream(call, assembler),
+        )
+        try:
+            await forwarder.start()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await forwarder.aclose()
+            raise
+        return forwarder
+
+    try:
+        forwarder = await until_disconnected(call.request, open_stream())
+    except ContextLengthExceededError:
+        if not _without_memory(call):
+            raise
+        forwarder = await until_disconnected(call.request, open_stream())
+    ttft = time.perf_counter() - call.started
+    res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(ttft)
+    res.metrics.request_seconds.labels("true").observe(ttft)
+
+    async def body() -> Any:
+        try:
+            async for frame in forwarder.body():
+                yield frame
+        finally:
+            with anyio.CancelScope(shield=True):
+                await forwarder.aclose()
+            _stream_finished(call, forwarder)
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={**forwarder.headers, **call.headers(),
+                                      "cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
+    res = call.res
+    status = "ok" if forwarder.completed else ("error" if forwarder.error else "aborted")
+    res.metrics.requests.labels(call.chat.model, "true", status).inc()
+    if forwarder.error is None and forwarder.assembler.last_chunk is not None:
+        usage = forwarder.usage
+        estimated = usage is None
+        if usage is None:
+            usage = _estimate_stream(call, forwarder.assembler)
+        _account(call, usage, estimated=estimated)
+    if forwarder.completed:
+        first = forwarder.assembler.replies().get(0)
+        if first is not None:
+            _learn(call, first.content)
+
+
+def _estimate(call: _Call, reply: str) -> Usage:
+    counter, tokenizer = call.res.counter, call.route.tokenizer
+    prompt = counter.count_messages(call.injection.messages, tokenizer)
+    completion = counter.count(reply, tokenizer)
+    return Usage(prompt, completion, prompt + completion)
+
+
+def _estimate_stream(call: _Call, assembler: ReplyAssembler) -> Usage:
+    first = assembler.replies().get(0)
+    return _estimate(call, first.content if first else "")
+
+
+def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:
+    res, identity = call.res, call.identity
+    res.usage.add(UsageRecord(
+        at=res.clock(), tenant=identity.tenant, user_id=identity.user, model=call.chat.model,
+        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+        memory_tokens=call.injection.tokens, memories_injected=call.injection.count,
+        estimated=estimated,
+    ))
+    res.metrics.tokens.labels("user", "prompt").inc(usage.prompt_tokens)
+    res.metrics.tokens.labels("user", "completion").inc(usage.completion_tokens)
+    res.metrics.tokens.labels("memory", "injected").inc(call.injection.tokens)
+
+
+def _learn(call: _Call, reply: str) -> None:
+    identity = call.identity
+    if not call.res.learning_enabled or not identity.can_write or identity.user is None:
+        return
+    call.res.sink.submit(Turn(
+        tenant=identity.tenant, user=identity.user, conversation=identity.conversation,
+        channel=identity.channel, group=identity.group, model=call.chat.model,
+        messages=call.chat.messages, reply=reply, at=time.time(),
+    ))

@@ -1,0 +1,165 @@
+"""The end user's memory API, scoped to the caller's (tenant, user).
+
+The user is identified exactly as for chat (:func:`proxy.identity.resolve_user`): a user-
+bound key, else the user header, else ``user`` in the body (POST) or query string (GET,
+DELETE). A memory of another user or tenant is indistinguishable from a missing one (404).
+
+- ``GET /v1/memories`` → ``{"object": "list", "data": [memory…], "has_more"}``;
+  query: ``limit`` (1–500, default 100), ``offset``, ``category``, ``q`` (text search),
+  ``include_retired`` (default false)
+- ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
+  → 201 with the memory (``source: "manual"``)
+- ``GET /v1/memories/{id}`` → the memory
+- ``DELETE /v1/memories/{id}`` → ``{"id", "object": "memory.deleted", "deleted": true}``
+- ``DELETE /v1/memories?confirm=true`` → deletes all of the user's memories and profile
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.errors import InvalidRequestError, NotFoundError
+from proxy.identity import resolve_user
+from proxy.memory.records import Memory, new_id
+from proxy.memory.store import AuditEvent, ListQuery
+from proxy.resources import Resources
+from proxy.routes.json import json_response
+
+MAX_CONTENT_CHARS = 4000
+
+
+class NewMemory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    title: str = Field(default="", max_length=200)
+    category: Literal["user_preference", "business", "technical", "organizational",
+                      "domain"] = "user_preference"
+    subcategory: str = Field(default="", max_length=60)
+    tags: list[str] = Field(default_factory=list, max_length=20)
+    subject: str = Field(default="user", max_length=120)
+    user: str | None = None  # accepted like the chat body's ``user``
+
+
+def _owner(request: Request, res: Resources, source: dict[str, Any]) -> tuple[str, str]:
+    principal = res.keyring.authenticate(request.headers)
+    user, _ = resolve_user(principal, request.headers, source, res.settings.identity)
+    if user is None:
+        raise InvalidRequestError(
+            f"Identify the end user: send header {res.settings.identity.user_header} "
+            "(or 'user' in the body / query string).",
+            param=res.settings.identity.user_header, code="missing_user",
+        )
+    return principal.tenant, user
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidRequestError(f"'{name}' must be an integer.", param=name) from exc
+    if not low <= value <= high:
+        raise InvalidRequestError(f"'{name}' must be between {low} and {high}.", param=name)
+    return value
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _audit(tenant: str, user: str, action: str, memory_id: str | None, *, res: Resources,
+           reason: str = "") -> AuditEvent:
+    return AuditEvent(tenant=tenant, user_id=user, action=action,  # type: ignore[arg-type]
+                      actor="user", at=res.clock(), memory_id=memory_id, reason=reason)
+
+
+async def list_memories(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    tenant, user = _owner(request, res, dict(request.query_params))
+    limit = _int(request, "limit", 100, 1, 500)
+    offset = _int(request, "offset", 0, 0, 1_000_000)
+    memories = await res.store.list_memories(ListQuery(
+        tenant=tenant, user=user, include_retired=_flag(request, "include_retired"),
+        category=request.query_params.get("category") or None,
+        text=request.query_params.get("q") or None, limit=limit + 1, offset=offset,
+    ))
+    return json_response({
+        "object": "list", "data": [m.to_api() for m in memories[:limit]],
+        "has_more": len(memories) > limit,
+    })
+
+
+async def create_memory(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    try:
+        raw = orjson.loads(await request.body() or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError("The request body is not valid JSON.",
+                                  code="invalid_json") from exc
+    if not isinstance(raw, dict):
+        raise InvalidRequestError("The request body must be a JSON object with 'content'.",
+                                  code="invalid_json")
+    try:
+        new = NewMemory.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequestError(f"{param}: {first['msg']}", param=param,
+                                  code="invalid_value") from exc
+    tenant, user = _owner(request, res, raw)
+    now = res.clock()
+    memory = Memory(
+        id=new_id(), tenant=tenant, user_id=user, content=new.content.strip(),
+        title=new.title.strip() or new.content.strip()[:30], category=new.category,
+        subcategory=new.subcategory, tags=tuple(dict.fromkeys(t.strip() for t in new.tags
+                                                             if t.strip())),
+        subject=new.subject.strip() or "user", source="manual", score=1.0,
+        created_at=now, updated_at=now, last_seen_at=now,
+    )
+    audit = _audit(tenant, user, "created", memory.id, res=res, reason="manual")
+    await res.store.add(memory, audit=audit)
+    return json_response(memory.to_api(), status_code=201)
+
+
+async def get_memory(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    tenant, user = _owner(request, res, dict(request.query_params))
+    memory = await res.store.get(tenant, user, request.path_params["memory_id"])
+    if memory is None:
+        raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
+    return json_response(memory.to_api())
+
+
+async def delete_memory(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    tenant, user = _owner(request, res, dict(request.query_params))
+    memory_id = request.path_params["memory_id"]
+    deleted = await res.store.delete(
+        tenant, user, memory_id, audit=_audit(tenant, user, "deleted", memory_id, res=res)
+    )
+    if not deleted:
+        raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
+    return json_response({"id": memory_id, "object": "memory.deleted", "deleted": True})
+
+
+async def clear_memories(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    tenant, user = _owner(request, res, dict(request.query_params))
+    if not _flag(request, "confirm"):
+        raise InvalidRequestError(
+            "Deleting all memories needs explicit confirmation: add ?confirm=true.",
+            param="confirm", code="confirmation_required",
+        )
+    count = await res.store.clear(tenant, user,
+                                  audit=_audit(tenant, user, "cleared", None, res=res))
+    if res.queue is not None:
+        await res.queue.forget_user(tenant, user)
+    return json_response({"object": "memory.cleared", "deleted": count})

@@ -1,0 +1,277 @@
+"""The embedded database: one SQLite file in WAL mode, used off the event loop.
+
+Writes run on one dedicated thread and connection (SQLite allows one writer), each call in
+its own ``BEGIN IMMEDIATE`` transaction; reads run on a second thread with its own
+connection, so a long write never stalls the hot path's reads (WAL readers do not block on
+the writer). Schema changes are numbered migrations tracked in ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: memories, keyword index, profiles, user settings, conversations, evidence, audit,
+    #    ledgers, learning queue and buffer.
+    """
+    CREATE TABLE memories (
+        rowid INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL,
+        user_id TEXT,
+        scope TEXT NOT NULL,
+        category TEXT NOT NULL,
+        subcategory TEXT NOT NULL DEFAULT '',
+        title TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '[]',
+        subject TEXT NOT NULL DEFAULT 'user',
+        source TEXT NOT NULL,
+        source_conversation_id TEXT,
+        source_channel TEXT,
+        score REAL NOT NULL DEFAULT 0,
+        embedding BLOB,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        hits INTEGER NOT NULL DEFAULT 1,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_seen_at TEXT NOT NULL,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_access_at TEXT,
+        superseded_at TEXT,
+        superseded_by TEXT,
+        supersede_reason TEXT,
+        norm TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX memories_owner ON memories (tenant, user_id, enabled, superseded_at);
+    CREATE INDEX memories_shared ON memories (tenant, scope) WHERE user_id IS NULL;
+    CREATE VIRTUAL TABLE memories_fts USING fts5(
+        ns, terms, tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    CREATE TABLE memory_evidence (
+        memory_id TEXT NOT NULL,
+        evidence_key TEXT NOT NULL,
+        at TEXT NOT NULL,
+        PRIMARY KEY (memory_id, evidence_key)
+    ) WITHOUT ROWID;
+    CREATE TABLE memory_tombstones (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        norm TEXT NOT NULL,
+        deleted_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_id, norm)
+    ) WITHOUT ROWID;
+    CREATE TABLE profiles (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE user_settings (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        enable_personal_learning INTEGER NOT NULL DEFAULT 1,
+        show_learning_indicator INTEGER NOT NULL DEFAULT 1,
+        cleared_at TEXT,
+        PRIMARY KEY (tenant, user_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE conversations (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        score REAL,
+        dimensions TEXT NOT NULL DEFAULT '{}',
+        reason TEXT NOT NULL DEFAULT '',
+        learned_messages INTEGER NOT NULL DEFAULT 0,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_id, conversation_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE applied_batches (
+        batch_key TEXT PRIMARY KEY,
+        applied_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE audit_log (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        user_id TEXT,
+        conversation_id TEXT,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        memory_id TEXT,
+        reason TEXT NOT NULL DEFAULT '',
+        detail TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX audit_owner ON audit_log (tenant, user_id, id);
+    CREATE TABLE usage_ledger (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        user_id TEXT,
+        model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        memory_tokens INTEGER NOT NULL,
+        memories_injected INTEGER NOT NULL,
+        estimated INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX usage_owner ON usage_ledger (tenant, user_id, at);
+    CREATE TABLE learning_ledger (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        user_id TEXT,
+        model TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        job_id TEXT
+    );
+    CREATE INDEX learning_owner ON learning_ledger (tenant, user_id, at);
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        available_at REAL NOT NULL,
+        leased_by TEXT,
+        lease_until REAL,
+        last_error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX jobs_ready ON jobs (status, available_at);
+    CREATE TABLE seen_messages (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        seen_at REAL NOT NULL,
+        PRIMARY KEY (tenant, user_id, fingerprint)
+    ) WITHOUT ROWID;
+    CREATE INDEX seen_age ON seen_messages (seen_at);
+    CREATE TABLE buffered_messages (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        role TEXT NOT NULL,
+        name TEXT,
+        content TEXT NOT NULL,
+        model TEXT NOT NULL,
+        at REAL NOT NULL,
+        batch_key TEXT
+    );
+    CREATE INDEX buffer_conv ON buffered_messages (tenant, user_id, conversation_id, batch_key);
+    CREATE INDEX buffer_batch ON buffered_messages (batch_key);
+    CREATE INDEX buffer_age ON buffered_messages (at);
+    """,
+)
+
+
+class SqliteDatabase:
+    """A SQLite file with one writer thread and one reader thread.
+
+    Use as ``async with SqliteDatabase(path) as db``; :meth:`read` and :meth:`write` run a
+    function ``fn(connection) -> T`` on the right thread and return its result.
+    ``sqlite3.Error`` propagates to the caller unchanged.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._writer: ThreadPoolExecutor | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+
+    async def __aenter__(self) -> SqliteDatabase:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="sqlite-reader")
+        loop = asyncio.get_running_loop()
+        self._wconn = await loop.run_in_executor(self._writer, self._connect, True)
+        self._rconn = await loop.run_in_executor(self._reader, self._connect, False)
+
+    def _connect(self, migrate: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True,
+                               timeout=30.0)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        if migrate:
+            _migrate(conn)
+        return conn
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for executor, conn in ((self._reader, self._rconn), (self._writer, self._wconn)):
+            if executor is not None and conn is not None:
+                await loop.run_in_executor(executor, conn.close)
+            if executor is not None:
+                executor.shutdown(wait=True)
+        self._reader = self._writer = None
+        self._rconn = self._wconn = None
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the reader connection (autocommit; a consistent WAL snapshot per
+        statement)."""
+        if self._reader is None or self._rconn is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        conn = self._rconn
+        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, conn)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any
+        exception rolls the transaction back and propagates."""
+        if self._writer is None or self._wconn is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        conn = self._wconn
+
+        def run() -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(script):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";\n") if s.strip()]

@@ -1,0 +1,185 @@
+"""Forward an upstream chunk stream to the client as OpenAI frames it.
+
+``data: {chunk}\\n\\n`` per upstream event, byte for byte, then ``data: [DONE]\\n\\n``. The
+only rewrites concern ``usage`` (case B01):
+
+- when the client asked (``stream_options.include_usage``), exactly one usage chunk is sent,
+  with ``"choices": []``, after the chunk carrying ``finish_reason`` and before ``[DONE]``;
+  a usage object riding on a content chunk is moved there; when the upstream sent none, one
+  is made from the gateway's own token counts;
+- when the client did not ask, usage that the gateway requested for its own accounting is
+  stripped: no usage-only chunk reaches the client.
+
+Events are held back only until the first substantive chunk (content, tool call or finish),
+so that an error the upstream reports inside the stream before any content becomes a proper
+HTTP error (case B04); after that, an error ends the stream with an error event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+from proxy.errors import ProxyError, error_event, upstream_error_from_body
+from proxy.errors import status_for_stream_error as _status
+from proxy.transcript import ReplyAssembler, Usage
+from proxy.upstream.base import ChunkStream
+
+DONE = b"data: [DONE]\n\n"
+
+
+def frame(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def _substantive(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("finish_reason"):
+            return True
+        delta = choice.get("delta") or {}
+        if isinstance(delta, dict) and any(
+            delta.get(key) for key in ("content", "tool_calls", "refusal", "function_call",
+                                       "reasoning_content", "audio")
+        ):
+            return True
+    return False
+
+
+def _usage_only(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices")
+    return not choices or not _substantive(chunk)
+
+
+def _in_stream_error(chunk: Any) -> ProxyError | None:
+    if isinstance(chunk, dict) and chunk.get("error") and not chunk.get("choices"):
+        return upstream_error_from_body(_status(chunk), chunk)
+    return None
+
+
+class StreamForwarder:
+    """Turns a :class:`~proxy.upstream.base.ChunkStream` into client SSE bytes.
+
+    Call :meth:`start` before sending response headers (it raises :class:`ProxyError` for an
+    error before the first content), then iterate :meth:`body`. ``estimate_usage`` gives the
+    gateway's own count when the client asked for usage and the upstream sent none.
+    """
+
+    def __init__(
+        self,
+        upstream: ChunkStream,
+        *,
+        include_usage: bool,
+        estimate_usage: Callable[[ReplyAssembler], Usage],
+    ) -> None:
+        self._upstream = upstream
+        self._include_usage = include_usage
+        self._estimate = estimate_usage
+        self.assembler = ReplyAssembler()
+        self._held: list[bytes] = []
+        self._usage_chunk: dict[str, Any] | None = None
+        self._usage_raw: bytes | None = None
+        self.completed = False
+        self.error: ProxyError | None = None
+        self.usage_estimated = False
+        self._last_substantive = False
+
+    async def start(self) -> None:
+        """Read up to the first substantive chunk. Raises the upstream's error if it comes
+        first (nothing has been sent to the client yet)."""
+        async for payload in self._upstream:
+            out = self._process(payload)
+            if self.error is not None:
+                raise self.error
+            if out is not None:
+                self._held.append(out)
+                if self._last_substantive:
+                    return
+        # Stream ended before any content: still a valid (empty) reply, forwarded as is.
+
+    def _process(self, payload: bytes) -> bytes | None:
+        """Returns the frame to forward (or None to hold/drop) and records the chunk."""
+        self._last_substantive = False
+        try:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return frame(payload)
+        error = _in_stream_error(chunk)
+        if error is not None:
+            self.error = error
+            return None
+        if not isinstance(chunk, dict):
+            return frame(payload)
+        self.assembler.feed(chunk)
+        if chunk.get("usage"):
+            if _usage_only(chunk):
+                self._usage_chunk, self._usage_raw = chunk, payload
+                return None
+            stripped = {k: v for k, v in chunk.items() if k != "usage"}
+            self._last_substantive = _substantive(chunk)
+            return frame(orjson.dumps(stripped))
+        self._last_substantive = _substantive(chunk)
+        return frame(payload)
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The client's SSE body. Ends with the usage chunk (when asked) and ``[DONE]``, or
+        with an error event when the upstream fails mid-stream."""
+        for held in self._held:
+            yield held
+        self._held.clear()
+        try:
+            async for payload in self._upstream:
+                out = self._process(payload)
+                if self.error is not None:
+                    break
+                if out is not None:
+                    yield out
+        except ProxyError as exc:
+            self.error = exc
+        if self.error is not None:
+            yield error_event(self.error)
+            return
+        if self._include_usage:
+            yield frame(self._usage_payload())
+        # A reply without finish_reason is forwarded, but not learned from (not complete).
+        self.completed = self.assembler.finished
+        yield DONE
+
+    def _usage_payload(self) -> bytes:
+        chunk, raw = self._usage_chunk, self._usage_raw
+        if chunk is not None and raw is not None:
+            if chunk.get("choices") == []:
+                return raw
+            return orjson.dumps({**chunk, "choices": []})
+        usage = self.assembler.usage
+        if usage is None:
+            usage = self._estimate(self.assembler)
+            self.usage_estimated = True
+        last = self.assembler.last_chunk or {}
+        return orjson.dumps({
+            "id": last.get("id", ""),
+            "object": "chat.completion.chunk",
+            "created": last.get("created", 0),
+            "model": last.get("model", ""),
+            "choices": [],
+            "usage": {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            },
+        })
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Forwardable upstream response headers."""
+        return self._upstream.headers
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.assembler.usage
+
+    async def aclose(self) -> None:
+        await self._upstream.aclose()

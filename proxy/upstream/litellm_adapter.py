@@ -1,0 +1,174 @@
+"""Upstream through litellm, for providers that need request/response translation.
+
+This is the only module that imports litellm. The import costs ~3.5 s and ~150 MB, so it
+happens once, off the event loop, when a route first needs it (or at startup when the
+configured model list has such routes: see :meth:`LiteLLMUpstream.warm_up`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+import orjson
+
+from proxy.errors import (
+    ProxyError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+    upstream_error_from_body,
+)
+from proxy.settings import UpstreamSettings
+from proxy.upstream.base import Completion, UpstreamCall
+
+_CALL_PARAMS_FROM_DEPLOYMENT = ("api_base", "api_version", "organization")
+_SKIPPED_DEPLOYMENT_PARAMS = frozenset({
+    "model", "api_key", "api_base", "api_version", "organization", "timeout",
+    "extra_headers", "missing_api_key_env",
+})
+
+
+def _import_litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+def translate_litellm_error(exc: Exception) -> ProxyError:
+    """Map a litellm / openai SDK exception to the error tree, keeping the upstream's status
+    and its Retry-After header."""
+    if isinstance(exc, ProxyError):
+        return exc
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "message", None) or exc)
+    headers: dict[str, str] = {}
+    raw_headers = getattr(exc, "litellm_response_headers", None)
+    if raw_headers is None and getattr(exc, "response", None) is not None:
+        raw_headers = getattr(exc.response, "headers", None)  # type: ignore[attr-defined]
+    if raw_headers is not None:
+        retry = raw_headers.get("retry-after")
+        if retry is not None:
+            headers["Retry-After"] = str(retry)
+    if "Timeout" in name:
+        return UpstreamTimeoutError(message)
+    if "APIConnectionError" in name or ("ServiceUnavailable" in name and status is None):
+        return UpstreamUnavailableError(message)
+    if isinstance(status, int) and 400 <= status <= 599:
+        body = getattr(exc, "body", None)
+        envelope = body if isinstance(body, dict) else {"error": {"message": message}}
+        if isinstance(envelope.get("error"), dict) and not envelope["error"].get("message"):
+            envelope["error"]["message"] = message
+        if "error" not in envelope:
+            envelope = {"error": {**envelope, "message": envelope.get("message", message)}}
+        return upstream_error_from_body(status, envelope, headers=headers)
+    return UpstreamError(message)
+
+
+class _LiteLLMStream:
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._iterator = response.__aiter__()
+        self.headers: dict[str, str] = {}
+
+    def __aiter__(self) -> _LiteLLMStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            chunk = await self._iterator.__anext__()
+        except StopAsyncIteration:
+            raise
+        except Exception as exc:
+            raise translate_litellm_error(exc) from exc
+        return chunk.model_dump_json(exclude_none=True).encode()  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        closer = getattr(self._response, "aclose", None)
+        if closer is not None:
+            await closer()
+        else:
+            stream = getattr(self._response, "completion_stream", None)
+            close = getattr(stream, "aclose", None) or getattr(stream, "close", None)
+            if close is not None:
+                result = close()
+                if asyncio.iscoroutine(result):
+                    await result
+
+
+class LiteLLMUpstream:
+    """:class:`~proxy.upstream.base.Upstream` over ``litellm.acompletion``."""
+
+    def __init__(self, settings: UpstreamSettings) -> None:
+        self._settings = settings
+        self._litellm: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._litellm is None:
+                self._litellm = _import_litellm()
+        return self._litellm
+
+    async def warm_up(self) -> None:
+        """Import litellm in a thread so that no request pays for it on the event loop."""
+        if self._litellm is None:
+            await asyncio.to_thread(self._load)
+
+    async def aclose(self) -> None:
+        return None
+
+    def _kwargs(self, call: UpstreamCall, *, stream: bool) -> dict[str, Any]:
+        route = call.route
+        params = route.deployment.litellm_params
+        kwargs: dict[str, Any] = {
+            k: v for k, v in (params.model_extra or {}).items()
+            if k not in _SKIPPED_DEPLOYMENT_PARAMS
+        }
+        kwargs.update({k: v for k, v in call.body.items() if k not in ("model", "stream")})
+        kwargs["model"] = route.litellm_model
+        kwargs["stream"] = stream
+        key = call.api_key or (params.api_key.get_secret_value() if params.api_key else None)
+        if key:
+            kwargs["api_key"] = key
+        elif params.missing_api_key_env:
+            raise UpstreamError(
+                f"The gateway has no API key for model '{route.model_name}': set the "
+                f"environment variable {params.missing_api_key_env}.",
+                status_code=500, error_type="server_error", code="upstream_key_missing",
+            )
+        for name in _CALL_PARAMS_FROM_DEPLOYMENT:
+            value = getattr(params, name)
+            if value:
+                kwargs[name] = value
+        if params.extra_headers:
+            kwargs["extra_headers"] = dict(params.extra_headers)
+        kwargs["timeout"] = route.timeout or self._settings.timeout_seconds
+        kwargs["num_retries"] = 0
+        kwargs["max_retries"] = 0
+        return kwargs
+
+    async def complete(self, call: UpstreamCall) -> Completion:
+        litellm = self._litellm or await asyncio.to_thread(self._load)
+        kwargs = self._kwargs(call, stream=False)
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise translate_litellm_error(exc) from exc
+        raw = response.model_dump_json(exclude_none=True).encode()
+        return Completion(raw=raw, data=orjson.loads(raw))
+
+    async def stream(self, call: UpstreamCall) -> _LiteLLMStream:
+        litellm = self._litellm or await asyncio.to_thread(self._load)
+        kwargs = self._kwargs(call, stream=True)
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise translate_litellm_error(exc) from exc
+        return _LiteLLMStream(response)

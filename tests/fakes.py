@@ -1,0 +1,301 @@
+"""Test doubles: a scripted OpenAI-compatible upstream and a running gateway.
+
+:class:`FakeUpstream` is an ``httpx`` handler (for ``httpx.MockTransport`` or respx) that
+answers ``POST …/chat/completions`` like OpenAI: realistic SSE (every stream ends with a
+``finish_reason``), usage when ``stream_options.include_usage`` is set, errors with status
+and headers, slow or endless streams whose closing it records. Learning calls (recognised
+by the built-in prompts) are answered by ``learner`` callbacks, so tests script the
+learning model's JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import uvicorn
+
+from proxy.app import create_app
+from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
+from proxy.resources import Resources, open_resources
+from proxy.settings import Settings
+from proxy.upstream.relay import RelayUpstream
+
+UPSTREAM_BASE = "http://upstream.test/v1"
+
+
+def sse(events: list[Any], *, done: bool = True) -> bytes:
+    out = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+def chunk(choices: list[dict[str, Any]], *, cid: str = "chatcmpl-1", model: str = "up-model",
+          usage: Any = ...) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": 1700000000,
+                           "model": model, "choices": choices}
+    if usage is not ...:
+        out["usage"] = usage
+    return out
+
+
+def text_chunks(text: str, *, pieces: int = 3, n: int = 1, finish: str = "stop") -> list[dict]:
+    """A realistic stream of ``text`` split in ``pieces``, for each of ``n`` choices."""
+    size = max(1, -(-len(text) // pieces))
+    parts = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    out = []
+    for index in range(n):
+        out.append(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                           "finish_reason": None}]))
+        out.extend(chunk([{"index": index, "delta": {"content": p}, "finish_reason": None}])
+                   for p in parts)
+        out.append(chunk([{"index": index, "delta": {}, "finish_reason": finish}]))
+    return out
+
+
+def usage_chunk(prompt: int = 12, completion: int = 3) -> dict[str, Any]:
+    return chunk([], usage={"prompt_tokens": prompt, "completion_tokens": completion,
+                            "total_tokens": prompt + completion})
+
+
+def completion_body(text: str, *, prompt: int = 12, completion: int = 3,
+                    tool_calls: list[dict] | None = None, n: int = 1) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000,
+        "model": "up-model",
+        "choices": [{"index": i, "message": message,
+                     "finish_reason": "tool_calls" if tool_calls else "stop"}
+                    for i in range(n)],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion},
+    }
+
+
+@dataclass
+class Reply:
+    """One scripted upstream answer."""
+
+    status: int = 200
+    json: Any = None  # non-streaming body (or error body)
+    events: list[Any] | None = None  # streaming events (dicts → JSON, bytes → raw data line)
+    done: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # before the first byte
+    gap: float = 0.0  # between events
+    hang: bool = False  # never finish after the events
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, source: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        self._source = source
+        self._on_close = on_close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._source:
+            yield part
+
+    async def aclose(self) -> None:
+        self._on_close()
+
+
+class FakeUpstream:
+    """Scripted OpenAI-compatible upstream; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.script: deque[Reply] = deque()
+        self.closed_streams = 0
+        self.opened_streams = 0
+        self.score: Callable[[dict[str, Any]], Any] = lambda body: {
+            "score": 0.9, "dimensions": {"density": 0.9, "clarity": 0.9, "depth": 0.9,
+                                         "relevance": 0.9, "novelty": 0.9},
+            "reason": "useful"}
+        self.extract: Callable[[dict[str, Any]], Any] = lambda body: {"memories": [],
+                                                                      "profile": None}
+        self.learning_calls: list[tuple[str, dict[str, Any]]] = []
+        self.reply_text = "Hello there!"
+        # When set, every request goes here instead (e.g. to hang or refuse connections).
+        self.intercept: Callable[[httpx.Request], Any] | None = None
+
+    # scripting -----------------------------------------------------------------
+    def push(self, *replies: Reply) -> None:
+        self.script.extend(replies)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if _learning_kind(r) is None]
+
+    @property
+    def last_chat(self) -> dict[str, Any]:
+        return self.chat_requests[-1]
+
+    # handler -------------------------------------------------------------------
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        if self.intercept is not None:
+            result: httpx.Response = await self.intercept(request)
+            return result
+        body = orjson.loads(request.content)
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        kind = _learning_kind(body)
+        if kind is not None:
+            self.learning_calls.append((kind, body))
+            if self.script and self.script[0].status >= 400:
+                return self._respond(self.script.popleft(), body)
+            answer = (self.score if kind == "score" else self.extract)(body)
+            if isinstance(answer, Reply):
+                return self._respond(answer, body)
+            content = answer if isinstance(answer, str) else orjson.dumps(answer).decode()
+            return httpx.Response(200, json={
+                "id": "learn-1", "object": "chat.completion", "created": 1700000000,
+                "model": body.get("model"), "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+            })
+        reply = self.script.popleft() if self.script else self._default(body)
+        return self._respond(reply, body)
+
+    def _default(self, body: dict[str, Any]) -> Reply:
+        if body.get("stream"):
+            events: list[Any] = text_chunks(self.reply_text)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                events.append(usage_chunk())
+            return Reply(events=events)
+        return Reply(json=completion_body(self.reply_text))
+
+    def _respond(self, reply: Reply, body: dict[str, Any]) -> httpx.Response:
+        if reply.events is None:
+            async def once() -> AsyncIterator[bytes]:
+                if reply.delay:
+                    await asyncio.sleep(reply.delay)
+                yield orjson.dumps(reply.json) if not isinstance(reply.json, bytes) \
+                    else reply.json
+            return httpx.Response(reply.status, headers={"content-type": "application/json",
+                                                         **reply.headers},
+                                  stream=_Body(once(), self._closed))
+        self.opened_streams += 1
+
+        async def events() -> AsyncIterator[bytes]:
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            for event in reply.events or ():
+                yield (b"data: " + event + b"\n\n") if isinstance(event, bytes) else sse(
+                    [event], done=False)
+                if reply.gap:
+                    await asyncio.sleep(reply.gap)
+            if reply.hang:
+                await asyncio.sleep(3600)
+            if reply.done:
+                yield b"data: [DONE]\n\n"
+
+        return httpx.Response(reply.status, headers={"content-type": "text/event-stream",
+                                                     **reply.headers},
+                              stream=_Body(events(), self._closed))
+
+    def _closed(self) -> None:
+        self.closed_streams += 1
+
+
+def _learning_kind(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    system = messages[0].get("content") if messages else None
+    if system in (SCORING_EN, SCORING_ZH):
+        return "score"
+    if system in (EXTRACTION_EN, EXTRACTION_ZH):
+        return "extract"
+    return None
+
+
+def make_settings(tmp_path: Any, **overrides: Any) -> Settings:
+    """Test settings: one relayed model ``m`` at the fake upstream, a temp database."""
+    from proxy.settings import load_settings
+
+    base: dict[str, Any] = {
+        "model_list": [{
+            "model_name": "m",
+            "litellm_params": {"model": "openai/up-model", "api_base": UPSTREAM_BASE,
+                               "api_key": "sk-upstream"},
+            "model_info": {"max_input_tokens": 16000},
+        }],
+        "storage": {"path": str(tmp_path / "memory.db")},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return load_settings(use_file=False, **base)
+
+
+@dataclass
+class Gateway:
+    """A gateway served by uvicorn on 127.0.0.1 with a fake upstream behind it."""
+
+    base_url: str
+    res: Resources
+    upstream: FakeUpstream
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=10, **kwargs)
+
+    async def settle(self) -> None:
+        """Run learning to completion: write pending turns, seal, learn."""
+        await self.res.sink.flush()  # type: ignore[attr-defined]
+        worker = self.res.worker
+        assert worker is not None, "learning is off in this gateway"
+        await worker.drain()
+
+    async def flush_conversations(self) -> None:
+        """Seal every conversation's buffer (as the idle flush would) and learn."""
+        await self.res.sink.flush()  # type: ignore[attr-defined]
+        assert self.res.worker is not None
+        assert self.res.queue is not None
+        await self.res.worker.drain()
+        for tenant, user, conversation in await self.res.queue.idle_conversations(
+            idle_before=float("inf")
+        ):
+            await self.res.queue.seal(tenant, user, conversation, now=0)
+        await self.res.worker.drain()
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
+                          *, resources: Resources | None = None) -> AsyncIterator[Gateway]:
+    """Serve the app on a free port; the upstream is ``upstream`` via MockTransport."""
+    fake = upstream or FakeUpstream()
+    client = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
+    async with contextlib.AsyncExitStack() as stack:
+        res = resources or await stack.enter_async_context(
+            open_resources(settings, upstream=RelayUpstream(settings.upstream, client=client))
+        )
+        # Tests drive the worker themselves (Gateway.settle) for determinism.
+        settings_no_worker = settings.model_copy(update={
+            "server": settings.server.model_copy(update={"run_worker": False})})
+        res.settings = settings_no_worker
+        app = create_app(settings_no_worker, resources=res)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on",
+                                               access_log=False))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        try:
+            yield Gateway(f"http://127.0.0.1:{port}", res, fake)
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()

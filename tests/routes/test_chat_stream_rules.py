@@ -1,0 +1,281 @@
+"""Usage-chunk rules, error mapping before/after the first byte, and client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.fakes import FakeUpstream, Gateway, Reply, chunk, text_chunks, usage_chunk
+
+REQUEST: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Say hi."}]}
+
+
+def events(body: str) -> list[Any]:
+    out = []
+    for line in body.split("\n\n"):
+        if line.startswith("data: "):
+            payload = line[len("data: "):]
+            out.append(payload if payload == "[DONE]" else orjson.loads(payload))
+    return out
+
+
+async def stream(gateway: Gateway, **extra: Any) -> httpx.Response:
+    async with gateway.client() as client:
+        return await client.post("/v1/chat/completions",
+                                 json={**REQUEST, "stream": True, **extra})
+
+
+# --------------------------------------------------------------------- usage (B01)
+
+USAGE_TAILS = {
+    "separate, choices []": [*text_chunks("hi"), usage_chunk(12, 3)],
+    "separate, placeholder choice": [
+        *text_chunks("hi"),
+        chunk([{"index": 0, "delta": {}}], usage={"prompt_tokens": 12, "completion_tokens": 3,
+                                                  "total_tokens": 15}),
+    ],
+    "on the finish chunk": [
+        *text_chunks("hi")[:-1],
+        chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}],
+              usage={"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}),
+    ],
+    "usage null on every chunk, then usage chunk": [
+        *[{**c, "usage": None} for c in text_chunks("hi")], usage_chunk(12, 3)],
+}
+
+
+@pytest.mark.parametrize("tail", list(USAGE_TAILS), ids=list(USAGE_TAILS))
+async def test_requested_usage_arrives_once_with_empty_choices(
+    gateway: Gateway, upstream: FakeUpstream, tail: str
+) -> None:
+    """With include_usage exactly one usage chunk is sent: ``choices: []``, after the
+    finish_reason chunk, before [DONE]; earlier chunks carry no usage (case B01)."""
+    upstream.push(Reply(events=USAGE_TAILS[tail]))
+    got = events((await stream(gateway, stream_options={"include_usage": True})).text)
+    assert got[-1] == "[DONE]"
+    usage_chunks = [e for e in got[:-1] if e.get("usage")]
+    assert len(usage_chunks) == 1
+    assert got[-2] is usage_chunks[0]
+    assert usage_chunks[0]["choices"] == []
+    assert usage_chunks[0]["usage"]["total_tokens"] == 15
+    finish_at = max(i for i, e in enumerate(got[:-1]) if e["choices"]
+                    and e["choices"][0].get("finish_reason"))
+    assert finish_at < len(got) - 2
+
+
+@pytest.mark.parametrize("tail", list(USAGE_TAILS), ids=list(USAGE_TAILS))
+async def test_unrequested_usage_is_stripped(
+    gateway: Gateway, upstream: FakeUpstream, tail: str
+) -> None:
+    """Without include_usage no chunk carries usage, although the gateway asked upstream
+    for it (for its own ledger) (case B01)."""
+    upstream.push(Reply(events=USAGE_TAILS[tail]))
+    got = events((await stream(gateway)).text)
+    assert got[-1] == "[DONE]"
+    assert all(not e.get("usage") for e in got[:-1])
+    assert all(e["choices"] for e in got[:-1])
+    assert upstream.last_chat["stream_options"] == {"include_usage": True}
+
+
+async def test_usage_is_made_when_upstream_sends_none(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """An upstream that ignores include_usage still yields one usage chunk, counted by the
+    gateway's tokenizer."""
+    upstream.push(Reply(events=text_chunks("Hello there, friend.")))
+    got = events((await stream(gateway, stream_options={"include_usage": True})).text)
+    usage = got[-2]
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] > 0
+    assert usage["usage"]["prompt_tokens"] > 0
+
+
+async def test_usage_ledger_separates_memory_tokens(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """Each request adds one usage row: upstream tokens plus, apart, memory tokens."""
+    async with gateway.client() as client:
+        await client.post("/v1/chat/completions", json=REQUEST, headers={"X-User-Id": "u1"})
+    await gateway.res.usage.flush()
+    totals = await gateway.res.ledger.usage_totals("default", "u1")
+    assert totals.requests == 1
+    assert totals.prompt_tokens == 12
+    assert totals.completion_tokens == 3
+    assert (await gateway.res.ledger.learning_totals("default", "u1")).requests == 0
+
+
+# ------------------------------------------------------------- errors before first byte
+
+ERRORS = [
+    (400, {"error": {"message": "bad param", "type": "invalid_request_error",
+                     "param": "temperature", "code": "invalid_value"}}, {}),
+    (401, {"error": {"message": "bad key", "type": "invalid_request_error",
+                     "code": "invalid_api_key"}}, {}),
+    (404, {"error": {"message": "no such model", "type": "invalid_request_error",
+                     "code": "model_not_found"}}, {}),
+    (408, {"error": {"message": "timed out", "type": "timeout"}}, {}),
+    (429, {"error": {"message": "slow down", "type": "rate_limit_error",
+                     "code": "rate_limit_exceeded"}}, {"retry-after": "7"}),
+    (500, {"error": {"message": "boom", "type": "server_error"}}, {}),
+    (503, {"error": {"message": "overloaded", "type": "server_error"}}, {}),
+]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(("status", "body", "headers"), ERRORS,
+                         ids=[str(e[0]) for e in ERRORS])
+async def test_upstream_errors_keep_status_and_envelope(
+    gateway: Gateway, upstream: FakeUpstream, *, status: int, body: dict[str, Any],
+    headers: dict[str, str], streamed: bool,
+) -> None:
+    """Errors before the first byte keep the upstream's status, message, code and
+    Retry-After, in OpenAI's envelope — streaming or not."""
+    upstream.push(Reply(status=status, json=body, headers=headers))
+    async with gateway.client() as client:
+        response = await client.post("/v1/chat/completions", json={**REQUEST,
+                                                                   "stream": streamed})
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["message"] == body["error"]["message"]
+    if "code" in body["error"]:
+        assert error["code"] == body["error"]["code"]
+    if headers:
+        assert response.headers["retry-after"] == "7"
+
+
+async def test_error_event_before_content_becomes_http_error(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """An overflow reported inside a 200 stream before any content becomes HTTP 400 JSON
+    with ``context_length_exceeded`` (case B04)."""
+    upstream.push(Reply(events=[{"error": {
+        "message": "This model's maximum context length is 8192 tokens.",
+        "type": "invalid_request_error", "code": "context_length_exceeded"}}]))
+    response = await stream(gateway)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
+async def test_error_after_first_byte_ends_stream_with_error_event(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A failure mid-stream ends the stream with an error event (no [DONE])."""
+    upstream.push(Reply(events=[*text_chunks("partial")[:2], {"error": {
+        "message": "upstream crashed", "type": "server_error"}}], done=False))
+    response = await stream(gateway)
+    assert response.status_code == 200
+    got = events(response.text)
+    assert got[-1]["error"]["message"] == "upstream crashed"
+    assert "[DONE]" not in got
+
+
+async def test_openai_sdk_raises_on_mid_stream_error(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """The SDK turns the final error event into an exception instead of hanging."""
+    from openai import APIError, AsyncOpenAI
+
+    upstream.push(Reply(events=[*text_chunks("partial")[:2], {"error": {
+        "message": "upstream crashed", "type": "server_error"}}], done=False))
+    client = AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key="x", max_retries=0)
+    stream_ = await client.chat.completions.create(model="m", stream=True,
+                                                   messages=REQUEST["messages"])
+    with pytest.raises(APIError, match="upstream crashed"):
+        async for _ in stream_:
+            pass
+    await client.close()
+
+
+async def test_unreachable_upstream_is_502(tmp_path: Any) -> None:
+    """A connection failure to the upstream is a 502 envelope."""
+    from tests.fakes import make_settings, running_gateway
+
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    fake = FakeUpstream()
+    fake.intercept = refuse
+    async with running_gateway(make_settings(tmp_path), fake) as gw, gw.client() as client:
+        response = await client.post("/v1/chat/completions", json=REQUEST)
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "upstream_unavailable"
+
+
+# --------------------------------------------------------------- disconnects (B07)
+
+async def _wait_closed(upstream: FakeUpstream, *, within: float = 1.5) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while upstream.closed_streams < 1:
+        assert asyncio.get_running_loop().time() < deadline, "upstream was not closed"
+        await asyncio.sleep(0.02)
+
+
+async def test_disconnect_before_first_byte_cancels_upstream(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A client that leaves before any byte arrived closes the upstream stream within a
+    second, and nothing is queued for learning (case B07)."""
+    upstream.push(Reply(events=text_chunks("late"), delay=30))
+    async with learning_gateway.client() as client:
+        request = asyncio.create_task(client.post(
+            "/v1/chat/completions", headers={"X-User-Id": "u1"},
+            json={**REQUEST, "stream": True}))
+        await asyncio.sleep(0.3)
+        request.cancel()
+    await _wait_closed(upstream)
+    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
+
+
+async def test_disconnect_mid_stream_cancels_upstream(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A client that leaves after reading 5 chunks closes the upstream stream, and the
+    aborted reply is not learned (case B07)."""
+    upstream.push(Reply(events=text_chunks("x" * 200, pieces=100), gap=0.05))
+    async with learning_gateway.client() as client, client.stream(
+        "POST", "/v1/chat/completions", headers={"X-User-Id": "u1"},
+        json={**REQUEST, "stream": True},
+    ) as response:
+        seen = 0
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                seen += 1
+            if seen == 5:
+                break
+    await _wait_closed(upstream)
+    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
+
+
+async def test_disconnect_during_non_streaming_call_cancels_upstream(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A non-streaming client that gives up cancels the upstream call (case B07)."""
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("the upstream call was not cancelled")
+
+    upstream.intercept = slow
+    async with learning_gateway.client() as client:
+        request = asyncio.create_task(client.post(
+            "/v1/chat/completions", json=REQUEST, headers={"X-User-Id": "u1"}))
+        await started.wait()
+        await asyncio.sleep(0.2)
+        request.cancel()
+    await asyncio.wait_for(cancelled.wait(), 1.5)
+    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]

@@ -1,0 +1,274 @@
+"""Authentication, identity precedence, isolation between users and tenants, and the
+memory management API."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.memory.inject import BLOCK_START
+from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
+
+KEYS = {"APP_KEY_A": "key-a-secret", "APP_KEY_B": "key-b-secret", "USER1_KEY": "key-user-1"}
+
+
+@pytest.fixture
+def keyed_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    return make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1}, auth={
+        "keys": [
+            {"key": "os.environ/APP_KEY_A", "tenant": "tenant-a"},
+            {"key_sha256": hashlib.sha256(b"key-b-secret").hexdigest(), "tenant": "tenant-b"},
+            {"key": "os.environ/USER1_KEY", "tenant": "tenant-a", "user": "user-1"},
+        ]})
+
+
+async def chat(gw: Gateway, key: str | None, text: str, *, user: str | None = None,
+               header_user: str | None = None, body: dict[str, Any] | None = None) -> Any:
+    headers = {}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if header_user:
+        headers["X-User-Id"] = header_user
+    payload: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": text}],
+                               **(body or {})}
+    if user:
+        payload["user"] = user
+    async with gw.client() as client:
+        return await client.post("/v1/chat/completions", json=payload, headers=headers)
+
+
+async def add_memory(gw: Gateway, key: str | None, user: str, content: str) -> dict[str, Any]:
+    headers = {"X-User-Id": user}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    async with gw.client() as client:
+        response = await client.post("/v1/memories", json={"content": content},
+                                     headers=headers)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def block(upstream: FakeUpstream) -> str:
+    return str(upstream.last_chat["messages"])
+
+
+# -------------------------------------------------------------------- auth
+
+async def test_unknown_or_missing_key_is_401(keyed_settings: Any) -> None:
+    """With keys configured, a missing or wrong key is 401 in OpenAI's envelope."""
+    async with running_gateway(keyed_settings) as gw:
+        for key in (None, "wrong"):
+            response = await chat(gw, key, "hi")
+            assert response.status_code == 401
+            assert response.json()["error"]["code"] == "invalid_api_key"
+        assert (await chat(gw, KEYS["APP_KEY_A"], "hi")).status_code == 200
+        assert (await chat(gw, KEYS["APP_KEY_B"], "hi")).status_code == 200
+
+
+async def test_open_mode_accepts_any_caller(gateway: Gateway) -> None:
+    """Without auth.keys every caller is served as tenant 'default'."""
+    assert (await chat(gateway, None, "hi", header_user="u")).status_code == 200
+
+
+# --------------------------------------------------------------- identity
+
+@pytest.mark.parametrize(("header", "body", "expected"), [
+    ("from-header", {"user": "from-body", "metadata": {"user_id": "from-meta"}}, "from-header"),
+    (None, {"user": "from-body", "metadata": {"user_id": "from-meta"}}, "from-body"),
+    (None, {"metadata": {"user_id": "from-meta"}, "safety_identifier": "s"}, "from-meta"),
+    (None, {"safety_identifier": "from-safety"}, "from-safety"),
+])
+async def test_user_precedence(gateway: Gateway, header: str | None, body: dict[str, Any],
+                               expected: str) -> None:
+    """Header, then body ``user``, then ``metadata.user_id``, then ``safety_identifier``."""
+    await add_memory(gateway, None, expected, "Marker fact for " + expected)
+    await chat(gateway, None, "Marker fact?", header_user=header, body=body)
+    assert "Marker fact for " + expected in block(gateway.upstream)
+
+
+async def test_no_user_means_plain_pass_through(gateway: Gateway) -> None:
+    """Without any user id nothing is injected and the header says why."""
+    response = await chat(gateway, None, "hi")
+    assert response.headers["x-memory-status"] == "no_user"
+    assert BLOCK_START not in block(gateway.upstream)
+
+
+async def test_bad_memory_header_is_400(gateway: Gateway) -> None:
+    """An unknown X-Memory value is rejected with a message naming the header."""
+    async with gateway.client() as client:
+        response = await client.post("/v1/chat/completions", headers={"X-Memory": "maybe"},
+                                     json={"model": "m", "messages": [
+                                         {"role": "user", "content": "x"}]})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "X-Memory"
+
+
+# -------------------------------------------------------------- isolation
+
+async def test_users_never_see_each_others_memories(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """user-2 asking the same question as user-1 gets no memory of user-1 (case B25)."""
+    upstream.extract = lambda body: {"memories": [{
+        "title": "Band", "content": "Favourite band is Band-X", "category": "user_preference",
+        "subject": "user"}]}
+    await chat(learning_gateway, None, "My favourite band is Band-X.", header_user="user-1")
+    await learning_gateway.settle()
+    await chat(learning_gateway, None, "What's my favourite band?", header_user="user-1")
+    assert "Band-X" in block(upstream)
+    response = await chat(learning_gateway, None, "What's my favourite band?",
+                          header_user="user-2")
+    assert "Band-X" not in block(upstream)
+    assert response.headers["x-memory-injected"] == "0"
+
+
+async def test_tenants_are_isolated(keyed_settings: Any) -> None:
+    """The same user id under two tenants has two separate memories."""
+    async with running_gateway(keyed_settings) as gw:
+        await add_memory(gw, KEYS["APP_KEY_A"], "same-user", "Tenant A secret plan")
+        await chat(gw, KEYS["APP_KEY_B"], "secret plan?", header_user="same-user")
+        assert "Tenant A" not in block(gw.upstream)
+        await chat(gw, KEYS["APP_KEY_A"], "secret plan?", header_user="same-user")
+        assert "Tenant A secret plan" in block(gw.upstream)
+
+
+async def test_user_bound_key_cannot_name_another_user(keyed_settings: Any) -> None:
+    """A key bound to user-1 that names user-2 in the body or header still gets only
+    user-1's memories (case B26)."""
+    async with running_gateway(keyed_settings) as gw:
+        await add_memory(gw, KEYS["APP_KEY_A"], "user-2", "User two diary entry")
+        await add_memory(gw, KEYS["APP_KEY_A"], "user-1", "User one diary entry")
+        await chat(gw, KEYS["USER1_KEY"], "What do you know about me? diary entry",
+                   user="user-2", header_user="user-2")
+        sent = block(gw.upstream)
+        assert "User two" not in sent
+        assert "User one diary entry" in sent
+        async with gw.client() as client:
+            listed = await client.get("/v1/memories", params={"user": "user-2"}, headers={
+                "Authorization": f"Bearer {KEYS['USER1_KEY']}", "X-User-Id": "user-2"})
+        assert [m["content"] for m in listed.json()["data"]] == ["User one diary entry"]
+
+
+# -------------------------------------------------------------- management API
+
+async def test_memory_api_round_trip(gateway: Gateway) -> None:
+    """Create, list, get and delete a memory; it carries the SPEC §4 field names."""
+    created = await add_memory(gateway, None, "u1", "Prefers metric units")
+    assert created["source"] == "manual"
+    assert created["hits"] == 1
+    for name in ("id", "tenant", "user_id", "scope", "category", "subcategory", "title",
+                 "content", "tags", "subject", "source", "source_conversation_id", "score",
+                 "enabled", "hits", "created_at", "updated_at", "last_seen_at",
+                 "access_count", "last_access_at", "superseded_at", "superseded_by",
+                 "supersede_reason"):
+        assert name in created
+    async with gateway.client(headers={"X-User-Id": "u1"}) as client:
+        listed = (await client.get("/v1/memories")).json()
+        assert listed["object"] == "list"
+        assert [m["id"] for m in listed["data"]] == [created["id"]]
+        assert (await client.get(f"/v1/memories/{created['id']}")).json()["content"] == \
+            "Prefers metric units"
+        deleted = await client.delete(f"/v1/memories/{created['id']}")
+        assert deleted.json() == {"id": created["id"], "object": "memory.deleted",
+                                  "deleted": True}
+        assert (await client.get(f"/v1/memories/{created['id']}")).status_code == 404
+        assert (await client.delete(f"/v1/memories/{created['id']}")).status_code == 404
+
+
+async def test_other_users_memory_is_not_found(gateway: Gateway) -> None:
+    """Another user's memory id is a 404, for reading and for deleting."""
+    created = await add_memory(gateway, None, "owner", "Private note")
+    async with gateway.client(headers={"X-User-Id": "intruder"}) as client:
+        assert (await client.get(f"/v1/memories/{created['id']}")).status_code == 404
+        assert (await client.delete(f"/v1/memories/{created['id']}")).status_code == 404
+    async with gateway.client(headers={"X-User-Id": "owner"}) as client:
+        assert (await client.get(f"/v1/memories/{created['id']}")).status_code == 200
+
+
+@pytest.mark.parametrize(("payload", "param"), [
+    ({}, "content"), ({"content": ""}, "content"), ({"content": 5}, "content"),
+    ({"content": "x", "category": "nonsense"}, "category"),
+    ({"content": "x", "surprise": 1}, "surprise"),
+])
+async def test_memory_api_rejects_bad_input(gateway: Gateway, payload: dict[str, Any],
+                                            param: str) -> None:
+    """Bad input gets a 400 envelope naming the field; nothing is stored."""
+    async with gateway.client(headers={"X-User-Id": "u1"}) as client:
+        response = await client.post("/v1/memories", json=payload)
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == param
+        assert (await client.get("/v1/memories")).json()["data"] == []
+
+
+async def test_memory_api_needs_a_user(gateway: Gateway) -> None:
+    """Without a user id the memory API answers 400, never another user's data."""
+    async with gateway.client() as client:
+        response = await client.get("/v1/memories")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "missing_user"
+
+
+async def test_deleted_memories_never_come_back(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """After delete-all nothing is injected or listed, and learning queued before the
+    deletion — or the same history resent — does not bring the fact back (case B32)."""
+    upstream.extract = lambda body: {"memories": [{
+        "title": "Home", "content": "Lives in City B", "category": "user_preference",
+        "subject": "user"}]}
+    await chat(learning_gateway, None, "I live in City B.", header_user="u1")
+    await learning_gateway.settle()
+    # Race variant: a second statement is queued but not yet learned when the user clears.
+    await chat(learning_gateway, None, "I really live in City B.", header_user="u1")
+    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
+        refused = await client.delete("/v1/memories")
+        assert refused.status_code == 400
+        cleared = await client.delete("/v1/memories", params={"confirm": "true"})
+        assert cleared.json()["deleted"] == 1
+    await learning_gateway.settle()
+    await chat(learning_gateway, None, "I live in City B.", header_user="u1")  # resent
+    await learning_gateway.settle()
+    response = await chat(learning_gateway, None, "Where do I live?", header_user="u1")
+    assert "City B" not in block(upstream)
+    assert response.headers["x-memory-injected"] == "0"
+    async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
+        assert (await client.get("/v1/memories",
+                                 params={"include_retired": "true"})).json()["data"] == []
+        assert (await client.get("/v1/memories", params={"q": "City"})).json()["data"] == []
+
+
+async def test_deleted_single_memory_is_not_relearned_from_older_messages(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A memory deleted while learning of the message that stated it is still queued does
+    not come back from that message."""
+    upstream.extract = lambda body: {"memories": [{
+        "title": "Pet", "content": "Has a cat named Miso", "category": "user_preference",
+        "subject": "user"}]}
+    await chat(learning_gateway, None, "I have a cat named Miso.", header_user="u1")
+    await learning_gateway.settle()
+    await chat(learning_gateway, None, "Miso, my cat, is great.", header_user="u1")
+    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
+        memory_id = (await client.get("/v1/memories")).json()["data"][0]["id"]
+        assert (await client.delete(f"/v1/memories/{memory_id}")).status_code == 200
+    await learning_gateway.settle()
+    async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
+        assert (await client.get("/v1/memories")).json()["data"] == []
+
+
+async def test_health_endpoints(gateway: Gateway) -> None:
+    """/healthz is alive; /readyz reports the store and the queue."""
+    async with gateway.client() as client:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        ready = (await client.get("/readyz")).json()
+        assert ready["status"] == "ok"
+        assert ready["checks"]["store"] == "ok"
+        metrics = (await client.get("/metrics")).text
+        assert "memory_proxy_requests_total" in metrics

@@ -1,0 +1,104 @@
+"""Configuration: YAML + environment + defaults, secrets from the environment only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from proxy.settings import ConfigError, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_follow_the_seeds() -> None:
+    """Code defaults are SPEC §7's: learning off, 0.6 threshold, 5/25 batches, top-5, 10 %."""
+    settings = load_settings(use_file=False)
+    assert settings.learning.enabled is False
+    assert settings.learning.score_threshold == 0.6
+    assert settings.learning.batch_messages == {"private": 5, "group": 25}
+    assert settings.learning.max_memory_per_user == 500
+    assert settings.learning.retention_days == 365
+    assert settings.learning.dedup_similarity == 0.85
+    assert settings.memory.injection_count == 5
+    assert settings.memory.token_budget_percent == 10
+    assert settings.storage.backend == "sqlite"
+
+
+def test_shipped_config_loads_and_turns_learning_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repository's config.yaml is valid and enables learning explicitly."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings = load_settings(ROOT / "config.yaml")
+    assert settings.learning.enabled is True
+    assert [d.model_name for d in settings.model_list] == ["gpt-4o-mini", "local"]
+    first = settings.model_list[0].litellm_params
+    assert first.api_key is None
+    assert first.missing_api_key_env == "OPENAI_API_KEY"
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MEMORY_PROXY_* variables with "__" nesting override YAML values."""
+    config = tmp_path / "c.yaml"
+    config.write_text("learning:\n  enabled: false\n  batch_messages: 3\nserver:\n  port: 1\n")
+    monkeypatch.setenv("MEMORY_PROXY_LEARNING__ENABLED", "true")
+    monkeypatch.setenv("MEMORY_PROXY_SERVER__PORT", "9999")
+    settings = load_settings(config)
+    assert settings.learning.enabled is True
+    assert settings.server.port == 9999
+    assert settings.learning.batch_messages == {"private": 3, "group": 3}
+
+
+def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MEMORY_PROXY_CONFIG picks the file."""
+    config = tmp_path / "other.yaml"
+    config.write_text("memory:\n  injection_count: 9\n")
+    monkeypatch.setenv("MEMORY_PROXY_CONFIG", str(config))
+    assert load_settings().memory.injection_count == 9
+
+
+def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.environ/NAME`` in litellm_params resolves to the variable's value."""
+    monkeypatch.setenv("MY_UPSTREAM_KEY", "sk-real")
+    settings = load_settings(use_file=False, model_list=[{
+        "model_name": "m", "litellm_params": {"model": "openai/x",
+                                              "api_key": "os.environ/MY_UPSTREAM_KEY"}}])
+    key = settings.model_list[0].litellm_params.api_key
+    assert key is not None
+    assert key.get_secret_value() == "sk-real"
+
+
+@pytest.mark.parametrize(("yaml_text", "named"), [
+    ("learning:\n  score_threshold: 2\n", "learning.score_threshold"),
+    ("learning:\n  batch_messages: {private: 0}\n", "learning.batch_messages"),
+    ("memory:\n  position: middle\n", "memory.position"),
+    ("storage:\n  backend: mongo\n", "storage.backend"),
+    ("auth:\n  keys: [{key: plain-secret, tenant: t}]\n", "auth.keys.0"),
+    ("auth:\n  keys: [{key: os.environ/NOT_SET_ANYWHERE, tenant: t}]\n", "auth.keys.0"),
+    ("auth:\n  keys: [{key_sha256: abc, tenant: t}]\n", "auth.keys.0"),
+    ("surprise: 1\n", "surprise"),
+    ("model_list: [{model_name: m}]\n", "model_list.0.litellm_params"),
+    ("learning:\n  model: nope\nmodel_list: [{model_name: m, litellm_params: {model: x}}]\n",
+     "learning.model"),
+])
+def test_invalid_config_names_the_setting(tmp_path: Path, yaml_text: str, named: str) -> None:
+    """Invalid configuration fails at load with a message naming the setting."""
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_settings(config)
+
+
+def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
+    """An explicitly named file that does not exist is reported."""
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "absent.yaml")
+
+
+def test_cli_reports_bad_config_and_exits_2(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``memory-proxy serve`` with a bad config prints the setting and exits with 2."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("memory:\n  injection_count: -1\n")
+    assert main(["serve", "--config", str(config)]) == 2
+    assert "memory.injection_count" in capsys.readouterr().err
