@@ -122,6 +122,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             log.info("gateway_started", models=res.registry.names,
                      learning=res.learning_enabled, storage=settings.storage.backend)
             yield
+        log.info("gateway_stopped")
 
     routes = [
         Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
@@ -131,6 +132,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/memories", memories.list_memories, methods=["GET"]),
         Route("/v1/memories", memories.create_memory, methods=["POST"]),
         Route("/v1/memories", memories.clear_memories, methods=["DELETE"]),
+        Route("/v1/memories/flush", memories.flush_learning, methods=["POST"]),
         Route("/v1/memories/{memory_id}", memories.get_memory, methods=["GET"]),
         Route("/v1/memories/{memory_id}", memories.delete_memory, methods=["DELETE"]),
         Route("/healthz", health.healthz, methods=["GET"]),

@@ -250,14 +250,14 @@ class Gateway:
 
     async def settle(self) -> None:
         """Run learning to completion: write pending turns, seal, learn."""
-        await self.res.sink.flush()  # type: ignore[attr-defined]
+        await self.res.sink.flush()
         worker = self.res.worker
         assert worker is not None, "learning is off in this gateway"
         await worker.drain()
 
     async def flush_conversations(self) -> None:
         """Seal every conversation's buffer (as the idle flush would) and learn."""
-        await self.res.sink.flush()  # type: ignore[attr-defined]
+        await self.res.sink.flush()
         assert self.res.worker is not None
         assert self.res.queue is not None
         await self.res.worker.drain()

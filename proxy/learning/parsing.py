@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
@@ -233,9 +233,13 @@ _MISSING: Final = object()
 _MAX_EMBEDDED_STARTS: Final = 1024
 """Stage 3 tries at most this many start positions (bounds the work on hostile input)."""
 _MAX_REPAIR_CANDIDATES: Final = 8
+"""Stage 4 repairs at most this many candidates."""
 _MAX_REPAIR_CHARS: Final = 200_000
 _MAX_REPAIR_DEPTH: Final = 32
 """json_repair is pure Python; longer or deeper candidates are not handed to it."""
+_UNWRAP_DEPTH: Final = 4
+_UNWRAP_NODES: Final = 10_000
+"""Limits of the search for a qualifying object nested in a value that does not qualify."""
 
 _FENCE = re.compile(
     r"(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[A-Za-z0-9_+.\-]*)[^\n{\[]*\n?"
@@ -279,6 +283,30 @@ def _clean_value(value: Any) -> Any:
             for key, item in value.items()
         }
     return value
+
+
+def _unwrap(value: Any, objects: bool) -> Iterator[Any]:
+    """``value``, then (when ``objects``) the objects nested in it, breadth-first, at most
+    :data:`_UNWRAP_DEPTH` levels down: ``{"result": {"facts": [...]}}`` holds the answer.
+    Nested *lists* are never offered - a nested ``"tags": []`` is not an answer."""
+    yield value
+    if not objects:
+        return
+    level = [value]
+    budget = _UNWRAP_NODES
+    for _ in range(_UNWRAP_DEPTH):
+        children: list[Any] = []
+        for node in level:
+            items = node.values() if isinstance(node, dict) else node
+            for child in items if isinstance(node, dict | list) else ():
+                budget -= 1
+                if budget < 0:
+                    return
+                if isinstance(child, dict):
+                    yield child
+                if isinstance(child, dict | list):
+                    children.append(child)
+        level = children
 
 
 def _loads(text: str) -> Any:
@@ -357,8 +385,9 @@ def _string_end(text: str, start: int) -> int | None:
     return None
 
 
-def _scan_prefix(text: str) -> _Prefix | None:
-    """Scan a JSON-ish value starting at ``text[0]`` (``{`` or ``[``).
+def _scan_prefix(text: str, start: int = 0) -> _Prefix | None:
+    """Scan a JSON-ish value starting at ``text[start]`` (``{`` or ``[``); indexes returned
+    are into ``text``.
 
     Tracks strings (double-quoted; single-quoted when the quote starts a token) and open
     containers, and remembers the last point where everything before is a complete element
@@ -366,14 +395,14 @@ def _scan_prefix(text: str) -> _Prefix | None:
     string that is a value (not a key). A partial number or literal at the very end is not
     a safe point (``0.7`` may have been ``0.75``).
     """
-    if not text or text[0] not in "{[":
+    if start >= len(text) or text[start] not in "{[":
         return None
     stack: _Cons | None = None
     expecting_key: list[bool] = []
-    safe_cut, safe_stack = 0, stack
+    safe_cut, safe_stack = start, stack
     token_start = True
     depth = max_depth = 0
-    i = 0
+    i = start
     while i < len(text):
         char = text[i]
         if char == '"' or (char == "'" and token_start):
@@ -417,48 +446,17 @@ def _scan_prefix(text: str) -> _Prefix | None:
     return _Prefix(None, safe_cut, _closers(safe_stack), max_depth)
 
 
-class _Spans:
-    """Where the bracketed span opening at a position ends (double-quoted strings aware).
+@dataclass(frozen=True, slots=True)
+class _Checks:
+    """What qualifies, per stage. ``strict`` for the whole text and fenced blocks,
+    ``embedded`` for values found in prose (stage 3), ``repaired`` for json_repair output
+    and salvaged cut-off documents. A qualifying value for which ``weak`` is true (an empty
+    answer) is held back and returned only when nothing else qualifies in any stage."""
 
-    One scan from ``p`` also settles every opener it meets outside strings, so repeated
-    queries stay near-linear; a global budget bounds hostile input.
-    """
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._end: dict[int, int | None] = {}
-        self._budget = 20 * len(text) + 100_000
-
-    def end_of(self, start: int) -> int | None:
-        """Index just after the span opened at ``start``; ``None`` if unknown or unclosed."""
-        if start in self._end:
-            return self._end[start]
-        text = self._text
-        open_positions: list[int] = []
-        in_string = False
-        i = start
-        while i < len(text):
-            self._budget -= 1
-            if self._budget < 0:
-                return None
-            char = text[i]
-            if in_string:
-                if char == "\\":
-                    i += 1
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-            elif char in "{[":
-                open_positions.append(i)
-            elif char in "}]" and open_positions:
-                self._end[open_positions.pop()] = i + 1
-                if not open_positions:
-                    return self._end[start]
-            i += 1
-        for position in open_positions:
-            self._end[position] = None
-        return None
+    strict: Validator | None
+    embedded: Validator | None
+    repaired: Validator | None
+    weak: Validator | None
 
 
 def _fences(text: str) -> list[str]:
@@ -477,76 +475,83 @@ def _first_opener(text: str, openers: str) -> int:
     return min(positions) if positions else -1
 
 
-def _extract(
-    text: str,
-    *,
-    expect: Expect,
-    validate: Validator | None,
-    validate_repaired: Validator | None,
-) -> _Found:
+_Accept: TypeAlias = Callable[[Any, Validator | None, str, bool], _Found | None]
+"""Checks a decoded value: ``(value, validator, stage, truncated)`` -> found or None."""
+
+
+def _extract(text: str, *, expect: Expect, checks: _Checks) -> _Found:
     """The parse pipeline behind :func:`extract_json` (see there), reporting the stage."""
     types = _as_tuple(expect)
     openers = "{[" if any(issubclass(kind, list) for kind in types) else "{"
+    deferred: list[_Found] = []
 
-    def accept(value: Any, check: Validator | None) -> Any:
+    def accept(value: Any, check: Validator | None, stage: str, truncated: bool) -> _Found | None:
         if value is _MISSING:
-            return _MISSING
+            return None
         try:
             value = _clean_value(value)
-            if isinstance(value, types) and (check is None or check(value)):
-                return value
+            for candidate in _unwrap(value, dict in types):
+                if isinstance(candidate, types) and (check is None or check(candidate)):
+                    break
+            else:
+                return None
         except RecursionError:
-            pass
-        return _MISSING
+            return None
+        found = _Found(candidate, stage, truncated)
+        if checks.weak is not None and checks.weak(candidate):
+            deferred.append(found)
+            return None
+        return found
 
     text = _fix_surrogates(text.lstrip("\ufeff")).strip()
     if not text:
         raise ParseError("no JSON value in the model output: it is empty")
 
-    # 1. The whole text.
-    value = accept(_loads(text), validate)
-    if value is not _MISSING:
-        return _Found(value, "strict", truncated=False)
+    # 1. The whole text (an empty answer here is the answer: nothing else is in the text).
+    whole = accept(_loads(text), checks.strict, "strict", False)
+    if whole is not None or deferred:
+        return whole or deferred[0]
 
     # 2. Fenced code blocks, ```json first.
     bodies = _fences(text)
     for body in bodies:
-        value = accept(_loads(body.strip()), validate)
-        if value is not _MISSING:
-            return _Found(value, "fence", truncated=False)
+        fenced = accept(_loads(body.strip()), checks.strict, "fence", False)
+        if fenced is not None:
+            return fenced
 
-    # 3. A value embedded in prose: raw_decode at each top-level opener.
-    embedded = _embedded(text, openers, accept, validate)
+    # 3. A value embedded in prose: raw_decode at each opener.
+    embedded = _embedded(text, openers, accept, checks.embedded)
     if embedded.found is not None:
         return embedded.found
-    cut_at, malformed, tried = embedded.cut_at, embedded.malformed, embedded.tried
 
-    # 4. Repair: fenced blocks, the cut-off document, the first opener, other malformed spans.
+    # 4. Repair: fenced blocks, the cut-off document, the first opener, other failed starts.
     candidates: list[str] = []
     for body in bodies:
         at = _first_opener(body, openers)
         if at >= 0:
             candidates.append(body[at:].strip())
-    if cut_at is not None:
-        candidates.append(text[cut_at:])
+    if embedded.cut_at is not None:
+        candidates.append(text[embedded.cut_at :])
+    candidates.extend(text[start:] for start in _repair_starts(text, embedded.malformed))
     first = _first_opener(text, openers)
     if first >= 0:
         candidates.append(text[first:])
-    candidates.extend(text[start:] for start in malformed[:_MAX_REPAIR_CANDIDATES])
     seen: set[str] = set()
-    saw_cut = cut_at is not None
+    saw_cut = embedded.cut_at is not None
     for candidate in candidates:
         if candidate in seen:
             continue
         seen.add(candidate)
         if len(seen) > _MAX_REPAIR_CANDIDATES:
             break
-        found = _repair_candidate(candidate, accept, validate, validate_repaired)
+        found = _repair_candidate(candidate, accept, checks)
         if isinstance(found, _Found):
             return found
         saw_cut = saw_cut or found
+    if deferred:
+        return deferred[0]
 
-    stages = f"strict parse, {len(bodies)} fenced block(s), {tried} embedded start(s)"
+    stages = f"strict parse, {len(bodies)} fenced block(s), {embedded.tried} embedded start(s)"
     raise ParseError(
         f"no JSON value of the expected shape ({_type_names(types)}) in the model output "
         f"({len(text)} chars; tried {stages} and {len(seen)} repair(s))"
@@ -559,24 +564,18 @@ def _extract(
 class _Embedded:
     found: _Found | None = None
     cut_at: int | None = None  # start of a document that runs into the end of the text
-    malformed: list[int] = field(default_factory=list)  # top-level spans that did not decode
+    malformed: list[int] = field(default_factory=list)  # starts that did not decode
     tried: int = 0
 
 
-def _embedded(
-    text: str,
-    openers: str,
-    accept: Callable[[Any, Validator | None], Any],
-    validate: Validator | None,
-) -> _Embedded:
-    """Stage 3 of :func:`extract_json`: raw_decode at each top-level opener, in order."""
-    spans = _Spans(text)
+def _embedded(text: str, openers: str, accept: _Accept, check: Validator | None) -> _Embedded:
+    """Stage 3 of :func:`extract_json`: raw_decode at each opener, in order."""
     result = _Embedded()
     resume = 0
     for match in re.finditer("[{[]" if "[" in openers else "{", text):
         start = match.start()
         if start < resume:
-            continue  # inside a value already decoded (or a malformed span): not a candidate
+            continue  # inside a value that decoded: its parts are not separate answers
         result.tried += 1
         if result.tried > _MAX_EMBEDDED_STARTS:
             break
@@ -587,26 +586,37 @@ def _embedded(
                 result.cut_at = start  # every later opener is nested in this document
                 break
             result.malformed.append(start)
-            resume = spans.end_of(start) or 0
             continue
         except (ValueError, RecursionError):
             result.malformed.append(start)
-            resume = spans.end_of(start) or 0
             continue
-        value = accept(decoded, validate)
-        if value is not _MISSING:
-            result.found = _Found(value, "embedded", truncated=False)
+        result.found = accept(decoded, check, "embedded", False)
+        if result.found is not None:
             break
         resume = end
     return result
 
 
-def _repair_candidate(
-    candidate: str,
-    accept: Callable[[Any, Validator | None], Any],
-    validate: Validator | None,
-    validate_repaired: Validator | None,
-) -> _Found | bool:
+def _repair_starts(text: str, starts: list[int]) -> list[int]:
+    """Of the starts that failed to decode, the outermost ones (not inside an earlier one's
+    bracketed span), longest first: the answer is the big malformed object, not a
+    ``{see above}`` in the prose before it. Ties keep document order."""
+    spans: list[tuple[int, int]] = []
+    inside_until = -1
+    for start in starts:
+        if start < inside_until:
+            continue
+        prefix = _scan_prefix(text, start)
+        if prefix is None:
+            continue
+        end = len(text) if prefix.end is None else prefix.end
+        spans.append((start, end))
+        inside_until = end
+    longest = sorted(spans, key=lambda span: span[0] - span[1])  # stable: ties keep order
+    return [start for start, _ in longest[:_MAX_REPAIR_CANDIDATES]]
+
+
+def _repair_candidate(candidate: str, accept: _Accept, checks: _Checks) -> _Found | bool:
     """Try one candidate starting at an opener. Returns the found value, or whether the
     candidate was a cut-off document (for the error message)."""
     try:
@@ -621,15 +631,13 @@ def _repair_candidate(
                 return True
             closed = candidate[: prefix.safe_cut] + prefix.closers
             salvaged = _loads(closed)
-            if salvaged is _MISSING:
+            if salvaged is _MISSING and prefix.depth <= _MAX_REPAIR_DEPTH:
                 salvaged = _repair(closed)
-            value = accept(salvaged, validate_repaired)
-            return _Found(value, "salvage", truncated=True) if value is not _MISSING else True
+            return accept(salvaged, checks.repaired, "salvage", True) or True
     except (ValueError, RecursionError):
         pass
     else:
-        value = accept(decoded, validate)
-        return _Found(value, "embedded", truncated=False) if value is not _MISSING else False
+        return accept(decoded, checks.embedded, "embedded", False) or False
 
     # Malformed (single quotes, trailing commas, Python literals, comments ...).
     prefix = _scan_prefix(candidate)
@@ -640,14 +648,21 @@ def _repair_candidate(
         segment = candidate[: prefix.end]  # leave trailing prose out of the repair
     else:
         segment = candidate[: prefix.safe_cut] + prefix.closers
-    value = accept(_repair(segment), validate_repaired)
-    if value is not _MISSING:
-        return _Found(value, "salvage" if truncated else "repair", truncated=truncated)
-    return False  # only a decoder-confirmed cut marks the error as truncated
+    stage = "salvage" if truncated else "repair"
+    # Only a decoder-confirmed cut marks the error as truncated, hence ``or False``.
+    return accept(_repair(segment), checks.repaired, stage, truncated) or False
+
+
+def _is_empty(value: Any) -> bool:
+    return isinstance(value, dict | list) and not value
 
 
 def _type_names(types: Sequence[type[Any]]) -> str:
     return " or ".join(kind.__name__ for kind in types)
+
+
+def _generic_checks(validate: Validator | None) -> _Checks:
+    return _Checks(strict=validate, embedded=validate, repaired=validate, weak=_is_empty)
 
 
 def extract_json(
@@ -665,21 +680,29 @@ def extract_json(
     2. fenced code blocks - ````` ```json ````` ones first, then other ````` ``` ````` and
        ``~~~`` blocks (a fence left open at the end of the text counts);
     3. ``json.JSONDecoder.raw_decode`` at each ``{`` (and ``[`` when a list is expected) in
-       order. Positions inside a value that already decoded (but did not qualify) or inside
-       a balanced malformed span are skipped - a nested ``"tags": []`` is never taken for
-       the answer. When the decode runs into the end of the text (a cut-off document),
-       the scan stops: every later position is nested in that document;
+       order. Positions inside a value that decoded but did not qualify are skipped (a
+       nested ``"tags": []`` is not an answer). When a decode runs into the end of the text
+       (a cut-off document) the scan stops: every later position is nested in it;
     4. repair, only then: json_repair (``return_objects=True``) on each fenced block, the
-       cut-off document, the text from the first opener and other malformed spans. It
+       cut-off document, the outermost failed starts of stage 3 (longest span first) and
+       the text from the first opener. It
        handles trailing commas, single quotes, unquoted keys, Python ``True``/``False``/
        ``None`` and comments. A document that is valid JSON up to the end of the text is
        instead cut back to its last complete element and closed, so a partial last item
        (a cut string or number) is dropped rather than completed by a guess.
 
+    Refinements: when a decoded value does not qualify, the objects nested in it (up to 4
+    levels, objects only, never lists) are tried, so ``{"result": {...}}`` wrappers work.
+    An empty container (``[]``, ``{}``) that qualifies is held back and returned only if
+    no non-empty value qualifies in any stage - a ``[]`` mentioned in prose must not hide
+    the answer after it. At most 1024 start positions are tried in stage 3 and 8
+    candidates in stage 4; json_repair gets no candidate over 200,000 characters or
+    nested deeper than 32 levels.
+
     Lone UTF-16 surrogates (``"\\ud83d"`` escapes, or surrogate characters in ``text``) are
     replaced with U+FFFD in every string of the result, so one bad emoji does not lose the
-    document. ``NaN``/``Infinity`` literals are accepted by stage 1 and 3; callers that
-    need finite numbers check for themselves.
+    document. ``NaN``/``Infinity`` literals are accepted by the stdlib decoder; callers
+    that need finite numbers check for themselves.
 
     This does not strip reasoning blocks; use :func:`parse_model_json` for model output.
     Exceptions raised by ``validate`` propagate.
@@ -688,16 +711,10 @@ def extract_json(
         ParseError: nothing qualifies (never returns ``None`` to mean failure);
             ``truncated`` is set when a cut-off document was seen.
     """
-    return _extract(text, expect=expect, validate=validate, validate_repaired=validate).value
+    return _extract(text, expect=expect, checks=_generic_checks(validate)).value
 
 
-def _parse_output(
-    output: ModelOutput,
-    *,
-    expect: Expect,
-    validate: Validator | None,
-    validate_repaired: Validator | None,
-) -> _Found:
+def _parse_output(output: ModelOutput, *, expect: Expect, checks: _Checks) -> _Found:
     length = output.finish_reason == "length"
     text = strip_reasoning(output.content or "")
     if not text:
@@ -713,7 +730,7 @@ def _parse_output(
             truncated=length,
         )
     try:
-        return _extract(text, expect=expect, validate=validate, validate_repaired=validate_repaired)
+        return _extract(text, expect=expect, checks=checks)
     except ParseError as error:
         if length and not error.truncated:
             raise ParseError(
@@ -740,7 +757,7 @@ def parse_model_json(
             ``True`` (and the message says so) when ``finish_reason == "length"`` or the
             JSON document is cut off.
     """
-    return _parse_output(output, expect=expect, validate=validate, validate_repaired=validate).value
+    return _parse_output(output, expect=expect, checks=_generic_checks(validate)).value
 
 
 # --------------------------------------------------------------------------------------
@@ -894,15 +911,14 @@ def _looks_like_scoring(value: Any) -> bool:
     return bool(keys & ({*_DIMENSIONS_KEYS, *_SCORE_KEYS} | _DIMENSION_ALIASES.keys()))
 
 
+def _checks(validate: Validator) -> _Checks:
+    return _Checks(strict=validate, embedded=validate, repaired=validate, weak=None)
+
+
 def _scoring_problem(output: ModelOutput) -> str | None:
     """Why the first scoring-looking object was rejected, for the error message."""
     try:
-        near = _parse_output(
-            output,
-            expect=dict,
-            validate=_looks_like_scoring,
-            validate_repaired=_looks_like_scoring,
-        )
+        near = _parse_output(output, expect=dict, checks=_checks(_looks_like_scoring))
         _score_parts(near.value)
     except ParseError:
         return None
@@ -933,14 +949,17 @@ def parse_scoring(output: ModelOutput) -> ScoreResult:
     ``model_score`` follows the same rules on its own scale and is ``None`` when missing or
     unusable (it is only kept for audit). ``reason`` is ``""`` when missing.
 
+    An answer cut off after all five dimensions (e.g. inside ``reason``) is accepted without
+    the cut part; a value at the cut is never completed (``0.7`` may have been ``0.75``),
+    so a cut inside the dimensions is a missing dimension. Of several scoring objects in
+    the text, the first complete one wins.
+
     Raises:
         ParseError: no scoring object, a missing dimension (the weighted score could not be
             computed) or an unusable value; the message names the problem.
     """
     try:
-        found = _parse_output(
-            output, expect=dict, validate=_is_scoring, validate_repaired=_is_scoring
-        )
+        found = _parse_output(output, expect=dict, checks=_checks(_is_scoring))
     except ParseError as error:
         problem = None if str(error).startswith("empty content") else _scoring_problem(output)
         if problem is None:
@@ -1059,6 +1078,20 @@ def _is_extraction(value: Any) -> bool:
     return all(isinstance(item, dict | str) for item in items) and any(map(_has_content, items))
 
 
+def _is_embedded_extraction(value: Any) -> bool:
+    """Values found in prose: a bare list must hold a memory object, since a list of strings
+    there is as likely a nested ``"tags"`` list of a broken answer as the answer."""
+    if not _is_extraction(value):
+        return False
+    if isinstance(value, dict) or not value:
+        return True
+    return any(isinstance(item, dict) and _has_content(item) for item in value)
+
+
+def _no_items(value: Any) -> bool:
+    return not _fact_list(value)
+
+
 def _is_repaired_extraction(value: Any) -> bool:
     """Repaired values: json_repair turns prose like ``[no facts]`` into ``["no facts"]``, so
     a repaired bare list must be non-empty and hold memory objects only."""
@@ -1071,6 +1104,14 @@ def _is_repaired_extraction(value: Any) -> bool:
         and all(isinstance(item, dict) for item in value)
         and any(map(_has_content, value))
     )
+
+
+_EXTRACTION_CHECKS: Final = _Checks(
+    strict=_is_extraction,
+    embedded=_is_embedded_extraction,
+    repaired=_is_repaired_extraction,
+    weak=_no_items,
+)
 
 
 def _clean_text(value: Any) -> str:
@@ -1206,10 +1247,18 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
     """Parse the extraction prompt's answer.
 
     Accepted shapes: ``{"memories": [...], "profile": {...}}``, ``{"facts": [...]}``,
-    ``{"items": [...]}`` (first of those keys holding a list wins) and a bare list. Items are
-    memory objects or plain strings. A JSON value of any other shape is skipped in favour
-    of a later one that matches (e.g. a fenced example before the answer). An empty list in
-    any of these shapes, fenced or not, is a successful empty extraction.
+    ``{"items": [...]}`` (first of those keys holding a list wins; such an object nested up
+    to 4 levels in a wrapper like ``{"result": ...}`` is found too) and a bare list. Items
+    are memory objects or plain strings. A bare list of strings only counts as the whole
+    text or a whole fenced block; found in prose a bare list must hold a memory object, and
+    after json_repair it must hold memory objects only (json_repair turns ``[no facts]``
+    into ``["no facts"]``). A JSON value of any other shape is skipped in favour of a later
+    one that matches (e.g. a fenced example before the answer).
+
+    An empty list in any of these shapes, fenced or not, is a successful empty extraction
+    - unless a non-empty answer is found elsewhere in the text (``"I would return []
+    if ..."`` must not hide the answer that follows). Nothing else is tried after a
+    successful parse.
 
     Item rules:
 
@@ -1230,24 +1279,21 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
       contains a quoted schema key like ``"title":``) is dropped: that is a parser leak,
       not a fact.
 
-    Truncated output: when the JSON document runs into the end of the text, the complete
-    items before the cut are kept and ``truncated`` is set. A partial item is kept only if
-    its content string was complete (fields after it may be missing); if it has no
-    complete content it is dropped and counted. If nothing survives, that is a
-    :class:`ParseError` with ``truncated=True`` - a cut answer is never "no facts".
-    (When the document is both cut and malformed, e.g. single-quoted, json_repair completes
-    the cut string instead, so a partial content may survive.)
+    Truncated output: when the JSON document runs into the end of the text, it is cut back
+    to its last complete value and closed, so the complete items before the cut are kept
+    and ``truncated`` is set. A partial item is kept only if its content string was
+    complete (the cut fields after it are missing); otherwise it is dropped and counted in
+    ``dropped``. If no fact survives, that is a :class:`ParseError` with ``truncated=True``
+    - a cut answer is never "no facts". This also holds for a cut single-quoted answer, as
+    long as its quotes can be followed (an apostrophe inside a single-quoted string can
+    mislead the scan; json_repair then completes the cut string). A complete document with
+    ``finish_reason == "length"`` is a normal result with ``truncated=False``.
 
     Raises:
         ParseError: no JSON value of an accepted shape, empty content, or a truncated answer
             with no complete fact.
     """
-    found = _parse_output(
-        output,
-        expect=(dict, list),
-        validate=_is_extraction,
-        validate_repaired=_is_repaired_extraction,
-    )
+    found = _parse_output(output, expect=(dict, list), checks=_EXTRACTION_CHECKS)
     items = _fact_list(found.value) or []
     facts, dropped = _facts_from(items)
     truncated = found.truncated

@@ -114,6 +114,10 @@ class LearningQueue(Protocol):
         """Seal whatever is buffered for the conversation (flush)."""
         ...
 
+    async def buffered_conversations(self, tenant: str, user: str) -> list[str]:
+        """Conversations of the user with unsealed buffered messages."""
+        ...
+
     async def load_batch(self, key: str) -> Batch | None: ...
 
     async def drop_batch(self, key: str) -> None:

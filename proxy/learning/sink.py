@@ -50,6 +50,10 @@ class LearningSink(Protocol):
 
     async def run(self) -> None: ...
 
+    async def flush(self) -> None:
+        """Write every pending turn now."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -60,6 +64,9 @@ class NullSink:
         return None
 
     async def run(self) -> None:
+        return None
+
+    async def flush(self) -> None:
         return None
 
     async def aclose(self) -> None:

@@ -154,6 +154,13 @@ class SqliteLearningQueue:
         )
         return result
 
+    async def buffered_conversations(self, tenant: str, user: str) -> list[str]:
+        rows = await self._db.read(lambda c: c.execute(
+            "SELECT DISTINCT conversation_id FROM buffered_messages WHERE tenant = ? AND "
+            "user_id = ? AND batch_key IS NULL", (tenant, user),
+        ).fetchall())
+        return [r[0] for r in rows]
+
     async def load_batch(self, key: str) -> Batch | None:
         def run(conn: sqlite3.Connection) -> Batch | None:
             rows = conn.execute(

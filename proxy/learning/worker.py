@@ -183,9 +183,15 @@ class Worker:
             self._count("batch_sealed", exchange.channel)
 
     async def _flush(self, job: Job) -> None:
+        """Seal one conversation, or every buffered conversation of the user when the
+        payload names none (explicit flush)."""
         data = orjson.loads(job.payload)
-        await self.queue.seal(data["tenant"], data["user"], data["conversation"],
-                               now=time.time())
+        tenant, user = data["tenant"], data["user"]
+        conversation = data.get("conversation")
+        targets = [conversation] if conversation else \
+            await self.queue.buffered_conversations(tenant, user)
+        for target in targets:
+            await self.queue.seal(tenant, user, target, now=time.time())
 
     async def _learn(self, job: Job) -> None:
         key = orjson.loads(job.payload)["batch"]

@@ -12,6 +12,7 @@ DELETE). A memory of another user or tenant is indistinguishable from a missing 
 - ``GET /v1/memories/{id}`` → the memory
 - ``DELETE /v1/memories/{id}`` → ``{"id", "object": "memory.deleted", "deleted": true}``
 - ``DELETE /v1/memories?confirm=true`` → deletes all of the user's memories and profile
+- ``POST /v1/memories/flush`` → 202: learn now from what the user's conversations buffered
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.errors import InvalidRequestError, NotFoundError
+from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
 from proxy.identity import resolve_user
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
@@ -148,6 +149,26 @@ async def delete_memory(request: Request) -> Response:
     if not deleted:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
     return json_response({"id": memory_id, "object": "memory.deleted", "deleted": True})
+
+
+async def flush_learning(request: Request) -> Response:
+    """``POST /v1/memories/flush``: learn now from whatever the user's conversations have
+    buffered, instead of waiting for the batch size or the idle timeout. 202: queued."""
+    res: Resources = request.app.state.resources
+    raw = await request.body()
+    try:
+        body = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError("The request body is not valid JSON.",
+                                  code="invalid_json") from exc
+    tenant, user = _owner(request, res, body if isinstance(body, dict) else {})
+    if not res.learning_enabled or res.queue is None:
+        raise ConflictError("Learning is not enabled on this gateway (learning.enabled).",
+                            code="learning_disabled")
+    await res.sink.flush()
+    await res.queue.enqueue("flush", f"flush:{tenant}:{user}:{new_id()}",
+                            orjson.dumps({"tenant": tenant, "user": user}))
+    return json_response({"object": "memory.flush", "queued": True}, status_code=202)
 
 
 async def clear_memories(request: Request) -> Response:

@@ -496,3 +496,30 @@ async def test_redelivered_batch_is_applied_once(
         assert [(m.content, m.hits) for m in await active(gateway)] == [
             ("Runs a chess club", 1)]
         assert (await gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
+
+
+async def test_explicit_flush_learns_a_partial_batch(
+    tmp_path: Any, upstream: FakeUpstream
+) -> None:
+    """``POST /v1/memories/flush`` learns what is buffered below the batch size."""
+    from tests.fakes import make_settings, running_gateway
+
+    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 5})
+    async with running_gateway(settings, upstream) as gateway:
+        upstream.extract = lambda body: extraction(fact("Collects vinyl records"))
+        await say(gateway, "I collect vinyl records.")
+        await gateway.settle()
+        assert upstream.learning_calls == []
+        async with gateway.client(headers={"X-User-Id": "u1"}) as client:
+            response = await client.post("/v1/memories/flush")
+        assert response.status_code == 202
+        await gateway.settle()
+        assert [m.content for m in await active(gateway)] == ["Collects vinyl records"]
+
+
+async def test_flush_is_refused_when_learning_is_off(gateway: Gateway) -> None:
+    """Without learning the flush endpoint answers 409 in the error envelope."""
+    async with gateway.client(headers={"X-User-Id": "u1"}) as client:
+        response = await client.post("/v1/memories/flush")
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "learning_disabled"

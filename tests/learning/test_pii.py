@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -288,9 +289,17 @@ def test_luhn_valid_number_without_card_prefix_is_kept() -> None:
     assert scrubbed(f"timestamp {stamp} ms") == f"timestamp {stamp} ms"
 
 
-def test_card_after_a_stray_number_is_still_found() -> None:
-    """A card preceded by an unrelated small number is still found in full."""
-    assert scrubbed("item 12 4111 1111 1111 1111 paid") == "item 12 [BANK_CARD] paid"
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("item 12 4111 1111 1111 1111 paid", "item 12 [BANK_CARD] paid"),
+        ("card 4111 1111 1111 1111 1 of 2", "card [BANK_CARD] 1 of 2"),
+        ("card 4111 1111 1111 1111 2023", "card [BANK_CARD] 2023"),
+    ],
+)
+def test_card_next_to_stray_numbers_is_still_found(text: str, expected: str) -> None:
+    """A grouped card with an unrelated small number before or after it is still found."""
+    assert scrubbed(text) == expected
 
 
 # --- secret -----------------------------------------------------------------------------
@@ -457,7 +466,7 @@ def test_findings_are_sorted_disjoint_and_counted() -> None:
     result = SCRUBBER.scrub(text)
     starts = [f.start for f in result.findings]
     assert starts == sorted(starts)
-    assert all(a.end <= b.start for a, b in zip(result.findings, result.findings[1:], strict=False))
+    assert all(a.end <= b.start for a, b in pairwise(result.findings))
     assert result.counts == {"phone": 2, "email": 1, "bank_card": 1, "secret": 1}
     assert isinstance(result.findings[0], Finding)
 
@@ -504,6 +513,38 @@ def test_scrub_is_idempotent(text: str) -> None:
     assert once != text
     again = SCRUBBER.scrub(once)
     assert again.text == once
+    assert again.findings == ()
+
+
+def test_rescan_catches_what_a_neighbouring_finding_hid() -> None:
+    """An IP hidden by a phone glued to it is found on the rescan, at original offsets."""
+    text = "see 8.8.8.8.13800138000 now"
+    result = SCRUBBER.scrub(text)
+    assert result.text == "see [IP].[PHONE] now"
+    assert [(f.kind, text[f.start : f.end]) for f in result.findings] == [
+        ("ip", "8.8.8.8"),
+        ("phone", "13800138000"),
+    ]
+    assert SCRUBBER.scrub(result.text).findings == ()
+
+
+_PRONE = st.sampled_from(
+    ["1", "3", "8", "0", "13800138000", "4111 1111 1111 1111", "a", "Z", "@", ".", "-", " ",
+     "+", ":", "=", "/", "[", "]", "password", "token", "api_key", "sk-", "http://",
+     "example.com", "密码", "：", "[PHONE]", "[SECRET]", "eyJ", "Bearer ", "\n", "(", ")",
+     "8.8.8.8", "::", "2001", "abcd"]
+)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.lists(_PRONE, max_size=30).map("".join))
+def test_scrub_is_a_fixed_point_on_pii_prone_text(text: str) -> None:
+    """For text built from PII fragments, a second scrub finds nothing and changes nothing."""
+    once = SCRUBBER.scrub(text)
+    findings = once.findings
+    assert all(a.end <= b.start for a, b in pairwise(findings))
+    again = SCRUBBER.scrub(once.text)
+    assert again.text == once.text
     assert again.findings == ()
 
 

@@ -228,7 +228,7 @@ async def test_disconnect_before_first_byte_cancels_upstream(
         await asyncio.sleep(0.3)
         request.cancel()
     await _wait_closed(upstream)
-    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    await learning_gateway.res.sink.flush()
     assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
 
 
@@ -249,7 +249,7 @@ async def test_disconnect_mid_stream_cancels_upstream(
             if seen == 5:
                 break
     await _wait_closed(upstream)
-    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    await learning_gateway.res.sink.flush()
     assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
 
 
@@ -277,5 +277,5 @@ async def test_disconnect_during_non_streaming_call_cancels_upstream(
         await asyncio.sleep(0.2)
         request.cancel()
     await asyncio.wait_for(cancelled.wait(), 1.5)
-    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    await learning_gateway.res.sink.flush()
     assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]

@@ -225,7 +225,7 @@ async def test_deleted_memories_never_come_back(
     await learning_gateway.settle()
     # Race variant: a second statement is queued but not yet learned when the user clears.
     await chat(learning_gateway, None, "I really live in City B.", header_user="u1")
-    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    await learning_gateway.res.sink.flush()
     async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
         refused = await client.delete("/v1/memories")
         assert refused.status_code == 400
@@ -254,7 +254,7 @@ async def test_deleted_single_memory_is_not_relearned_from_older_messages(
     await chat(learning_gateway, None, "I have a cat named Miso.", header_user="u1")
     await learning_gateway.settle()
     await chat(learning_gateway, None, "Miso, my cat, is great.", header_user="u1")
-    await learning_gateway.res.sink.flush()  # type: ignore[attr-defined]
+    await learning_gateway.res.sink.flush()
     async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
         memory_id = (await client.get("/v1/memories")).json()["data"][0]["id"]
         assert (await client.delete(f"/v1/memories/{memory_id}")).status_code == 200

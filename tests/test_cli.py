@@ -1,0 +1,65 @@
+"""The command line as a newcomer runs it: a real ``memory-proxy serve`` process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_serve_starts_logs_json_and_answers(tmp_path: Path) -> None:
+    """``memory-proxy serve`` starts with a config file, logs JSON lines, serves /healthz,
+    /readyz and /v1/models, and stops cleanly on SIGTERM."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: local\n"
+        "    litellm_params: {model: openai/x, api_base: 'http://127.0.0.1:9/v1'}\n"
+        f"storage: {{path: '{tmp_path / 'db.sqlite'}'}}\n"
+        "learning: {enabled: true}\n"
+    )
+    port = _free_port()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)],
+        stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(base + "/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.1)
+        assert httpx.get(base + "/readyz").json()["checks"]["learning"] == "on"
+        assert [m["id"] for m in httpx.get(base + "/v1/models").json()["data"]] == ["local"]
+        unreachable = httpx.post(base + "/v1/chat/completions", json={
+            "model": "local", "messages": [{"role": "user", "content": "hi"}]})
+        assert unreachable.status_code == 502
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+    # uvicorn re-raises the signal after a graceful shutdown: exit status is -SIGTERM.
+    assert process.returncode in (0, -15)
+    events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
+    names = {e.get("event") for e in events}
+    assert {"auth_open_mode", "gateway_started", "gateway_stopped"} <= names
+    assert all("level" in e and "timestamp" in e for e in events)
