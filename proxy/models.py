@@ -77,6 +77,8 @@ class Route:
     tokenizer: str
     supports_developer_role: bool
     supports_system_messages: bool
+    supports_response_schema: bool = False
+    supports_vision: bool = False
 
     @property
     def timeout(self) -> float | None:
@@ -114,6 +116,12 @@ def build_route(
     system = overrides.supports_system_messages
     if system is None:
         system = info.get("supports_system_messages") is not False
+    schema = overrides.supports_response_schema
+    if schema is None:
+        schema = bool(info.get("supports_response_schema"))
+    vision = overrides.supports_vision
+    if vision is None:
+        vision = bool(info.get("supports_vision"))
     return Route(
         model_name=deployment.model_name,
         deployment=deployment,
@@ -126,6 +134,8 @@ def build_route(
         tokenizer=overrides.tokenizer or tokenizer_for(bare, provider),
         supports_developer_role=bool(developer),
         supports_system_messages=bool(system),
+        supports_response_schema=schema,
+        supports_vision=vision,
     )
 
 

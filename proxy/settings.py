@@ -111,6 +111,9 @@ class ModelInfo(BaseModel):
     tokenizer: str | None = None
     supports_developer_role: bool | None = None
     supports_system_messages: bool | None = None
+    # Structured output (response_format json_schema) and image input, for learning calls.
+    supports_response_schema: bool | None = None
+    supports_vision: bool | None = None
 
 
 class Deployment(BaseModel):

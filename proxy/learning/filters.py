@@ -7,6 +7,10 @@
 - **example** (case B20): a copy of the prompt's own worked example.
 - **pii** (case B28): a fact that still holds personal data or a secret after the input was
   scrubbed, or a placeholder such as ``[PHONE]`` (useless as memory).
+- **subject**: a fact about someone else must name them the way a person is named (a few
+  words, no sentence or key:value text) and that name must occur in the user's turns; a
+  fact the model cannot attribute cleanly is skipped rather than stored against the wrong
+  person (seed 001 §4: ambiguity → skip).
 - **grounding** (cases B18, B20, B22): a fact about the user must rest on the user's own
   turns of this batch: its numbers and capitalised names must occur there, and it must
   share at least one content word (Latin words compared on their first 4 letters, to allow
@@ -45,6 +49,9 @@ _NUMBER = re.compile(r"\d+")
 _WORD = re.compile(r"[A-Za-z][\w'-]*")
 _SENTENCE = re.compile(r"[.!?;:]\s+")
 _EXAMPLES = tuple(normalize(e) for e in EXAMPLE_FACTS)
+_USER_SUBJECTS = frozenset({"user", "the user", "me", "i", "myself", "用户", "我"})
+MAX_SUBJECT_CHARS = 60
+MAX_SUBJECT_WORDS = 5
 _PLACEHOLDER_TEXT = tuple(PLACEHOLDERS.values())
 
 
@@ -103,9 +110,20 @@ class FactFilter:
             return "example"
         if any(p in text for p in _PLACEHOLDER_TEXT) or self._scrubber.contains_pii(text):
             return "pii"
+        if not self._subject_ok(fact.subject):
+            return "subject"
         if not self._grounded(fact):
             return "ungrounded"
         return None
+
+    def _subject_ok(self, subject: str) -> bool:
+        name = subject.strip()
+        if not name or normalize(name) in _USER_SUBJECTS:
+            return True
+        if len(name) > MAX_SUBJECT_CHARS or len(name.split()) > MAX_SUBJECT_WORDS or \
+                any(ch in name for ch in ":;{}[]<>|=\n") or name.endswith((".", "!", "?")):
+            return False
+        return normalize(name) in normalize(self._lower)
 
     def _grounded(self, fact: CandidateFact) -> bool:
         content = fact.content

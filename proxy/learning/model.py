@@ -4,8 +4,13 @@ The learning model is ``learning.model`` or, when empty, the model of the reques
 produced the batch (seed 000 §6 LearningModel). Calls go through the same
 :class:`~proxy.upstream.base.Upstream` as chat. JSON output is requested with
 ``response_format``: a JSON schema where litellm's model map says the model supports
-structured output, JSON mode otherwise; an upstream that rejects ``response_format`` is
-asked again without it (and not asked with it again).
+structured output (or ``model_info.supports_response_schema`` says so); otherwise JSON mode
+carrying the schema too (``{"type": "json_object", "schema": …}``, the llama.cpp /
+llama-cpp-python grammar extension, which local servers turn into constrained decoding).
+An upstream that refuses a format — any 4xx/5xx whose message names ``response_format``
+(llama-cpp-python answers 500 to an unknown ``json_schema``) — is asked again with the next
+weaker one (json_schema → json_object + schema → json_object → none), and this process
+remembers what each model refused.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from proxy.errors import InvalidRequestError
+from proxy.errors import ProxyError, RateLimitError, UpstreamTimeoutError
 from proxy.learning.parsing import ModelOutput
 from proxy.ledger import LearningUsage, Ledger, Purpose
 from proxy.models import ModelRegistry
@@ -41,7 +46,8 @@ class LearningModel:
         self._counter = counter
         self._model = model
         self._clock = clock
-        self._no_response_format: set[str] = set()
+        # model name → formats it refused ("json_schema", "json_object")
+        self._refused: dict[str, set[str]] = {}
 
     def model_for(self, request_model: str) -> str:
         return self._model or request_model
@@ -56,24 +62,36 @@ class LearningModel:
         tenant: str,
         user: str,
         job_id: str | None,
+        schema: dict[str, object] | None = None,
     ) -> ModelOutput:
         """One JSON-producing call. Raises the upstream's :class:`~proxy.errors.ProxyError`
         (rate limits, timeouts, …) for the caller to retry."""
         name = self.model_for(request_model)
         route = self._registry.route(name)
-        body: dict[str, Any] = {"messages": messages, "temperature": 0,
-                                "max_tokens": max_tokens, "stream": False}
-        if name not in self._no_response_format:
-            body["response_format"] = {"type": "json_object"}
-        try:
-            completion = await self._upstream.complete(UpstreamCall(route=route, body=body))
-        except InvalidRequestError as exc:
-            said = exc.message.lower()
-            if "response_format" not in body or not ("response_format" in said or "json" in said):
-                raise
-            self._no_response_format.add(name)
-            body.pop("response_format")
-            completion = await self._upstream.complete(UpstreamCall(route=route, body=body))
+        refused = self._refused.setdefault(name, set())
+        candidates: list[tuple[str, dict[str, Any] | None]] = []
+        if schema is not None and route.supports_response_schema:
+            candidates.append(("json_schema", {"type": "json_schema", "json_schema": {
+                "name": purpose, "schema": schema, "strict": False}}))
+        if schema is not None:
+            candidates.append(("json_object+schema", {"type": "json_object", "schema": schema}))
+        candidates += [("json_object", {"type": "json_object"}), ("none", None)]
+        formats = [(kind, f) for kind, f in candidates if kind not in refused]
+        completion = None
+        for index, (kind, response_format) in enumerate(formats):
+            body: dict[str, Any] = {"messages": messages, "temperature": 0,
+                                    "max_tokens": max_tokens, "stream": False}
+            if response_format is not None:
+                body["response_format"] = response_format
+            try:
+                completion = await self._upstream.complete(UpstreamCall(route=route, body=body))
+                break
+            except ProxyError as exc:
+                last = index == len(formats) - 1
+                if response_format is None or last or not _refuses_format(exc):
+                    raise
+                refused.add(kind)
+        assert completion is not None
         data = completion.data
         choice = (data.get("choices") or [{}])[0]
         message = choice.get("message") or {}
@@ -96,3 +114,12 @@ class LearningModel:
             reasoning=reasoning if isinstance(reasoning, str) else None,
             finish_reason=choice.get("finish_reason"),
         )
+
+
+def _refuses_format(error: ProxyError) -> bool:
+    """The upstream rejected the request because of ``response_format`` (not a transient
+    failure such as a rate limit or a timeout)."""
+    if isinstance(error, RateLimitError | UpstreamTimeoutError):
+        return False
+    said = error.message.lower()
+    return "response_format" in said or "json_schema" in said or "json_object" in said

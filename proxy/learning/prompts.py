@@ -128,6 +128,50 @@ technical（architecture、stack、practice、issue），organizational（team�
 domain（其他领域，自行命名二级分类）。"""
 
 
+_UNIT = {"type": "number", "minimum": 0, "maximum": 1}
+SCORING_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "properties": {
+        "score": _UNIT,
+        "dimensions": {
+            "type": "object",
+            "properties": {k: _UNIT for k in ("density", "clarity", "depth", "relevance",
+                                               "novelty")},
+            "required": ["density", "clarity", "depth", "relevance", "novelty"],
+        },
+        "reason": {"type": "string"},
+    },
+    "required": ["score", "dimensions", "reason"],
+}
+EXTRACTION_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "properties": {
+        "memories": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string"},
+                "content": {"type": "string"},
+                "category": {"type": "string", "enum": [
+                    "user_preference", "business", "technical", "organizational", "domain"]},
+                "subcategory": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "subject": {"type": "string"},
+                "duplicate_of": {"type": ["string", "null"]},
+                "supersedes": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["title", "content", "category", "subject"],
+        }},
+        "profile": {"type": ["object", "null"], "properties": {
+            "style": {"type": ["string", "null"]},
+            "impression": {"type": ["string", "null"]},
+            "traits": {"type": "array", "items": {"type": "string"}},
+            "topics": {"type": "array", "items": {"type": "string"}},
+        }},
+    },
+    "required": ["memories"],
+}
+
+
 def render_transcript(batch: Batch) -> str:
     """Numbered, role-labelled lines between markers (numbers let the model cite turns)."""
     lines = [TRANSCRIPT_START]

@@ -35,6 +35,8 @@ from proxy.learning.parsing import (
 )
 from proxy.learning.pii import Scrubber
 from proxy.learning.prompts import (
+    EXTRACTION_SCHEMA,
+    SCORING_SCHEMA,
     Language,
     extraction_messages,
     render_known,
@@ -216,7 +218,7 @@ class Worker:
         known_text, short_ids = render_known(related)
         scored = parse_scoring(await self._model.call(
             purpose="score", request_model=batch.model, tenant=tenant, user=user,
-            job_id=job.id, max_tokens=512,
+            job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
             messages=scoring_messages(batch=batch, known=known_text, language=language,
                                       override=self._settings.scoring_prompt),
         ))
@@ -239,6 +241,7 @@ class Worker:
             purpose="extract", request_model=batch.model, tenant=tenant, user=user,
             job_id=job.id,
             max_tokens=self._settings.max_output_tokens * (2 if truncated_before else 1),
+            schema=EXTRACTION_SCHEMA,
             messages=extraction_messages(batch=batch, known=known_text, language=language,
                                          override=self._settings.extraction_prompt),
         ))
@@ -254,6 +257,16 @@ class Worker:
             audit.append(self._event(batch, "rejected", verdict.reason or "", now))
             self._count("fact_rejected", verdict.reason or "unknown")
         by_id = {m.id: m for m in related}
+        # Stored memories closest to the facts themselves: a repeat must be found even when
+        # the user's wording this time led keyword recall elsewhere.
+        existing = list(related)
+        if accepted:
+            for memory in await self._store.related(
+                tenant, user, "\n".join(f.content for f in accepted),
+                limit=self._settings.related_memories,
+            ):
+                if memory.id not in by_id:
+                    existing.append(memory)
         tombstones = await self._store.tombstoned(
             tenant, user, [normalize(f.content) for f in accepted]
         )
@@ -262,7 +275,7 @@ class Worker:
             channel=batch.channel, now=now,
             batch_started=datetime.fromtimestamp(batch.oldest_at, UTC), score=weighted,
             known={short: by_id[memory_id] for short, memory_id in short_ids.items()},
-            existing=related, tombstones=tombstones,
+            existing=existing, tombstones=tombstones,
             dedup_similarity=self._settings.dedup_similarity,
             synonyms=self._settings.synonyms,
         )

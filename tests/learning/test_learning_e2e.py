@@ -523,3 +523,46 @@ async def test_flush_is_refused_when_learning_is_off(gateway: Gateway) -> None:
         response = await client.post("/v1/memories/flush")
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "learning_disabled"
+
+
+async def test_repeat_is_merged_even_beyond_the_prompts_related_memories(
+    tmp_path: Any, upstream: FakeUpstream
+) -> None:
+    """With more memories than the extraction prompt shows, a repeated fact still merges as
+    evidence instead of creating a twin."""
+    from tests.fakes import make_settings, running_gateway
+
+    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1,
+                                                 "related_memories": 2})
+    async with running_gateway(settings, upstream) as gateway:
+        for index in range(4):
+            await add_manual(gateway, f"Visited country number {index} on a bicycle trip")
+        upstream.extract = lambda body: extraction(fact("Grows tomatoes on the balcony"))
+        await say(gateway, "I grow tomatoes on the balcony.")
+        await gateway.settle()
+        # The second mention shares no word with the first in the user text's top hits.
+        await say(gateway, "Bicycle trip countries aside, tomatoes grow on my balcony.")
+        await gateway.settle()
+        twins = [m for m in await active(gateway) if "tomatoes" in m.content]
+        assert [(m.content, m.hits) for m in twins] == [("Grows tomatoes on the balcony", 2)]
+
+
+async def test_facts_with_unusable_subjects_are_skipped(
+    learning_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A subject that is not a person's name mentioned by the user is not stored."""
+    upstream.extract = lambda body: extraction(
+        fact("Likes hiking", subject="style:brief, technical"),
+        fact("Likes hiking", subject="The best way to start is to be prepared."),
+        fact("Is a nurse", subject="Dana"),
+        fact("Is a teacher", subject="Robin"))
+    await say(learning_gateway, "I like hiking with my sister Dana, she is a nurse.")
+    await learning_gateway.settle()
+    stored = [(m.subject, m.content) for m in await active(learning_gateway)]
+    assert stored == [("Dana", "Is a nurse")]
+
+
+async def add_manual(gateway: Gateway, content: str) -> None:
+    async with gateway.client(headers={"X-User-Id": "u1"}) as client:
+        response = await client.post("/v1/memories", json={"content": content})
+        assert response.status_code == 201
