@@ -30,7 +30,7 @@ import yaml
 from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from locomo_replay import (  # noqa: E402
+from locomo_replay import (
     DEFAULT_DATA,
     ROOT,
     Dataset,

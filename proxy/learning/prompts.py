@@ -135,8 +135,7 @@ SCORING_SCHEMA: dict[str, object] = {
         "score": _UNIT,
         "dimensions": {
             "type": "object",
-            "properties": {k: _UNIT for k in ("density", "clarity", "depth", "relevance",
-                                               "novelty")},
+            "properties": dict.fromkeys(("density", "clarity", "depth", "relevance", "novelty"), _UNIT),
             "required": ["density", "clarity", "depth", "relevance", "novelty"],
         },
         "reason": {"type": "string"},

@@ -53,7 +53,8 @@ async def test_upstream_refusing_response_format_is_asked_without_it(tmp_path: P
         "message": "response_format is not supported by this model",
         "type": "invalid_request_error"}}))
     calls = [body.get("response_format") for _, body in upstream.learning_calls]
-    assert calls[0] is not None and "schema" in calls[0]
+    assert calls[0] is not None
+    assert "schema" in calls[0]
     assert calls[1:] == [{"type": "json_object"}, {"type": "json_object"}]
     assert [kind for kind, _ in upstream.learning_calls] == ["score", "score", "extract"]
 
