@@ -14,7 +14,7 @@ from datetime import datetime
 
 from proxy.auth import KeyRing
 from proxy.learning.model import LearningModel
-from proxy.learning.pii import Scrubber
+from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import LearningQueue
 from proxy.learning.sink import LearningSink, NullSink, QueueSink
 from proxy.learning.sqlite_queue import SqliteLearningQueue
@@ -26,7 +26,7 @@ from proxy.memory.sqlite_store import SqliteMemoryStore
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
-from proxy.settings import Settings
+from proxy.settings import ConfigError, Settings
 from proxy.sqlite import SqliteDatabase
 from proxy.tokens import TokenCounter
 from proxy.upstream.base import Upstream
@@ -48,7 +48,7 @@ class Resources:
     upstream: Upstream
     memory: MemoryService
     metrics: Metrics
-    scrubber: Scrubber
+    scrubbers: Scrubbers
     queue: LearningQueue | None = None
     sink: LearningSink = field(default_factory=NullSink)
     worker: Worker | None = None
@@ -80,24 +80,24 @@ def build_resources(
     metrics = metrics or Metrics()
     counter = TokenCounter()
     learning = settings.learning
-    scrubber = Scrubber(
-        kinds=frozenset(learning.pii_kinds) if learning.pii_kinds is not None else None,
-        extra_patterns=learning.pii_patterns,
-    )
+    try:
+        scrubbers = Scrubbers(learning.pii)
+    except ValueError as exc:
+        raise ConfigError(f"learning.pii: {exc}") from exc
     memory = MemoryService(store=store, settings=settings.memory, counter=counter, clock=clock)
     sink: LearningSink = NullSink()
     worker = None
     if learning.enabled and queue is not None:
-        sink = QueueSink(queue, scrubber, max_messages=learning.max_messages_per_exchange,
+        sink = QueueSink(queue, scrubbers, max_messages=learning.max_messages_per_exchange,
                          metrics=metrics)
         model = LearningModel(upstream=upstream, registry=registry, ledger=ledger,
                               counter=counter, model=learning.model, clock=clock)
-        worker = Worker(queue=queue, store=store, model=model, scrubber=scrubber,
+        worker = Worker(queue=queue, store=store, model=model, scrubbers=scrubbers,
                         settings=learning, metrics=metrics, clock=clock)
     return Resources(
         settings=settings, registry=registry, keyring=KeyRing(settings.auth), counter=counter,
         store=store, ledger=ledger, upstream=upstream, memory=memory, metrics=metrics,
-        scrubber=scrubber, queue=queue, sink=sink, worker=worker, clock=clock,
+        scrubbers=scrubbers, queue=queue, sink=sink, worker=worker, clock=clock,
     )
 
 

@@ -229,6 +229,20 @@ class MemorySettings(_Section):
     )
 
 
+class TenantPii(_Section):
+    kinds: list[str] | None = None  # None = the default kinds
+    patterns: dict[str, str] = Field(default_factory=dict)  # added to the default patterns
+
+
+class PiiSettings(_Section):
+    """PII and secret scrubbing (SPEC §3.2). Kinds: phone, email, cn_id, bank_card, secret,
+    ip; ``None`` = all. ``patterns``: extra regexes, name → pattern."""
+
+    kinds: list[str] | None = None
+    patterns: dict[str, str] = Field(default_factory=dict)
+    tenants: dict[str, TenantPii] = Field(default_factory=dict)
+
+
 class LearningSettings(_Section):
     # SPEC §3: global switch, default false in code (seed 000 §6 EnableAutoLearning).
     enabled: bool = False
@@ -258,9 +272,7 @@ class LearningSettings(_Section):
     synonyms: list[list[str]] = Field(
         default_factory=lambda: [["话少", "潜水", "沉默"], ["quiet", "reserved", "taciturn"]]
     )
-    # PII scrub (SPEC §3.2): kinds to scrub (None = all) and extra regexes (name → pattern).
-    pii_kinds: list[str] | None = None
-    pii_patterns: dict[str, str] = Field(default_factory=dict)
+    pii: PiiSettings = Field(default_factory=PiiSettings)
     # Maintenance (idle flush, TTL expiry) runs this often in the worker.
     maintenance_interval_seconds: float = Field(default=30.0, gt=0)
 

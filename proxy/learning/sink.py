@@ -21,7 +21,7 @@ import orjson
 import structlog
 
 from proxy.learning.exchange import Exchange, TranscriptMessage, transcript
-from proxy.learning.pii import Scrubber
+from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import JobKind
 from proxy.memory.records import new_id
 from proxy.metrics import Metrics
@@ -81,7 +81,7 @@ class QueueSink:
     def __init__(
         self,
         queue: Enqueuer,
-        scrubber: Scrubber,
+        scrubbers: Scrubbers,
         *,
         max_messages: int,
         metrics: Metrics | None = None,
@@ -90,7 +90,7 @@ class QueueSink:
         recent: int = 100_000,
     ) -> None:
         self._queue = queue
-        self._scrubber = scrubber
+        self._scrubbers = scrubbers
         self._max_messages = max_messages
         self._metrics = metrics
         self._pending: asyncio.Queue[Turn] = asyncio.Queue(capacity)
@@ -137,8 +137,9 @@ class QueueSink:
             ]
             if not messages:
                 continue
+            scrubber = self._scrubbers.for_tenant(turn.tenant)
             scrubbed = tuple(
-                TranscriptMessage(role=m.role, text=self._scrubber.scrub(m.text).text,
+                TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
                                   fingerprint=m.fingerprint, name=m.name)
                 for m in messages
             )

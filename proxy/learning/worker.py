@@ -34,6 +34,7 @@ from proxy.learning.parsing import (
     parse_scoring,
 )
 from proxy.learning.pii import Scrubber
+from proxy.learning.privacy import Scrubbers
 from proxy.learning.prompts import (
     EXTRACTION_SCHEMA,
     SCORING_SCHEMA,
@@ -70,7 +71,7 @@ class Worker:
         queue: LearningQueue,
         store: MemoryStore,
         model: LearningModel,
-        scrubber: Scrubber,
+        scrubbers: Scrubbers,
         settings: LearningSettings,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
@@ -78,8 +79,8 @@ class Worker:
     ) -> None:
         self.queue = queue
         self._store = store
-        self._model = model
-        self._scrubber = scrubber
+        self.model = model
+        self._scrubbers = scrubbers
         self._settings = settings
         self._metrics = metrics
         self._clock = clock
@@ -216,7 +217,7 @@ class Worker:
         related = await self._store.related(tenant, user, user_text,
                                             limit=self._settings.related_memories)
         known_text, short_ids = render_known(related)
-        scored = parse_scoring(await self._model.call(
+        scored = parse_scoring(await self.model.call(
             purpose="score", request_model=batch.model, tenant=tenant, user=user,
             job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
             messages=scoring_messages(batch=batch, known=known_text, language=language,
@@ -237,7 +238,7 @@ class Worker:
             self._count("learn_outcome", "below_threshold")
             return
         truncated_before = job.attempts > 1
-        extraction = parse_extraction(await self._model.call(
+        extraction = parse_extraction(await self.model.call(
             purpose="extract", request_model=batch.model, tenant=tenant, user=user,
             job_id=job.id,
             max_tokens=self._settings.max_output_tokens * (2 if truncated_before else 1),
@@ -246,7 +247,8 @@ class Worker:
                                          override=self._settings.extraction_prompt),
         ))
         names = {user, *(m.name for m in batch.user_messages if m.name)}
-        facts_filter = FactFilter(user_text=user_text, scrubber=self._scrubber,
+        scrubber = self._scrubbers.for_tenant(tenant)
+        facts_filter = FactFilter(user_text=user_text, scrubber=scrubber,
                                   user_names=names)
         accepted, rejected = facts_filter.split(extraction.facts)
         audit.append(self._event(batch, "extracted", "", now, {
@@ -281,7 +283,7 @@ class Worker:
         )
         changes = consolidate(
             context, accepted, profile=await self._store.get_profile(tenant, user),
-            profile_update=self._clean_profile(extraction.profile),
+            profile_update=_clean_profile(extraction.profile, scrubber),
             user_messages=len(batch.user_messages), names=names - {user},
             dimensions=scored.dimensions, reason=scored.reason[:500],
         )
@@ -297,21 +299,6 @@ class Worker:
         if not applied:
             log.info("learning_batch_already_applied", batch=batch.key)
         await self.queue.drop_batch(batch.key)
-
-    def _clean_profile(self, update: ProfileUpdate | None) -> ProfileUpdate | None:
-        if update is None:
-            return None
-
-        def ok(text: str | None) -> bool:
-            return bool(text) and not is_directive(text or "") and \
-                not self._scrubber.contains_pii(text or "")
-
-        return ProfileUpdate(
-            style=update.style if ok(update.style) else None,
-            impression=update.impression if ok(update.impression) else None,
-            traits=tuple(t for t in update.traits if ok(t)),
-            topics=tuple(t for t in update.topics if ok(t)),
-        )
 
     @staticmethod
     def _event(batch: Batch, action: str, reason: str, at: datetime,
@@ -334,4 +321,21 @@ def _conversation_record(batch: Batch, score: float, dimensions: dict[str, float
         tenant=batch.tenant, user_id=batch.user, conversation_id=batch.conversation,
         score=score, dimensions=dimensions, reason=reason[:500],
         learned_messages=len(batch.user_messages), updated_at=now,
+    )
+
+
+def _clean_profile(update: ProfileUpdate | None, scrubber: Scrubber) -> ProfileUpdate | None:
+    """Profile strings pass the same directive and PII checks as facts."""
+    if update is None:
+        return None
+
+    def ok(text: str | None) -> bool:
+        return bool(text) and not is_directive(text or "") and \
+            not scrubber.contains_pii(text or "")
+
+    return ProfileUpdate(
+        style=update.style if ok(update.style) else None,
+        impression=update.impression if ok(update.impression) else None,
+        traits=tuple(t for t in update.traits if ok(t)),
+        topics=tuple(t for t in update.topics if ok(t)),
     )

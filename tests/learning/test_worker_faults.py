@@ -1,0 +1,205 @@
+"""The learning worker under faults: crashes, timeouts, rate limits, store outages,
+truncated output. Nothing wrong is written; nothing is applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.learning.worker import Worker, backoff
+from proxy.memory.store import ListQuery, StoreUnavailableError
+from tests.fakes import FakeUpstream, Gateway, Reply, make_settings, running_gateway
+
+
+@pytest.fixture
+async def faulty(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[Gateway]:
+    settings = make_settings(tmp_path, learning={
+        "enabled": True, "batch_messages": 1, "max_attempts": 3, "retry_base_seconds": 0.01,
+        "lease_seconds": 5})
+    async with running_gateway(settings, upstream) as gateway:
+        yield gateway
+
+
+def fact(content: str) -> dict[str, Any]:
+    return {"memories": [{"title": content[:30], "content": content,
+                          "category": "user_preference", "subject": "user"}]}
+
+
+async def say(gateway: Gateway, text: str) -> None:
+    async with gateway.client() as client:
+        response = await client.post("/v1/chat/completions", headers={"X-User-Id": "u1"},
+                                     json={"model": "m",
+                                           "messages": [{"role": "user", "content": text}]})
+    assert response.status_code == 200
+
+
+async def memories(gateway: Gateway) -> list[tuple[str, int]]:
+    found = await gateway.res.store.list_memories(ListQuery(tenant="default", user="u1"))
+    return [(m.content, m.hits) for m in found]
+
+
+async def drain_with_waits(gateway: Gateway, rounds: int = 20) -> None:
+    """Run the worker until the queue is empty, waiting out retry delays."""
+    assert gateway.res.worker is not None
+    assert gateway.res.queue is not None
+    await gateway.res.sink.flush()
+    for _ in range(rounds):
+        await gateway.res.worker.drain()
+        depth = await gateway.res.queue.depth()
+        if depth.ready == depth.delayed == depth.leased == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the queue did not drain")
+
+
+def second_worker(gateway: Gateway) -> Worker:
+    worker = gateway.res.worker
+    assert worker is not None
+    assert gateway.res.queue is not None
+    return Worker(queue=gateway.res.queue, store=gateway.res.store, model=worker.model,
+                  scrubbers=gateway.res.scrubbers, settings=gateway.res.settings.learning,
+                  worker_id="second")
+
+
+async def test_job_of_a_dead_worker_is_redelivered_after_its_lease(
+    faulty: Gateway, upstream: FakeUpstream
+) -> None:
+    """A worker that dies holding a job (no ack) loses it when the lease runs out; another
+    worker then does it, once."""
+    upstream.extract = lambda body: fact("Rides a unicycle")
+    await say(faulty, "I ride a unicycle.")
+    await faulty.res.sink.flush()
+    queue = faulty.res.queue
+    assert queue is not None
+    held = await queue.claim("dead-worker", lease_seconds=0.3)
+    assert held is not None  # claimed and never finished: the worker "died"
+    other = second_worker(faulty)
+    assert not await other.run_once()  # still leased
+    await asyncio.sleep(0.35)
+    await other.drain()
+    assert await memories(faulty) == [("Rides a unicycle", 1)]
+
+
+async def test_timeouts_are_retried_then_succeed(faulty: Gateway, upstream: FakeUpstream) -> None:
+    """A learning call that times out is retried with backoff and then learned once."""
+    upstream.extract = lambda body: fact("Speaks Basque")
+    failures = {"left": 2}
+
+    async def flaky(request: httpx.Request) -> httpx.Response:
+        if b"NEW messages" in request.content and failures["left"] > 0:
+            failures["left"] -= 1
+            raise httpx.ReadTimeout("slow", request=request)
+        upstream.intercept = None
+        try:
+            return await upstream.handler(request)
+        finally:
+            upstream.intercept = flaky
+
+    await say(faulty, "I speak Basque.")
+    upstream.intercept = flaky
+    await drain_with_waits(faulty)
+    assert await memories(faulty) == [("Speaks Basque", 1)]
+    assert failures["left"] == 0
+
+
+async def test_rate_limit_retry_after_is_honoured(faulty: Gateway, upstream: FakeUpstream) -> None:
+    """A 429 with Retry-After delays the job by that long."""
+    await say(faulty, "I keep chickens.")
+    await faulty.res.sink.flush()
+    assert faulty.res.worker is not None
+    assert faulty.res.queue is not None
+    assert await faulty.res.worker.run_once()  # exchange → sealed batch → learn job
+    upstream.push(Reply(status=429, json={"error": {"message": "slow down",
+                                                    "type": "rate_limit_error"}},
+                        headers={"retry-after": "30"}))
+    before = time.time()
+    assert await faulty.res.worker.run_once()  # learn → 429
+    depth = await faulty.res.queue.depth()
+    assert (depth.ready, depth.delayed) == (0, 1)
+    import sqlite3
+
+    with sqlite3.connect(faulty.res.settings.storage.path) as conn:
+        available_at, error = conn.execute(
+            "SELECT available_at, last_error FROM jobs WHERE kind = 'learn'").fetchone()
+    assert 29 <= available_at - before <= 32
+    assert "RateLimitError" in error
+
+
+def test_backoff_grows_exponentially_with_a_cap() -> None:
+    """Backoff doubles per attempt (±20 % jitter) and is capped at five minutes."""
+    assert 1.6 <= backoff(1, base=2) <= 2.4
+    assert 6.4 <= backoff(3, base=2) <= 9.6
+    assert backoff(30, base=2) == 300
+    assert backoff(5, base=2, retry_after=7) == 7
+
+
+async def test_store_outage_mid_batch_is_retried(faulty: Gateway, upstream: FakeUpstream) -> None:
+    """When the store fails while applying a batch, nothing partial is written and the
+    batch is learned once the store is back."""
+    upstream.extract = lambda body: fact("Plays the theremin")
+    store = faulty.res.store
+    worker = faulty.res.worker
+    assert worker is not None
+    original = store.apply
+    calls = {"n": 0}
+
+    async def failing_once(changes: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreUnavailableError("the store restarted")
+        return await original(changes)
+
+    store.apply = failing_once  # type: ignore[method-assign]
+    await say(faulty, "I play the theremin.")
+    await drain_with_waits(faulty)
+    assert calls["n"] == 2
+    assert await memories(faulty) == [("Plays the theremin", 1)]
+
+
+async def test_truncated_extraction_is_retried_with_more_tokens(
+    faulty: Gateway, upstream: FakeUpstream
+) -> None:
+    """An extraction cut off by max_tokens writes nothing and is asked again with twice the
+    token budget."""
+    answers = iter([Reply(json={
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "length", "message": {
+            "role": "assistant", "content": '{"memories": [{"title": "Sail", "content": "Sa'}}],
+    })])
+
+    def extract(body: dict[str, Any]) -> Any:
+        return next(answers, None) or fact("Sails a small dinghy")
+
+    upstream.extract = extract
+    await say(faulty, "I sail a small dinghy.")
+    await drain_with_waits(faulty)
+    budgets = [body["max_tokens"] for kind, body in upstream.learning_calls if kind == "extract"]
+    assert budgets[1] == 2 * budgets[0]
+    assert await memories(faulty) == [("Sails a small dinghy", 1)]
+
+
+async def test_garbage_forever_ends_in_the_dead_letter_list(
+    faulty: Gateway, upstream: FakeUpstream
+) -> None:
+    """A model that never answers usably is retried max_attempts times, then the job is
+    dead-lettered with its last error; it can be requeued."""
+    upstream.extract = lambda body: "Sure! Here are the facts: the user is nice."
+    await say(faulty, "I restore old radios.")
+    await drain_with_waits(faulty)
+    queue = faulty.res.queue
+    assert queue is not None
+    dead = await queue.dead_letters()
+    assert len(dead) == 1
+    assert dead[0].attempts == 3
+    assert "ParseError" in dead[0].last_error
+    assert await memories(faulty) == []
+    upstream.extract = lambda body: fact("Restores old radios")
+    assert await queue.requeue(dead[0].id)
+    await drain_with_waits(faulty)
+    assert await memories(faulty) == [("Restores old radios", 1)]
