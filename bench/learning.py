@@ -76,7 +76,7 @@ class InstantModel:
                     "role": "assistant", "content": orjson.dumps(content).decode()}}]}
         return Completion(raw=orjson.dumps(data), data=data)
 
-    async def stream(self, call: UpstreamCall) -> ChunkStream:
+    async def stream(self, _call: UpstreamCall) -> ChunkStream:
         raise AssertionError("streaming is not used by learning")
 
     async def aclose(self) -> None:
@@ -123,7 +123,8 @@ async def feed(res: Resources, conversations: list[tuple[str, str, list[str]]]) 
 
 
 async def seal_and_drain(res: Resources) -> None:
-    assert res.worker is not None and res.queue is not None
+    assert res.worker is not None
+    assert res.queue is not None
     await res.sink.flush()
     await res.worker.drain(max_jobs=1_000_000)
     for tenant, user, conversation in await res.queue.idle_conversations(
