@@ -389,7 +389,8 @@ async def main() -> None:
                         help="print the gateway config for --gateway mode and exit")
     args = parser.parse_args()
     if not args.data.is_file():
-        sys.exit(f"data file not found: {args.data}")
+        sys.exit(f"data file not found: {args.data} — pass --data /path/to/locomo-dev.json "
+                 "(the LoCoMo subset lives in ../shared/data/ next to the repository)")
     dataset = Dataset.load(args.data, args.conversations)
     replayed = sum(len(sessions(c["conversation"])) for c in dataset.conversations)
     oracle = Oracle(dataset)

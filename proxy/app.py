@@ -23,6 +23,7 @@ from starlette.routing import Route
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory import text
+from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
 from proxy.routes import chat, health, memories, models
 from proxy.settings import Settings
@@ -34,6 +35,14 @@ FLUSH_INTERVAL_SECONDS = 1.0
 async def _proxy_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     return error_response(exc)
+
+
+async def _store_unavailable(_request: Request, exc: Exception) -> Response:
+    log.warning("memory_store_unavailable", error=str(exc))
+    return error_response(ProxyError(
+        "The memory store is unavailable; try again shortly.", status_code=503,
+        error_type="service_unavailable", code="store_unavailable",
+    ), headers={"Retry-After": "5"})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -113,6 +122,15 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             res = resources if resources is not None else \
                 await stack.enter_async_context(open_resources(settings))
             app.state.resources = res
+            if not res.registry.names:
+                log.warning("no_models_configured",
+                            detail="model_list is empty: every chat request will be a 404")
+            for deployment in settings.model_list:
+                missing = deployment.litellm_params.missing_api_key_env
+                if missing:
+                    log.warning("upstream_key_missing", model=deployment.model_name,
+                                env=missing,
+                                detail=f"set {missing}; until then this model answers 500")
             if res.keyring.open_mode:
                 log.warning("auth_open_mode",
                             detail="no auth.keys configured: every caller is tenant "
@@ -144,6 +162,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         lifespan=lifespan,
         exception_handlers={
             ProxyError: _proxy_error,
+            StoreUnavailableError: _store_unavailable,
             HTTPException: _http_error,
             Exception: _unexpected,
         },

@@ -2,7 +2,8 @@
 
 ``serve`` runs the gateway (and, in embedded mode, the learning worker in-process);
 ``worker`` runs only the learning worker against the configured storage, for running
-learning in separate processes.
+learning in separate processes; ``dead-letters`` lists learning jobs that failed for good
+and requeues them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="do not run the learning worker in this process")
     worker = sub.add_parser("worker", help="run the learning worker only")
     worker.add_argument("--config", help="YAML file")
+    dead = sub.add_parser("dead-letters",
+                          help="list learning jobs that failed for good, or requeue them")
+    dead.add_argument("--config", help="YAML file")
+    group = dead.add_mutually_exclusive_group()
+    group.add_argument("--requeue", metavar="JOB_ID", help="requeue one job")
+    group.add_argument("--requeue-all", action="store_true", help="requeue every dead job")
     return parser
 
 
@@ -40,6 +48,18 @@ def _load(args: argparse.Namespace) -> Settings:
         }.items() if v is not None
     })
     return settings.model_copy(update={"server": server})
+
+
+def preflight(settings: Settings) -> None:
+    """Check, before starting a server, what would otherwise fail inside it with a stack
+    trace: the embedded database file must be creatable. Raises :class:`ConfigError`."""
+    path = settings.storage.path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sqlite3.connect(path).close()
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"storage.path: cannot open the database file {path} ({exc})") \
+            from exc
 
 
 def _serve(settings: Settings) -> None:
@@ -67,10 +87,28 @@ async def _work(settings: Settings) -> None:
         await res.worker.run(stop)
 
 
+async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+    from proxy.resources import open_resources  # noqa: PLC0415
+
+    async with open_resources(settings) as res:
+        assert res.queue is not None
+        dead = await res.queue.dead_letters(limit=10_000)
+        if args.requeue or args.requeue_all:
+            wanted = [d.id for d in dead] if args.requeue_all else [args.requeue]
+            done = [job_id for job_id in wanted if await res.queue.requeue(job_id)]
+            print(f"requeued {len(done)} job(s)")
+            return 0 if len(done) == len(wanted) else 1
+        for item in dead:
+            print(f"{item.id}\t{item.kind}\tattempts={item.attempts}\t{item.last_error[:160]}")
+        print(f"{len(dead)} dead job(s)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = _load(args)
+        preflight(settings)
     except ConfigError as exc:
         print(f"memory-proxy: {exc}", file=sys.stderr)
         return 2
@@ -80,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             _serve(settings)
+        elif args.command == "dead-letters":
+            return asyncio.run(_dead_letters(settings, args))
         else:
             asyncio.run(_work(settings))
     except ConfigError as exc:

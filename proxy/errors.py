@@ -10,7 +10,7 @@
     ├── NotFoundError               404 not_found_error       (models, memories)
     ├── ConflictError               409 conflict_error
     └── UpstreamError               status of the upstream (default 502)
-        ├── UpstreamTimeoutError    408 timeout
+        ├── UpstreamTimeoutError    504 timeout (408 when the upstream itself answered 408)
         ├── RateLimitError          429 rate_limit_error      (+ Retry-After)
         └── UpstreamUnavailableError 502 upstream_unavailable (connection failed)
 
@@ -105,7 +105,7 @@ class UpstreamError(ProxyError):
 
 
 class UpstreamTimeoutError(UpstreamError):
-    status_code = 408
+    status_code = 504
     error_type = "timeout"
     default_code = "timeout"
 

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from proxy.errors import ProxyError, error_body
+from proxy.errors import InvalidRequestError, ProxyError, error_body
 
 T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away
@@ -62,6 +62,29 @@ async def _reap(task: asyncio.Future[Any]) -> None:
             raise
     except Exception:  # the work's own failure no longer matters: nobody waits for it
         return
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes with 413 before reading them all
+    (Content-Length when sent, else counted while streaming in)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"The request body is larger than {limit} bytes (server.max_request_bytes).",
+        code="request_too_large", status_code=413,
+    )
 
 
 def error_response(error: ProxyError, headers: Mapping[str, str] | None = None) -> Response:

@@ -92,6 +92,15 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
                                       param="stream_options.include_usage",
                                       code="invalid_type")
         include_usage = bool(usage_flag)
+    for name in ("user", "safety_identifier"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"'{name}' must be a string.", param=name,
+                                      code="invalid_type")
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidRequestError("'metadata' must be an object.", param="metadata",
+                                  code="invalid_type")
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise InvalidRequestError("'n' must be an integer >= 1.", param="n",

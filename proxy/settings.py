@@ -31,10 +31,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+import yaml
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -262,9 +264,10 @@ class LearningSettings(_Section):
     scoring_prompt: str | None = None
     extraction_prompt: str | None = None
     max_output_tokens: int = Field(default=2048, ge=64)
-    # Reliability (SPEC §3.9).
-    max_attempts: int = Field(default=5, ge=1)
-    retry_base_seconds: float = Field(default=2.0, gt=0)
+    # Reliability (SPEC §3.9): 8 attempts with a 5 s base ride out ~10 minutes of upstream
+    # trouble (5+10+20+40+80+160+300 s) before a job is dead-lettered.
+    max_attempts: int = Field(default=8, ge=1)
+    retry_base_seconds: float = Field(default=5.0, gt=0)
     lease_seconds: int = Field(default=300, ge=5)
     poll_interval_seconds: float = Field(default=0.5, gt=0)
     seen_message_ttl_days: int = Field(default=30, ge=1)
@@ -380,6 +383,8 @@ class ServerSettings(_Section):
     log_format: Literal["json", "console"] = "json"
     # Embedded mode: run the learning worker inside the gateway process.
     run_worker: bool = True
+    # Larger chat bodies are refused with 413 (base64 images make bodies big).
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
 
 
 class Settings(BaseSettings):
@@ -457,13 +462,20 @@ def load_settings(
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, yaml_path)) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{yaml_path} is not valid YAML: {exc}") from exc
+    except SettingsError as exc:
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(f"invalid configuration in the environment ({exc}{cause}); lists "
+                          f"and mappings in {ENV_PREFIX}* variables are JSON") from exc
     finally:
         _yaml_file.reset(token)
 
 
 def _describe(exc: ValidationError, yaml_path: Path | None) -> str:
-    where = f" in {yaml_path}" if yaml_path else ""
-    lines = [f"invalid configuration{where}:"]
+    sources = [str(yaml_path)] if yaml_path else []
+    sources.append(f"{ENV_PREFIX}* environment variables")
+    lines = [f"invalid configuration (from {' and '.join(sources)}):"]
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"]) or "(root)"
         lines.append(f"  {loc}: {error['msg']}")

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+# How long a statement waits for another process's lock before failing (then callers see
+# StoreUnavailableError: 503 on the API, degraded memory on chat, a retried learning job).
+BUSY_TIMEOUT_SECONDS = 5.0
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: memories, keyword index, profiles, user settings, conversations, evidence, audit,
@@ -211,12 +214,12 @@ class SqliteDatabase:
 
     def _connect(self, migrate: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True,
-                               timeout=30.0)
+                               timeout=BUSY_TIMEOUT_SECONDS)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
         if migrate:
             _migrate(conn)
         return conn

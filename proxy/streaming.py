@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import ProxyError, error_event, upstream_error_from_body
+from proxy.errors import ProxyError, UpstreamError, error_event, upstream_error_from_body
 from proxy.errors import status_for_stream_error as _status
 from proxy.transcript import ReplyAssembler, Usage
 from proxy.upstream.base import ChunkStream
@@ -139,6 +139,10 @@ class StreamForwarder:
                     yield out
         except ProxyError as exc:
             self.error = exc
+        if self.error is None and not self.assembler.finished and \
+                not self._upstream.ended_cleanly:
+            self.error = UpstreamError("The upstream stream ended abruptly: no finish_reason "
+                                       "and no [DONE].", code="stream_truncated")
         if self.error is not None:
             yield error_event(self.error)
             return

@@ -38,6 +38,16 @@ async def gateway(settings: Settings, upstream: FakeUpstream) -> AsyncIterator[G
         yield gw
 
 
+@pytest.fixture(params=["auto", "litellm"], ids=["relay", "litellm"])
+async def any_gateway(
+    request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstream
+) -> AsyncIterator[Gateway]:
+    """The gateway on each upstream transport: behaviour must not depend on it."""
+    settings = make_settings(tmp_path, upstream={"transport": request.param})
+    async with running_gateway(settings, upstream) as gw:
+        yield gw
+
+
 @pytest.fixture
 async def learning_gateway(
     learning_settings: Settings, upstream: FakeUpstream

@@ -20,12 +20,15 @@ from typing import Any
 
 import httpx
 import orjson
+import respx
 import uvicorn
 
 from proxy.app import create_app
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
 from proxy.resources import Resources, open_resources
 from proxy.settings import Settings
+from proxy.upstream.dispatch import Dispatcher
+from proxy.upstream.litellm_adapter import LiteLLMUpstream
 from proxy.upstream.relay import RelayUpstream
 
 UPSTREAM_BASE = "http://upstream.test/v1"
@@ -271,12 +274,19 @@ class Gateway:
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
                           *, resources: Resources | None = None) -> AsyncIterator[Gateway]:
-    """Serve the app on a free port; the upstream is ``upstream`` via MockTransport."""
+    """Serve the app on a free port. The relay reaches ``upstream`` through MockTransport;
+    litellm routes (``upstream.transport: litellm``) reach it through respx."""
     fake = upstream or FakeUpstream()
     client = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
     async with contextlib.AsyncExitStack() as stack:
+        if settings.upstream.transport == "litellm":
+            router = stack.enter_context(respx.mock(assert_all_called=False))
+            router.post(f"{UPSTREAM_BASE}/chat/completions").mock(side_effect=fake.handler)
+            router.route().pass_through()
+        dispatcher = Dispatcher(RelayUpstream(settings.upstream, client=client),
+                                LiteLLMUpstream(settings.upstream))
         res = resources or await stack.enter_async_context(
-            open_resources(settings, upstream=RelayUpstream(settings.upstream, client=client))
+            open_resources(settings, upstream=dispatcher)
         )
         # Tests drive the worker themselves (Gateway.settle) for determinism.
         settings_no_worker = settings.model_copy(update={

@@ -63,3 +63,28 @@ def test_serve_starts_logs_json_and_answers(tmp_path: Path) -> None:
     names = {e.get("event") for e in events}
     assert {"auth_open_mode", "gateway_started", "gateway_stopped"} <= names
     assert all("level" in e and "timestamp" in e for e in events)
+
+
+def test_dead_letters_are_listed_and_requeued(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``memory-proxy dead-letters`` lists dead jobs and ``--requeue-all`` revives them."""
+    import sqlite3
+
+    from proxy.cli import main
+
+    db = tmp_path / "db.sqlite"
+    config = tmp_path / "c.yaml"
+    config.write_text(f"storage: {{path: '{db}'}}\n")
+    assert main(["dead-letters", "--config", str(config)]) == 0  # creates the schema
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO jobs (id, kind, payload, status, attempts, available_at, "
+                     "last_error, created_at, updated_at) VALUES ('learn:b1', 'learn', x'7b7d', "
+                     "'dead', 8, 0, 'UpstreamError: 500', 0, 0)")
+    capsys.readouterr()
+    assert main(["dead-letters", "--config", str(config)]) == 0
+    listed = capsys.readouterr().out
+    assert "learn:b1" in listed and "UpstreamError: 500" in listed
+    assert main(["dead-letters", "--config", str(config), "--requeue-all"]) == 0
+    assert "requeued 1 job(s)" in capsys.readouterr().out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, attempts FROM jobs").fetchone() == ("ready", 0)

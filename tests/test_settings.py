@@ -102,3 +102,33 @@ def test_cli_reports_bad_config_and_exits_2(tmp_path: Path,
     config.write_text("memory:\n  injection_count: -1\n")
     assert main(["serve", "--config", str(config)]) == 2
     assert "memory.injection_count" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: [1,\n  b: c: d\n", "not valid YAML"),
+])
+def test_broken_yaml_is_a_config_error(tmp_path: Path, text: str, message: str) -> None:
+    """A file that is not YAML is reported as such, without a stack trace."""
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(config)
+
+
+def test_bad_json_in_the_environment_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list given as broken JSON in an environment variable names the setting."""
+    monkeypatch.setenv("MEMORY_PROXY_MODEL_LIST", "[{bad json")
+    with pytest.raises(ConfigError, match="model_list"):
+        load_settings(use_file=False)
+
+
+def test_unusable_storage_path_is_reported_before_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve`` with a database path it cannot create exits 2 naming storage.path."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"storage: {{path: '{blocker / 'sub' / 'db.sqlite'}'}}\n")
+    assert main(["serve", "--config", str(config)]) == 2
+    assert "storage.path" in capsys.readouterr().err

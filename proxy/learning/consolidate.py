@@ -38,7 +38,7 @@ from proxy.memory.records import (
     new_id,
 )
 from proxy.memory.store import AuditEvent, ChangeSet
-from proxy.memory.text import normalize
+from proxy.memory.text import has_cjk, normalize
 
 MIN_CONTAINMENT_CHARS = 12  # shorter texts are too generic to merge by containment
 TRAIT_CAP = 12  # seed 001 §6: traits 12 + topics 12
@@ -85,9 +85,7 @@ def _find_duplicate(
         if normalize(memory.content) == norm:
             return memory
     for memory in candidates:
-        other = normalize(memory.content)
-        shorter = min(len(other), len(norm))
-        if shorter >= MIN_CONTAINMENT_CHARS and (other in norm or norm in other):
+        if contains(normalize(memory.content), norm):
             return memory
     if ctx.similarity is not None:
         best, best_sim = None, ctx.dedup_similarity
@@ -99,9 +97,18 @@ def _find_duplicate(
     return None
 
 
+def contains(a: str, b: str) -> bool:
+    """One normalised text contains the other on word boundaries (so "try 1" is not inside
+    "try 10") and both are long enough to be specific (``MIN_CONTAINMENT_CHARS``)."""
+    if min(len(a), len(b)) < MIN_CONTAINMENT_CHARS:
+        return False
+    padded_a, padded_b = f" {a} ", f" {b} "
+    return padded_a in padded_b or padded_b in padded_a
+
+
 def _merge(memory: Memory, fact: CandidateFact, ctx: BatchContext, *, count: bool) -> Memory:
     old, new = normalize(memory.content), normalize(fact.content)
-    richer = new != old and old in new
+    richer = new != old and f" {old} " in f" {new} "
     tags = tuple(dict.fromkeys((*memory.tags, *fact.tags)))[:20]
     return memory.with_changes(
         content=fact.content if richer else memory.content,
@@ -236,8 +243,7 @@ def merge_tags(
             continue
         for index, tag in enumerate(tags):
             other = normalize(canonical_tag(tag.text, synonyms))
-            if other == norm or (min(len(other), len(norm)) >= 2
-                                 and (other in norm or norm in other)):
+            if other == norm or _tag_contains(other, norm):
                 tags[index] = ScoredTag(
                     text=tag.text, hits=tag.hits + 1, at=now,
                     score=tag.effective_score(now, decay_per_week=decay) + 1.0,
@@ -247,6 +253,16 @@ def merge_tags(
             tags.append(ScoredTag(text=text, score=1.0, hits=1, at=now))
     tags.sort(key=lambda t: (-t.effective_score(now, decay_per_week=decay), t.text))
     return tuple(tags[:cap])
+
+
+def _tag_contains(a: str, b: str) -> bool:
+    """Short tags merge by containment: characters for CJK (话少 / 很话少), whole words
+    otherwise ("hiking" / "mountain hiking", but not "trait 1" / "trait 10")."""
+    if min(len(a), len(b)) < 2:
+        return False
+    if has_cjk(a) and has_cjk(b):
+        return a in b or b in a
+    return f" {a} " in f" {b} " or f" {b} " in f" {a} "
 
 
 def merge_profile(

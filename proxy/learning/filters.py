@@ -40,6 +40,10 @@ _DIRECTIVE = re.compile(
     r"say|mention|tell|use|write|output|print|call|refer|start|end|format|recommend|suggest|"
     r"link|send)\b"
     r"|^\s*(?:append|include|respond|reply|answer|output|print|forward|visit|click)\b"
+    r"|\bfrom now on\b|\bgoing forward,? (?:you|always|never)\b"
+    r"|\b(?:always|never)\s+(?:answer|reply|respond|write|speak|talk|append|include|add|"
+    r"say|mention|output|print|format|start|end|refer)\b"
+    r"|从现在起|从今以后|以后(?:都|一律|必须)|每次回答"
     r"|忽略(?:之前|以上|前面)|系统(?:规则|提示|指令)|你(?:必须|应该|一定要|要始终)|助手(?:必须|应该|要始终)"
     r"|^\s*(?:始终|永远|总是|务必|必须)",
     re.I,
@@ -105,6 +109,8 @@ class FactFilter:
         stripped = fact.content.strip()
         if stripped[:1] in "{[" or _SCHEMA_KEYS.search(text):
             return "json"
+        if "\ufffd" in text:  # a repaired broken escape: the fact lost characters (B14)
+            return "garbled"
         norm = normalize(fact.content)
         if any(example and (example in norm or norm in example) for example in _EXAMPLES):
             return "example"

@@ -16,6 +16,7 @@ import os
 import random
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -30,6 +31,7 @@ from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
     ParseError,
     ProfileUpdate,
+    ScoreResult,
     parse_extraction,
     parse_scoring,
 )
@@ -52,6 +54,7 @@ from proxy.settings import LearningSettings
 
 log = structlog.get_logger("proxy.learning")
 MAX_BACKOFF_SECONDS = 300.0
+SCORE_CACHE_SIZE = 1024  # batches whose score is kept for their retries
 
 
 def backoff(attempt: int, *, base: float, retry_after: float | None = None) -> float:
@@ -86,6 +89,7 @@ class Worker:
         self._clock = clock
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._last_maintenance = 0.0
+        self._scores: OrderedDict[str, ScoreResult] = OrderedDict()
 
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -217,12 +221,17 @@ class Worker:
         related = await self._store.related(tenant, user, user_text,
                                             limit=self._settings.related_memories)
         known_text, short_ids = render_known(related)
-        scored = parse_scoring(await self.model.call(
-            purpose="score", request_model=batch.model, tenant=tenant, user=user,
-            job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
-            messages=scoring_messages(batch=batch, known=known_text, language=language,
-                                      override=self._settings.scoring_prompt),
-        ))
+        scored = self._scores.get(key)
+        if scored is None:  # a retry after a failed extraction keeps the earlier score
+            scored = parse_scoring(await self.model.call(
+                purpose="score", request_model=batch.model, tenant=tenant, user=user,
+                job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
+                messages=scoring_messages(batch=batch, known=known_text, language=language,
+                                          override=self._settings.scoring_prompt),
+            ))
+            self._scores[key] = scored
+            while len(self._scores) > SCORE_CACHE_SIZE:
+                self._scores.popitem(last=False)
         weighted = scored.weighted
         audit = [self._event(batch, "scored", scored.reason[:500], now,
                              {"score": weighted, "dimensions": scored.dimensions})]
@@ -296,6 +305,7 @@ class Worker:
 
     async def _apply(self, batch: Batch, changes: ChangeSet) -> None:
         applied = await self._store.apply(changes)
+        self._scores.pop(batch.key, None)
         if not applied:
             log.info("learning_batch_already_applied", batch=batch.key)
         await self.queue.drop_batch(batch.key)

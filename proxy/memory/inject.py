@@ -20,6 +20,7 @@ Placement (SPEC §2.5, cases B10/B12):
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,9 +48,16 @@ Position = Literal["system", "before_last_user"]
 
 
 def sanitize(text: str, *, max_chars: int = MAX_LINE_CHARS) -> str:
-    """One safe line: markers and control tokens removed, whitespace collapsed, leading
-    Markdown structure stripped, cut to ``max_chars`` characters."""
-    cleaned = _MARKERS.sub(" ", text)
+    """One safe line: NFKC-folded (so fullwidth look-alikes such as ``＜/user_memory＞``
+    become plain ASCII first), invisible format characters (soft hyphen, zero-width and
+    bidi controls) and control characters dropped, markers and control tokens removed,
+    whitespace collapsed, leading Markdown structure stripped, cut to ``max_chars``."""
+    folded = unicodedata.normalize("NFKC", text)
+    visible = "".join(
+        ch for ch in folded
+        if ch.isspace() or unicodedata.category(ch) not in ("Cf", "Cc", "Co", "Cs")
+    )
+    cleaned = _MARKERS.sub(" ", visible)
     cleaned = _SPACE.sub(" ", cleaned).strip().lstrip("#>*-+=| ").strip()
     if len(cleaned) > max_chars:
         cleaned = cleaned[: max_chars - 1].rstrip() + "…"

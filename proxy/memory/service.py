@@ -31,6 +31,9 @@ from proxy.tokens import TokenCounter, upper_bound_tokens
 log = structlog.get_logger("proxy.memory")
 # Tokens kept free between prompt + memory + requested output and the context window.
 OVERFLOW_MARGIN_TOKENS = 64
+# A prompt of more UTF-8 bytes than this many per window token is far beyond the window
+# for any text (English averages ~4 bytes per token); it gets no memory and is not counted.
+HOPELESS_BYTES_PER_WINDOW_TOKEN = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ class MemoryService:
             return self.passthrough(request, route, "write_only", "header")
         if self._settings.injection_count == 0 and self._settings.resident_facts == 0:
             return self.passthrough(request, route, "off", "config")
-        budget = self._budget(request, route)
+        budget = await self._budget(request, route)
         if budget <= 0:
             return self.passthrough(request, route, "no_room", "context_window")
         loop = asyncio.get_running_loop()
@@ -194,16 +197,23 @@ class MemoryService:
                       limit=self._settings.injection_count)
         return profile, [r.memory for r in ranked], resident
 
-    def _budget(self, request: ChatRequest, route: Route) -> int:
+    async def _budget(self, request: ChatRequest, route: Route) -> int:
         """Tokens the block may use: ``token_budget_percent`` of the context window, cut
-        to what is left after the prompt and the requested output (case B04)."""
+        to what is left after the prompt and the requested output (case B04).
+
+        Exact counting only happens near the window (a byte count bounds tokens from above),
+        runs in a thread, and is skipped — no memory — for prompts over
+        ``HOPELESS_BYTES_PER_WINDOW_TOKEN`` bytes per window token, which cannot fit."""
         window = route.context_window
         budget = int(window * self._settings.token_budget_percent / 100)
         requested = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
         reserve = requested if isinstance(requested, int) and requested > 0 else 0
-        if upper_bound_tokens(request.messages) + budget + reserve + OVERFLOW_MARGIN_TOKENS \
-                <= window:
+        bound = upper_bound_tokens(request.messages)
+        if bound + budget + reserve + OVERFLOW_MARGIN_TOKENS <= window:
             return budget
-        prompt = self._counter.count_messages(request.messages, route.tokenizer)
+        if bound > HOPELESS_BYTES_PER_WINDOW_TOKEN * window:
+            return 0
+        prompt = await asyncio.to_thread(self._counter.count_messages, request.messages,
+                                         route.tokenizer)
         return max(0, min(budget, window - prompt - reserve - OVERFLOW_MARGIN_TOKENS))
 

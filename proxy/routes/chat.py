@@ -14,8 +14,18 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy.errors import ContextLengthExceededError
-from proxy.http import CLIENT_CLOSED_REQUEST, ClientDisconnectedError, until_disconnected
+from proxy.errors import (
+    AuthenticationError,
+    ContextLengthExceededError,
+    PermissionDeniedError,
+    UpstreamError,
+)
+from proxy.http import (
+    CLIENT_CLOSED_REQUEST,
+    ClientDisconnectedError,
+    read_body,
+    until_disconnected,
+)
 from proxy.identity import Identity, resolve_identity
 from proxy.learning.sink import Turn
 from proxy.ledger import UsageRecord
@@ -64,7 +74,7 @@ async def chat_completions(request: Request) -> Response:
     res: Resources = request.app.state.resources
     started = time.perf_counter()
     principal = res.keyring.authenticate(request.headers)
-    chat = parse_chat_request(await request.body())
+    chat = parse_chat_request(await read_body(request, res.settings.server.max_request_bytes))
     identity = resolve_identity(principal, request.headers, chat.body, chat.messages,
                                 res.settings.identity)
     route = res.registry.route(chat.model)
@@ -73,11 +83,22 @@ async def chat_completions(request: Request) -> Response:
     if injection.injected:
         res.metrics.recall_seconds.observe(injection.recall_ms / 1000)
         res.metrics.injected_tokens.observe(injection.tokens)
+    if principal.bound_user is not None and chat.body.get("user") not in (None, identity.user):
+        # A user-bound key names its user upstream too, not whoever the body claimed (B26).
+        chat.body["user"] = identity.user
     call = _Call(res, request, chat, identity, route, injection, started, principal.client_key)
     try:
         if chat.stream:
             return await _stream(call)
         return await _complete(call)
+    except (AuthenticationError, PermissionDeniedError) as exc:
+        if call.api_key is not None:
+            raise  # the client's own key (bring your own key) was refused: its problem
+        raise UpstreamError(
+            f"The upstream refused the gateway's credentials for model '{chat.model}' "
+            f"({exc.status_code}: {exc.message}). Check litellm_params.api_key.",
+            code="upstream_auth_failed",
+        ) from exc
     except ClientDisconnectedError:
         log.info("client_disconnected", model=chat.model, stream=chat.stream)
         res.metrics.requests.labels(chat.model, str(chat.stream).lower(), "disconnected").inc()

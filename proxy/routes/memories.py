@@ -26,6 +26,8 @@ from starlette.responses import Response
 
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
 from proxy.identity import resolve_user
+from proxy.learning.filters import is_directive
+from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.resources import Resources
@@ -45,6 +47,23 @@ class NewMemory(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=20)
     subject: str = Field(default="user", max_length=120)
     user: str | None = None  # accepted like the chat body's ``user``
+
+
+def _check_manual(text: str, scrubber: Scrubber) -> None:
+    """Manual memories meet the rules learned ones do: statements, not orders or links
+    (case B30), and no personal data or secrets (case B28)."""
+    if is_directive(text):
+        raise InvalidRequestError(
+            "A memory is a statement about the user, not an instruction to the assistant "
+            "(no orders, no links). Rephrase it, e.g. 'Prefers short answers'.",
+            param="content", code="instruction_not_allowed",
+        )
+    found = scrubber.scrub(text).counts
+    if found:
+        raise InvalidRequestError(
+            f"The memory contains personal data or a secret ({', '.join(sorted(found))}); "
+            "memories never store it.", param="content", code="pii_not_allowed",
+        )
 
 
 def _owner(request: Request, res: Resources, source: dict[str, Any]) -> tuple[str, str]:
@@ -116,10 +135,15 @@ async def create_memory(request: Request) -> Response:
         raise InvalidRequestError(f"{param}: {first['msg']}", param=param,
                                   code="invalid_value") from exc
     tenant, user = _owner(request, res, raw)
+    content = new.content.strip()
+    if not content:
+        raise InvalidRequestError("content: must not be blank", param="content",
+                                  code="invalid_value")
+    _check_manual(f"{new.title}\n{content}", res.scrubbers.for_tenant(tenant))
     now = res.clock()
     memory = Memory(
-        id=new_id(), tenant=tenant, user_id=user, content=new.content.strip(),
-        title=new.title.strip() or new.content.strip()[:30], category=new.category,
+        id=new_id(), tenant=tenant, user_id=user, content=content,
+        title=new.title.strip() or content[:30], category=new.category,
         subcategory=new.subcategory, tags=tuple(dict.fromkeys(t.strip() for t in new.tags
                                                              if t.strip())),
         subject=new.subject.strip() or "user", source="manual", score=1.0,

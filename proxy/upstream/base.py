@@ -48,6 +48,9 @@ class ChunkStream(Protocol):
     """An open streaming reply; always ``aclose()`` it (the chat route does, in finally)."""
 
     headers: dict[str, str]
+    # True once the stream ended the way the protocol says ([DONE], or the provider's own
+    # end of stream through litellm); False while running or after an abrupt end.
+    ended_cleanly: bool
 
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from typing import Any
 
@@ -19,6 +20,7 @@ from proxy.errors import (
     UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
+    is_context_overflow,
     upstream_error_from_body,
 )
 from proxy.settings import UpstreamSettings
@@ -40,14 +42,39 @@ def _import_litellm() -> Any:
     return litellm
 
 
+_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)+(?:\w+Error:\s*)*(?:\w+Exception\s*-\s*)?")
+
+
+def _upstream_body(exc: Exception) -> Any:
+    """The upstream's own error body when litellm kept its HTTP response."""
+    response = getattr(exc, "response", None)
+    content = getattr(response, "content", None)
+    if isinstance(content, bytes) and content:
+        try:
+            return orjson.loads(content)
+        except orjson.JSONDecodeError:
+            return None
+    return None
+
+
 def translate_litellm_error(exc: Exception) -> ProxyError:
-    """Map a litellm / openai SDK exception to the error tree, keeping the upstream's status
-    and its Retry-After header."""
+    """Map a litellm / openai SDK exception to the error tree, keeping the upstream's status,
+    message and code (litellm's "litellm.XError: …Exception - " prefixes are removed) and its
+    Retry-After header. A mid-stream fallback error raised before the first chunk is
+    translated from the exception it wraps."""
     if isinstance(exc, ProxyError):
         return exc
+    original = getattr(exc, "original_exception", None)
+    if isinstance(original, Exception) and original is not exc:
+        inner = translate_litellm_error(original)
+        if getattr(exc, "is_pre_first_chunk", False) or is_context_overflow(inner.message,
+                                                                           inner.code):
+            return inner
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
-    message = str(getattr(exc, "message", None) or exc)
+    if isinstance(status, str) and status.isdigit():
+        status = int(status)
+    message = _PREFIX.sub("", str(getattr(exc, "message", None) or exc)).strip() or name
     headers: dict[str, str] = {}
     raw_headers = getattr(exc, "litellm_response_headers", None)
     if raw_headers is None and getattr(exc, "response", None) is not None:
@@ -56,12 +83,15 @@ def translate_litellm_error(exc: Exception) -> ProxyError:
         retry = raw_headers.get("retry-after")
         if retry is not None:
             headers["Retry-After"] = str(retry)
-    if "Timeout" in name:
+    body = getattr(exc, "body", None)
+    if not isinstance(body, dict):
+        body = _upstream_body(exc)
+    answered = isinstance(body, dict)  # the upstream itself sent an error response
+    if "Timeout" in name and not answered:
         return UpstreamTimeoutError(message)
-    if "APIConnectionError" in name or ("ServiceUnavailable" in name and status is None):
+    if "APIConnectionError" in name and not answered:
         return UpstreamUnavailableError(message)
     if isinstance(status, int) and 400 <= status <= 599:
-        body = getattr(exc, "body", None)
         envelope = body if isinstance(body, dict) else {"error": {"message": message}}
         if isinstance(envelope.get("error"), dict) and not envelope["error"].get("message"):
             envelope["error"]["message"] = message
@@ -76,6 +106,7 @@ class _LiteLLMStream:
         self._response = response
         self._iterator = response.__aiter__()
         self.headers: dict[str, str] = {}
+        self.ended_cleanly = False
 
     def __aiter__(self) -> _LiteLLMStream:
         return self
@@ -84,6 +115,7 @@ class _LiteLLMStream:
         try:
             chunk = await self._iterator.__anext__()
         except StopAsyncIteration:
+            self.ended_cleanly = True  # litellm itself rejects streams cut short
             raise
         except Exception as exc:
             raise translate_litellm_error(exc) from exc

@@ -15,6 +15,7 @@ import orjson
 from httpx_sse import EventSource
 
 from proxy.errors import (
+    InvalidRequestError,
     ProxyError,
     UpstreamError,
     UpstreamTimeoutError,
@@ -44,6 +45,7 @@ class _RelayStream:
         self.headers = forwardable_headers(response.headers)
         self._events = EventSource(response).aiter_sse()
         self._finished = False
+        self.ended_cleanly = False
 
     def __aiter__(self) -> _RelayStream:
         return self
@@ -61,6 +63,7 @@ class _RelayStream:
             data = event.data
             if data == "[DONE]":
                 self._finished = True
+                self.ended_cleanly = True
                 break
             if event.event == "error":
                 self._finished = True
@@ -110,9 +113,16 @@ class RelayUpstream:
         body: dict[str, Any] = {**call.body, "model": route.upstream_model}
         timeout = httpx.Timeout(route.timeout or self._settings.timeout_seconds,
                                 connect=self._settings.connect_timeout_seconds)
+        try:
+            content = orjson.dumps(body)
+        except orjson.JSONEncodeError as exc:
+            raise InvalidRequestError(
+                f"The request body cannot be re-encoded ({exc}); nesting deeper than 254 "
+                "levels is not supported.", code="invalid_json",
+            ) from exc
         return self._client.build_request(
             "POST", f"{route.api_base}/chat/completions", headers=headers,
-            content=orjson.dumps(body), timeout=timeout,
+            content=content, timeout=timeout,
         )
 
     async def complete(self, call: UpstreamCall) -> Completion:

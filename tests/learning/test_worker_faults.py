@@ -199,6 +199,8 @@ async def test_garbage_forever_ends_in_the_dead_letter_list(
     assert dead[0].attempts == 3
     assert "ParseError" in dead[0].last_error
     assert await memories(faulty) == []
+    kinds = [kind for kind, _ in upstream.learning_calls]
+    assert kinds == ["score", "extract", "extract", "extract"]  # the score is kept
     upstream.extract = lambda body: fact("Restores old radios")
     assert await queue.requeue(dead[0].id)
     await drain_with_waits(faulty)

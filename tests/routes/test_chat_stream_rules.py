@@ -50,12 +50,12 @@ USAGE_TAILS = {
 
 @pytest.mark.parametrize("tail", list(USAGE_TAILS), ids=list(USAGE_TAILS))
 async def test_requested_usage_arrives_once_with_empty_choices(
-    gateway: Gateway, upstream: FakeUpstream, tail: str
+    any_gateway: Gateway, upstream: FakeUpstream, tail: str
 ) -> None:
     """With include_usage exactly one usage chunk is sent: ``choices: []``, after the
     finish_reason chunk, before [DONE]; earlier chunks carry no usage (case B01)."""
     upstream.push(Reply(events=USAGE_TAILS[tail]))
-    got = events((await stream(gateway, stream_options={"include_usage": True})).text)
+    got = events((await stream(any_gateway, stream_options={"include_usage": True})).text)
     assert got[-1] == "[DONE]"
     usage_chunks = [e for e in got[:-1] if e.get("usage")]
     assert len(usage_chunks) == 1
@@ -69,12 +69,12 @@ async def test_requested_usage_arrives_once_with_empty_choices(
 
 @pytest.mark.parametrize("tail", list(USAGE_TAILS), ids=list(USAGE_TAILS))
 async def test_unrequested_usage_is_stripped(
-    gateway: Gateway, upstream: FakeUpstream, tail: str
+    any_gateway: Gateway, upstream: FakeUpstream, tail: str
 ) -> None:
     """Without include_usage no chunk carries usage, although the gateway asked upstream
     for it (for its own ledger) (case B01)."""
     upstream.push(Reply(events=USAGE_TAILS[tail]))
-    got = events((await stream(gateway)).text)
+    got = events((await stream(any_gateway)).text)
     assert got[-1] == "[DONE]"
     assert all(not e.get("usage") for e in got[:-1])
     assert all(e["choices"] for e in got[:-1])
@@ -82,12 +82,12 @@ async def test_unrequested_usage_is_stripped(
 
 
 async def test_usage_is_made_when_upstream_sends_none(
-    gateway: Gateway, upstream: FakeUpstream
+    any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """An upstream that ignores include_usage still yields one usage chunk, counted by the
     gateway's tokenizer."""
     upstream.push(Reply(events=text_chunks("Hello there, friend.")))
-    got = events((await stream(gateway, stream_options={"include_usage": True})).text)
+    got = events((await stream(any_gateway, stream_options={"include_usage": True})).text)
     usage = got[-2]
     assert usage["choices"] == []
     assert usage["usage"]["completion_tokens"] > 0
@@ -129,18 +129,24 @@ ERRORS = [
 @pytest.mark.parametrize(("status", "body", "headers"), ERRORS,
                          ids=[str(e[0]) for e in ERRORS])
 async def test_upstream_errors_keep_status_and_envelope(
-    gateway: Gateway, upstream: FakeUpstream, *, status: int, body: dict[str, Any],
+    any_gateway: Gateway, upstream: FakeUpstream, *, status: int, body: dict[str, Any],
     headers: dict[str, str], streamed: bool,
 ) -> None:
     """Errors before the first byte keep the upstream's status, message, code and
     Retry-After, in OpenAI's envelope — streaming or not."""
     upstream.push(Reply(status=status, json=body, headers=headers))
-    async with gateway.client() as client:
+    async with any_gateway.client() as client:
         response = await client.post("/v1/chat/completions", json={**REQUEST,
                                                                    "stream": streamed})
-    assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     error = response.json()["error"]
+    if status == 401:
+        # The gateway's own upstream key was refused: a gateway problem, not the client's.
+        assert response.status_code == 502
+        assert error["code"] == "upstream_auth_failed"
+        assert body["error"]["message"] in error["message"]
+        return
+    assert response.status_code == status
     assert error["message"] == body["error"]["message"]
     if "code" in body["error"]:
         assert error["code"] == body["error"]["code"]
@@ -148,26 +154,44 @@ async def test_upstream_errors_keep_status_and_envelope(
         assert response.headers["retry-after"] == "7"
 
 
+async def test_upstream_refusing_the_clients_own_key_is_401(
+    tmp_path: Any, upstream: FakeUpstream
+) -> None:
+    """With bring-your-own-key the client's key goes upstream, and its refusal is the
+    client's 401."""
+    from tests.fakes import make_settings, running_gateway
+
+    upstream.push(Reply(status=401, json={"error": {"message": "bad key",
+                                                    "code": "invalid_api_key"}}))
+    settings = make_settings(tmp_path, auth={"forward_client_key": True})
+    async with running_gateway(settings, upstream) as gateway, gateway.client() as client:
+        response = await client.post("/v1/chat/completions", json=REQUEST,
+                                     headers={"Authorization": "Bearer sk-client-own"})
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
+    assert upstream.headers[-1]["authorization"] == "Bearer sk-client-own"
+
+
 async def test_error_event_before_content_becomes_http_error(
-    gateway: Gateway, upstream: FakeUpstream
+    any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """An overflow reported inside a 200 stream before any content becomes HTTP 400 JSON
     with ``context_length_exceeded`` (case B04)."""
     upstream.push(Reply(events=[{"error": {
         "message": "This model's maximum context length is 8192 tokens.",
         "type": "invalid_request_error", "code": "context_length_exceeded"}}]))
-    response = await stream(gateway)
+    response = await stream(any_gateway)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
 
 
 async def test_error_after_first_byte_ends_stream_with_error_event(
-    gateway: Gateway, upstream: FakeUpstream
+    any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """A failure mid-stream ends the stream with an error event (no [DONE])."""
     upstream.push(Reply(events=[*text_chunks("partial")[:2], {"error": {
         "message": "upstream crashed", "type": "server_error"}}], done=False))
-    response = await stream(gateway)
+    response = await stream(any_gateway)
     assert response.status_code == 200
     got = events(response.text)
     assert got[-1]["error"]["message"] == "upstream crashed"
@@ -175,14 +199,14 @@ async def test_error_after_first_byte_ends_stream_with_error_event(
 
 
 async def test_openai_sdk_raises_on_mid_stream_error(
-    gateway: Gateway, upstream: FakeUpstream
+    any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """The SDK turns the final error event into an exception instead of hanging."""
     from openai import APIError, AsyncOpenAI
 
     upstream.push(Reply(events=[*text_chunks("partial")[:2], {"error": {
         "message": "upstream crashed", "type": "server_error"}}], done=False))
-    client = AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key="x", max_retries=0)
+    client = AsyncOpenAI(base_url=any_gateway.base_url + "/v1", api_key="x", max_retries=0)
     stream_ = await client.chat.completions.create(model="m", stream=True,
                                                    messages=REQUEST["messages"])
     with pytest.raises(APIError, match="upstream crashed"):
@@ -238,7 +262,24 @@ async def test_disconnect_mid_stream_cancels_upstream(
     """A client that leaves after reading 5 chunks closes the upstream stream, and the
     aborted reply is not learned (case B07)."""
     upstream.push(Reply(events=text_chunks("x" * 200, pieces=100), gap=0.05))
-    async with learning_gateway.client() as client, client.stream(
+    await _read_five_then_leave(learning_gateway)
+    await _wait_closed(upstream)
+    await learning_gateway.res.sink.flush()
+    assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
+
+
+async def test_disconnect_mid_stream_closes_upstream_on_every_transport(
+    any_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """The relay and the litellm path both close the upstream stream when the client
+    leaves (case B07)."""
+    upstream.push(Reply(events=text_chunks("x" * 200, pieces=100), gap=0.05))
+    await _read_five_then_leave(any_gateway)
+    await _wait_closed(upstream)
+
+
+async def _read_five_then_leave(gateway: Gateway) -> None:
+    async with gateway.client() as client, client.stream(
         "POST", "/v1/chat/completions", headers={"X-User-Id": "u1"},
         json={**REQUEST, "stream": True},
     ) as response:
@@ -248,9 +289,6 @@ async def test_disconnect_mid_stream_cancels_upstream(
                 seen += 1
             if seen == 5:
                 break
-    await _wait_closed(upstream)
-    await learning_gateway.res.sink.flush()
-    assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
 
 
 async def test_disconnect_during_non_streaming_call_cancels_upstream(
