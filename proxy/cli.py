@@ -88,7 +88,7 @@ async def _work(settings: Settings) -> None:
 
 
 async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
-    from proxy.resources import open_resources  # noqa: PLC0415
+    from proxy.resources import open_resources
 
     async with open_resources(settings) as res:
         assert res.queue is not None

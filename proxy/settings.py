@@ -22,6 +22,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -31,7 +32,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-import yaml
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,

@@ -83,7 +83,8 @@ def test_dead_letters_are_listed_and_requeued(tmp_path: Path,
     capsys.readouterr()
     assert main(["dead-letters", "--config", str(config)]) == 0
     listed = capsys.readouterr().out
-    assert "learn:b1" in listed and "UpstreamError: 500" in listed
+    assert "learn:b1" in listed
+    assert "UpstreamError: 500" in listed
     assert main(["dead-letters", "--config", str(config), "--requeue-all"]) == 0
     assert "requeued 1 job(s)" in capsys.readouterr().out
     with sqlite3.connect(db) as conn:
