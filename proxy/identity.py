@@ -104,6 +104,10 @@ def resolve_identity(
     mode = _mode(headers.get(settings.memory_header.lower()), settings.memory_header)
     channel, group = _channel(headers, body, settings)
     conversation = _conversation(headers, body, settings)
+    if conversation is None and group is not None:
+        # A group chat is one long conversation: every participant's request shares it.
+        seed = "\x1f".join((principal.tenant, "group", group))
+        conversation = "grp_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
     if conversation is None:
         conversation = derive_conversation_id(
             tenant=principal.tenant, user=user, channel=channel, group=group, messages=messages

@@ -179,6 +179,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX buffer_batch ON buffered_messages (batch_key);
     CREATE INDEX buffer_age ON buffered_messages (at);
     """,
+    # 2: display names → users, for attributing group messages (seed 001 §4).
+    """
+    CREATE TABLE user_names (
+        tenant TEXT NOT NULL,
+        name TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        seen_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, name, user_id)
+    ) WITHOUT ROWID;
+    """,
 )
 
 

@@ -212,9 +212,11 @@ class FakeUpstream:
 def _learning_kind(body: dict[str, Any]) -> str | None:
     messages = body.get("messages") or []
     system = messages[0].get("content") if messages else None
-    if system in (SCORING_EN, SCORING_ZH):
+    if not isinstance(system, str):
+        return None
+    if system.startswith((SCORING_EN, SCORING_ZH)):
         return "score"
-    if system in (EXTRACTION_EN, EXTRACTION_ZH):
+    if system.startswith((EXTRACTION_EN, EXTRACTION_ZH)):
         return "extract"
     return None
 

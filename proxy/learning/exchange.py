@@ -50,12 +50,18 @@ class Exchange:
     model: str
     messages: tuple[TranscriptMessage, ...]
     at: float  # epoch seconds
+    # Who sent the request and the display name on their latest message: the gateway learns
+    # which names a user goes by (for group attribution). In a group, ``user`` is the
+    # group's learning namespace (:func:`group_namespace`) and ``speaker`` the requester.
+    speaker: str | None = None
+    speaker_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "tenant": self.tenant, "user": self.user,
             "conversation": self.conversation, "channel": self.channel, "group": self.group,
             "model": self.model, "messages": [m.to_json() for m in self.messages], "at": self.at,
+            "speaker": self.speaker, "speaker_name": self.speaker_name,
         }
 
     @classmethod
@@ -65,8 +71,22 @@ class Exchange:
             conversation=data["conversation"], channel=data["channel"], group=data.get("group"),
             model=data["model"],
             messages=tuple(TranscriptMessage.from_json(m) for m in data["messages"]),
-            at=float(data["at"]),
+            at=float(data["at"]), speaker=data.get("speaker"),
+            speaker_name=data.get("speaker_name"),
         )
+
+
+GROUP_PREFIX = "group:"
+
+
+def group_namespace(group: str) -> str:
+    """The learning namespace of a group chat: its messages are buffered and fingerprinted
+    once for the group, whichever participant's request carried them."""
+    return GROUP_PREFIX + group
+
+
+def is_group_namespace(user: str) -> bool:
+    return user.startswith(GROUP_PREFIX)
 
 
 def fingerprint(*, tenant: str, user: str, role: str, text: str) -> str:

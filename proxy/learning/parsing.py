@@ -143,6 +143,8 @@ class CandidateFact:
     supersedes: tuple[str, ...]
     duplicate_of: str | None
     source_turns: tuple[int, ...]
+    # Group chats: the participant who stated the fact, as named in the transcript.
+    speaker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1214,6 +1216,7 @@ def _fact(item: Any) -> CandidateFact | None:
         supersedes=tuple(supersedes),
         duplicate_of=duplicates[0] if duplicates else None,
         source_turns=_turns(_first_present(item, ("source_turns", "evidence"))),
+        speaker=_clean_text(_first_present(item, ("speaker", "stated_by", "said_by"))) or None,
     )
 
 

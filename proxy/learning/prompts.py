@@ -182,16 +182,21 @@ def render_transcript(batch: Batch) -> str:
     return "\n".join(lines)
 
 
-def render_known(memories: Sequence[Memory]) -> tuple[str, dict[str, str]]:
-    """Existing memories with short ids ("m1" …) and the short-id → memory-id map."""
+def render_known(
+    memories: Sequence[Memory], *, owners: dict[str, str | None] | None = None
+) -> tuple[str, dict[str, str]]:
+    """Existing memories with short ids ("m1" …) and the short-id → memory-id map. In a
+    group, ``owners`` (memory id → participant name) labels whose memory each one is."""
     if not memories:
         return "(none)", {}
     lines, ids = [], {}
     for number, memory in enumerate(memories, start=1):
         short = f"m{number}"
         ids[short] = memory.id
+        owner = (owners or {}).get(memory.id)
+        whose = f" [{owner}]" if owner else ""
         about = "" if memory.about_user else f" (about {memory.subject})"
-        lines.append(f"{short}{about}: {' '.join(memory.content.split())[:300]}")
+        lines.append(f"{short}{whose}{about}: {' '.join(memory.content.split())[:300]}")
     return "\n".join(lines), ids
 
 
@@ -204,10 +209,29 @@ def scoring_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+GROUP_EN = """
+
+This is a GROUP chat: each user line names its participant, e.g. "user (Alice)". For every \
+memory set "speaker" to the name of the participant who stated it, exactly as written. \
+"subject": "user" means the speaker themself. What a participant says about another person \
+is the speaker's knowledge with that person as "subject" — never the other person's own \
+statement. Existing memories show whose they are in brackets. Use "profile": null."""
+
+GROUP_ZH = """
+
+这是一个【群聊】：每一行用户消息都标明了发言者，例如 "user (Alice)"。每条记忆都必须把 "speaker" \
+设为说出它的发言者名字（与对话中写法完全一致）。"subject": "user" 指发言者本人。某人谈论另一个人的内容，\
+属于发言者的知识，"subject" 填那个人的名字——绝不能当作那个人自己的陈述。已有记忆的方括号中标明了归属。\
+"profile" 填 null。"""
+
+
 def extraction_messages(
-    *, batch: Batch, known: str, language: Language, override: str | None
+    *, batch: Batch, known: str, language: Language, override: str | None,
+    group: bool = False,
 ) -> list[dict[str, str]]:
     system = override or (EXTRACTION_ZH if language == "zh" else EXTRACTION_EN)
+    if group:
+        system += GROUP_ZH if language == "zh" else GROUP_EN
     heading = "已有记忆" if language == "zh" else "Existing memories"
     new = "新消息" if language == "zh" else "New messages"
     user = f"{heading}:\n{known}\n\n{new}:\n{render_transcript(batch)}"

@@ -20,7 +20,7 @@ from typing import Protocol
 import orjson
 import structlog
 
-from proxy.learning.exchange import Exchange, TranscriptMessage, transcript
+from proxy.learning.exchange import Exchange, TranscriptMessage, group_namespace, transcript
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import JobKind
 from proxy.memory.records import new_id
@@ -129,14 +129,17 @@ class QueueSink:
         jobs: list[tuple[JobKind, str, bytes]] = []
         fresh: list[str] = []
         for turn in turns:
+            owner = group_namespace(turn.group) if turn.group is not None else turn.user
             messages = [
-                m for m in transcript(tenant=turn.tenant, user=turn.user,
+                m for m in transcript(tenant=turn.tenant, user=owner,
                                       messages=turn.messages, reply=turn.reply,
                                       limit=self._max_messages)
                 if m.fingerprint not in self._recent
             ]
-            if not messages:
-                continue
+            speaker_name = _latest_name(turn.messages)
+            binding = f"{turn.tenant}\x1f{turn.user}\x1f{speaker_name}" if speaker_name else None
+            if not messages and (binding is None or binding in self._recent):
+                continue  # nothing new to learn, and the user's name is already known
             scrubber = self._scrubbers.for_tenant(turn.tenant)
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
@@ -144,12 +147,15 @@ class QueueSink:
                 for m in messages
             )
             exchange = Exchange(
-                id=new_id(), tenant=turn.tenant, user=turn.user,
+                id=new_id(), tenant=turn.tenant, user=owner,
                 conversation=turn.conversation, channel=turn.channel, group=turn.group,
-                model=turn.model, messages=scrubbed, at=turn.at,
+                model=turn.model, messages=scrubbed, at=turn.at, speaker=turn.user,
+                speaker_name=speaker_name,
             )
             jobs.append(("exchange", f"exchange:{exchange.id}", orjson.dumps(exchange.to_json())))
             fresh.extend(m.fingerprint for m in messages)
+            if binding is not None:
+                fresh.append(binding)
             await asyncio.sleep(0)  # scrubbing is CPU work: let requests in between turns
         if not jobs:
             return
@@ -162,3 +168,11 @@ class QueueSink:
             self._recent[fingerprint] = None
         while len(self._recent) > self._recent_cap:
             self._recent.popitem(last=False)
+
+
+def _latest_name(messages: list[Message]) -> str | None:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            name = message.get("name")
+            return name.strip() if isinstance(name, str) and name.strip() else None
+    return None

@@ -25,10 +25,11 @@ import structlog
 
 from proxy.errors import ProxyError, RateLimitError
 from proxy.learning.consolidate import BatchContext, consolidate
-from proxy.learning.exchange import Exchange
+from proxy.learning.exchange import Exchange, TranscriptMessage, is_group_namespace
 from proxy.learning.filters import FactFilter, is_directive
 from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
+    CandidateFact,
     ParseError,
     ProfileUpdate,
     ScoreResult,
@@ -46,7 +47,7 @@ from proxy.learning.prompts import (
     scoring_messages,
 )
 from proxy.learning.queue import Batch, Job, LearningQueue, batch_sizes
-from proxy.memory.records import ConversationRecord, utcnow
+from proxy.memory.records import ConversationRecord, Memory, utcnow
 from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore, StoreUnavailableError
 from proxy.memory.text import has_cjk, normalize
 from proxy.metrics import Metrics
@@ -185,6 +186,9 @@ class Worker:
             await self.queue.mark_seen(exchange, now=time.time())
             self._count("exchange_skipped", "learning_off")
             return
+        if exchange.speaker and exchange.speaker_name:
+            await self._store.bind_names(exchange.tenant, exchange.speaker,
+                                         [exchange.speaker_name])
         key = await self.queue.buffer(exchange, batch_size=batch_size, now=time.time())
         if key is not None:
             self._count("batch_sealed", exchange.channel)
@@ -205,103 +209,193 @@ class Worker:
         batch = await self.queue.load_batch(key)
         if batch is None:
             return  # learned (or discarded) already: redelivery
-        tenant, user = batch.tenant, batch.user
         now = self._clock()
-        prefs = await self._store.get_user_settings(tenant, user)
-        if not prefs.enable_personal_learning or (
-            prefs.cleared_at is not None and batch.oldest_at <= prefs.cleared_at.timestamp()
-        ):
-            await self._store.audit([self._event(batch, "skipped", "learning off or memory "
-                                                 "cleared since these messages", now)])
+        owners = await self._owners(batch)
+        if not owners:
+            await self._store.audit([self._event(batch, "skipped", "learning off, memory "
+                                                 "cleared, or no participant identified", now)])
             await self.queue.drop_batch(key)
             self._count("learn_outcome", "skipped_off")
             return
+        group = is_group_namespace(batch.user)
         user_text = "\n".join(m.text for m in batch.user_messages)
         language: Language = "zh" if has_cjk(user_text) else "en"
-        related = await self._store.related(tenant, user, user_text,
-                                            limit=self._settings.related_memories)
-        known_text, short_ids = render_known(related)
-        scored = self._scores.get(key)
-        if scored is None:  # a retry after a failed extraction keeps the earlier score
-            scored = parse_scoring(await self.model.call(
-                purpose="score", request_model=batch.model, tenant=tenant, user=user,
-                job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
-                messages=scoring_messages(batch=batch, known=known_text, language=language,
-                                          override=self._settings.scoring_prompt),
-            ))
-            self._scores[key] = scored
-            while len(self._scores) > SCORE_CACHE_SIZE:
-                self._scores.popitem(last=False)
+        related: dict[str, list[Memory]] = {}
+        for name, owner in owners.items():
+            spoken = "\n".join(m.text for m in batch.user_messages
+                               if not group or _same_name(m.name, name))
+            related[owner] = await self._store.related(
+                batch.tenant, owner, spoken,
+                limit=max(1, self._settings.related_memories // len(owners)))
+        shown = [m for memories in related.values() for m in memories]
+        labels = {m.id: name for name, owner in owners.items() for m in related[owner]} \
+            if group else {}
+        known_text, short_ids = render_known(shown, owners=labels)
+        scored = await self._score(job, batch, known_text, language)
         weighted = scored.weighted
         audit = [self._event(batch, "scored", scored.reason[:500], now,
                              {"score": weighted, "dimensions": scored.dimensions})]
+        record = _conversation_record(batch, weighted, scored.dimensions, scored.reason, now)
         if weighted < self._settings.score_threshold:
             audit.append(self._event(batch, "skipped", "score below threshold", now,
                                      {"score": weighted,
                                       "threshold": self._settings.score_threshold}))
-            await self._apply(batch, ChangeSet(
-                tenant=tenant, user_id=user, batch_key=key, audit=tuple(audit),
-                conversation=_conversation_record(batch, weighted, scored.dimensions,
-                                                  scored.reason, now),
-            ))
+            await self._apply(batch, ChangeSet(tenant=batch.tenant, user_id=batch.user,
+                                               batch_key=key, audit=tuple(audit),
+                                               conversation=record))
             self._count("learn_outcome", "below_threshold")
             return
-        truncated_before = job.attempts > 1
         extraction = parse_extraction(await self.model.call(
-            purpose="extract", request_model=batch.model, tenant=tenant, user=user,
-            job_id=job.id,
-            max_tokens=self._settings.max_output_tokens * (2 if truncated_before else 1),
+            purpose="extract", request_model=batch.model, tenant=batch.tenant,
+            user=batch.user, job_id=job.id,
+            max_tokens=self._settings.max_output_tokens * (2 if job.attempts > 1 else 1),
             schema=EXTRACTION_SCHEMA,
             messages=extraction_messages(batch=batch, known=known_text, language=language,
-                                         override=self._settings.extraction_prompt),
+                                         override=self._settings.extraction_prompt,
+                                         group=group),
         ))
-        names = {user, *(m.name for m in batch.user_messages if m.name)}
-        scrubber = self._scrubbers.for_tenant(tenant)
-        facts_filter = FactFilter(user_text=user_text, scrubber=scrubber,
-                                  user_names=names)
-        accepted, rejected = facts_filter.split(extraction.facts)
         audit.append(self._event(batch, "extracted", "", now, {
-            "facts": len(extraction.facts), "accepted": len(accepted),
-            "rejected": len(rejected), "unusable": extraction.dropped,
-        }))
+            "facts": len(extraction.facts), "unusable": extraction.dropped}))
+        by_id = {m.id: m for m in shown}
+        known = {short: by_id[memory_id] for short, memory_id in short_ids.items()}
+        per_owner: dict[str, list[CandidateFact]] = {owner: [] for owner in owners.values()}
+        for fact in extraction.facts:
+            target = owners.get(None) if not group else _owner_of(fact.speaker, owners)
+            if target is None:
+                audit.append(self._event(batch, "rejected", "speaker not identified", now,
+                                         {"speaker": fact.speaker}))
+                self._count("fact_rejected", "speaker")
+                continue
+            per_owner[target].append(fact)
+        scrubber = self._scrubbers.for_tenant(batch.tenant)
+        for name, owner in owners.items():
+            lines = [m for m in batch.user_messages if not group or _same_name(m.name, name)]
+            names = {owner, *(m.name for m in lines if m.name)}
+            changes = await self._owner_changes(
+                batch, owner=owner, facts=per_owner[owner], lines=lines, names=names,
+                known={s: m for s, m in known.items() if m.user_id == owner},
+                related=related[owner], weighted=weighted, scored=scored, now=now,
+                profile_update=None if group else _clean_profile(extraction.profile,
+                                                                 scrubber),
+            )
+            if group:
+                applied = await self._store.apply(changes)
+                if not applied:
+                    log.info("learning_batch_already_applied", batch=changes.batch_key)
+            else:
+                audit.extend(changes.audit)
+                changes = ChangeSet(
+                    tenant=changes.tenant, user_id=changes.user_id, batch_key=key,
+                    upserts=changes.upserts, evidence=changes.evidence,
+                    profile=changes.profile, conversation=changes.conversation,
+                    audit=tuple(audit),
+                )
+                await self._apply(batch, changes)
+        if group:
+            await self._apply(batch, ChangeSet(tenant=batch.tenant, user_id=batch.user,
+                                               batch_key=key, audit=tuple(audit),
+                                               conversation=record))
+        self._count("learn_outcome", "learned")
+
+    async def _owners(self, batch: Batch) -> dict[str | None, str]:
+        """Whose memory this batch may teach: the user (key ``None``), or in a group each
+        participant whose display name resolves to exactly one user of the tenant and who
+        has learning on (seed 001 §4: unknown or ambiguous names are skipped)."""
+        tenant = batch.tenant
+        if not is_group_namespace(batch.user):
+            return {None: batch.user} if await self._may_learn(tenant, batch.user, batch) \
+                else {}
+        owners: dict[str | None, str] = {}
+        for name in dict.fromkeys(m.name for m in batch.user_messages if m.name):
+            users = await self._store.users_named(tenant, name)
+            if len(users) == 1 and await self._may_learn(tenant, users[0], batch):
+                owners[name] = users[0]
+            else:
+                self._count("speaker_unresolved", "ambiguous" if users else "unknown")
+        return owners
+
+    async def _may_learn(self, tenant: str, user: str, batch: Batch) -> bool:
+        prefs = await self._store.get_user_settings(tenant, user)
+        cleared = prefs.cleared_at is not None and \
+            batch.oldest_at <= prefs.cleared_at.timestamp()
+        return prefs.enable_personal_learning and not cleared
+
+    async def _score(self, job: Job, batch: Batch, known_text: str,
+                     language: Language) -> ScoreResult:
+        """The batch's score; a retry after a failed extraction keeps the earlier one."""
+        scored = self._scores.get(batch.key)
+        if scored is None:
+            scored = parse_scoring(await self.model.call(
+                purpose="score", request_model=batch.model, tenant=batch.tenant,
+                user=batch.user, job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
+                messages=scoring_messages(batch=batch, known=known_text, language=language,
+                                          override=self._settings.scoring_prompt),
+            ))
+            self._scores[batch.key] = scored
+            while len(self._scores) > SCORE_CACHE_SIZE:
+                self._scores.popitem(last=False)
+        return scored
+
+    async def _owner_changes(
+        self,
+        batch: Batch,
+        *,
+        owner: str,
+        facts: list[CandidateFact],
+        lines: list[TranscriptMessage],
+        names: set[str],
+        known: dict[str, Memory],
+        related: list[Memory],
+        weighted: float,
+        scored: ScoreResult,
+        now: datetime,
+        profile_update: ProfileUpdate | None,
+    ) -> ChangeSet:
+        """Filter one owner's facts against their own words and consolidate them."""
+        tenant = batch.tenant
+        scrubber = self._scrubbers.for_tenant(tenant)
+        facts_filter = FactFilter(user_text="\n".join(m.text for m in lines),
+                                  scrubber=scrubber, user_names=names)
+        accepted, rejected = facts_filter.split(facts)
+        audit = [self._event(batch, "rejected", v.reason or "", now, owner=owner)
+                 for v in rejected]
         for verdict in rejected:
-            audit.append(self._event(batch, "rejected", verdict.reason or "", now))
             self._count("fact_rejected", verdict.reason or "unknown")
-        by_id = {m.id: m for m in related}
         # Stored memories closest to the facts themselves: a repeat must be found even when
         # the user's wording this time led keyword recall elsewhere.
         existing = list(related)
+        seen = {m.id for m in related}
         if accepted:
             for memory in await self._store.related(
-                tenant, user, "\n".join(f.content for f in accepted),
+                tenant, owner, "\n".join(f.content for f in accepted),
                 limit=self._settings.related_memories,
             ):
-                if memory.id not in by_id:
+                if memory.id not in seen:
                     existing.append(memory)
         tombstones = await self._store.tombstoned(
-            tenant, user, [normalize(f.content) for f in accepted]
+            tenant, owner, [normalize(f.content) for f in accepted]
         )
+        group = is_group_namespace(batch.user)
         context = BatchContext(
-            tenant=tenant, user=user, batch_key=key, conversation=batch.conversation,
-            channel=batch.channel, now=now,
+            tenant=tenant, user=owner,
+            batch_key=f"{batch.key}:{owner}" if group else batch.key,
+            conversation=batch.conversation, channel=batch.channel, now=now,
             batch_started=datetime.fromtimestamp(batch.oldest_at, UTC), score=weighted,
-            known={short: by_id[memory_id] for short, memory_id in short_ids.items()},
-            existing=existing, tombstones=tombstones,
+            known=known, existing=existing, tombstones=tombstones,
             dedup_similarity=self._settings.dedup_similarity,
             synonyms=self._settings.synonyms,
         )
         changes = consolidate(
-            context, accepted, profile=await self._store.get_profile(tenant, user),
-            profile_update=_clean_profile(extraction.profile, scrubber),
-            user_messages=len(batch.user_messages), names=names - {user},
+            context, accepted, profile=await self._store.get_profile(tenant, owner),
+            profile_update=profile_update, user_messages=len(lines), names=names - {owner},
             dimensions=scored.dimensions, reason=scored.reason[:500],
         )
-        await self._apply(batch, ChangeSet(
+        return ChangeSet(
             tenant=changes.tenant, user_id=changes.user_id, batch_key=changes.batch_key,
             upserts=changes.upserts, evidence=changes.evidence, profile=changes.profile,
-            conversation=changes.conversation, audit=(*audit, *changes.audit),
-        ))
-        self._count("learn_outcome", "learned")
+            conversation=None if group else changes.conversation,
+            audit=(*audit, *changes.audit),
+        )
 
     async def _apply(self, batch: Batch, changes: ChangeSet) -> None:
         applied = await self._store.apply(changes)
@@ -312,9 +406,11 @@ class Worker:
 
     @staticmethod
     def _event(batch: Batch, action: str, reason: str, at: datetime,
-               detail: dict[str, object] | None = None) -> AuditEvent:
+               detail: dict[str, object] | None = None, *,
+               owner: str | None = None) -> AuditEvent:
         return AuditEvent(
-            tenant=batch.tenant, user_id=batch.user, action=action,  # type: ignore[arg-type]
+            tenant=batch.tenant, user_id=owner or batch.user,
+            action=action,  # type: ignore[arg-type]
             actor="auto", at=at, conversation_id=batch.conversation, reason=reason,
             detail={"batch": batch.key, **(detail or {})},
         )
@@ -349,3 +445,17 @@ def _clean_profile(update: ProfileUpdate | None, scrubber: Scrubber) -> ProfileU
         traits=tuple(t for t in update.traits if ok(t)),
         topics=tuple(t for t in update.topics if ok(t)),
     )
+
+
+def _same_name(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and normalize(a) == normalize(b)
+
+
+def _owner_of(speaker: str | None, owners: dict[str | None, str]) -> str | None:
+    """The user a fact's speaker names, when that name is one resolved participant."""
+    if not speaker:
+        return None
+    for name, owner in owners.items():
+        if _same_name(name, speaker):
+            return owner
+    return None

@@ -566,6 +566,25 @@ class SqliteMemoryStore:
             updated_at=_dt(row[4]),
         )
 
+    async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
+        keys = sorted({normalize(n) for n in names if normalize(n)})
+        if not keys:
+            return
+        stamp = to_iso(utcnow())
+        await self._write(lambda c: c.executemany(
+            "INSERT INTO user_names (tenant, name, user_id, seen_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(tenant, name, user_id) DO UPDATE SET seen_at = excluded.seen_at",
+            [(tenant, key, user, stamp) for key in keys],
+        ))
+
+    async def users_named(self, tenant: str, name: str) -> list[str]:
+        key = normalize(name)
+        rows = await self._read(lambda c: c.execute(
+            "SELECT user_id FROM user_names WHERE tenant = ? AND name = ? ORDER BY user_id",
+            (tenant, key),
+        ).fetchall())
+        return [r[0] for r in rows]
+
     async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
         row = await self._read(lambda c: c.execute(
             "SELECT enable_personal_learning, show_learning_indicator, cleared_at "
