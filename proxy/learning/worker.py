@@ -220,17 +220,7 @@ class Worker:
         group = is_group_namespace(batch.user)
         user_text = "\n".join(m.text for m in batch.user_messages)
         language: Language = "zh" if has_cjk(user_text) else "en"
-        related: dict[str, list[Memory]] = {}
-        for name, owner in owners.items():
-            spoken = "\n".join(m.text for m in batch.user_messages
-                               if not group or _same_name(m.name, name))
-            related[owner] = await self._store.related(
-                batch.tenant, owner, spoken,
-                limit=max(1, self._settings.related_memories // len(owners)))
-        shown = [m for memories in related.values() for m in memories]
-        labels = {m.id: name for name, owner in owners.items() for m in related[owner]} \
-            if group else {}
-        known_text, short_ids = render_known(shown, owners=labels)
+        related, known, known_text = await self._known(batch, owners)
         scored = await self._score(job, batch, known_text, language)
         weighted = scored.weighted
         audit = [self._event(batch, "scored", scored.reason[:500], now,
@@ -256,8 +246,6 @@ class Worker:
         ))
         audit.append(self._event(batch, "extracted", "", now, {
             "facts": len(extraction.facts), "unusable": extraction.dropped}))
-        by_id = {m.id: m for m in shown}
-        known = {short: by_id[memory_id] for short, memory_id in short_ids.items()}
         per_owner: dict[str, list[CandidateFact]] = {owner: [] for owner in owners.values()}
         for fact in extraction.facts:
             target = owners.get(None) if not group else _owner_of(fact.speaker, owners)
@@ -296,6 +284,27 @@ class Worker:
                                                batch_key=key, audit=tuple(audit),
                                                conversation=record))
         self._count("learn_outcome", "learned")
+
+    async def _known(
+        self, batch: Batch, owners: dict[str | None, str]
+    ) -> tuple[dict[str, list[Memory]], dict[str, Memory], str]:
+        """Each owner's stored memories most related to what they said, and the prompt's
+        list of them with short ids (labelled with the participant in a group)."""
+        group = is_group_namespace(batch.user)
+        related: dict[str, list[Memory]] = {}
+        for name, owner in owners.items():
+            spoken = "\n".join(m.text for m in batch.user_messages
+                               if not group or _same_name(m.name, name))
+            related[owner] = await self._store.related(
+                batch.tenant, owner, spoken,
+                limit=max(1, self._settings.related_memories // len(owners)))
+        shown = [m for memories in related.values() for m in memories]
+        labels = {m.id: name for name, owner in owners.items() for m in related[owner]} \
+            if group else {}
+        known_text, short_ids = render_known(shown, owners=labels)
+        by_id = {m.id: m for m in shown}
+        known = {short: by_id[memory_id] for short, memory_id in short_ids.items()}
+        return related, known, known_text
 
     async def _owners(self, batch: Batch) -> dict[str | None, str]:
         """Whose memory this batch may teach: the user (key ``None``), or in a group each
