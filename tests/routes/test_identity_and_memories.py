@@ -272,3 +272,27 @@ async def test_health_endpoints(gateway: Gateway) -> None:
         assert ready["checks"]["store"] == "ok"
         metrics = (await client.get("/metrics")).text
         assert "memory_proxy_requests_total" in metrics
+
+
+async def test_before_last_user_keeps_the_prompt_cache_prefix(tmp_path: Path) -> None:
+    """In ``before_last_user`` mode two consecutive turns of one conversation send the
+    upstream byte-identical prefixes: everything before the latest user message is what the
+    client sent, and the block sits inside the latest user message."""
+    import orjson
+
+    settings = make_settings(tmp_path, memory={"position": "before_last_user"})
+    async with running_gateway(settings) as gw:
+        await add_memory(gw, None, "u1", "Prefers metric units")
+        turn1 = [{"role": "system", "content": "You are helpful."},
+                 {"role": "user", "content": "How far is 5 miles in metric units?"}]
+        await chat(gw, None, "x", header_user="u1", body={"messages": turn1})
+        first = gw.upstream.last_chat["messages"]
+        turn2 = [*turn1, {"role": "assistant", "content": "About 8 km."},
+                 {"role": "user", "content": "And 10 miles in metric units?"}]
+        await chat(gw, None, "x", header_user="u1", body={"messages": turn2})
+        second = gw.upstream.last_chat["messages"]
+    assert orjson.dumps(second[:3]) == orjson.dumps(turn2[:3])
+    assert orjson.dumps(first[:1]) == orjson.dumps(second[:1])
+    assert second[3]["content"].startswith(BLOCK_START)
+    assert second[3]["content"].endswith("And 10 miles in metric units?")
+    assert orjson.dumps(first[1]) != orjson.dumps(turn1[1])  # the block was in turn 1 too
