@@ -189,6 +189,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, name, user_id)
     ) WITHOUT ROWID;
     """,
+    # 3: images users shared, kept with the buffered text (same TTL) for vision learning.
+    """
+    ALTER TABLE buffered_messages ADD COLUMN images TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 
 

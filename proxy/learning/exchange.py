@@ -27,14 +27,37 @@ class TranscriptMessage:
     text: str
     fingerprint: str
     name: str | None = None
+    images: tuple[str, ...] = ()  # image URLs (or data URLs) the user shared
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "text": self.text, "fp": self.fingerprint, "name": self.name}
+        return {"role": self.role, "text": self.text, "fp": self.fingerprint, "name": self.name,
+                "images": list(self.images)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TranscriptMessage:
         return cls(role=data["role"], text=data["text"], fingerprint=data["fp"],
-                   name=data.get("name"))
+                   name=data.get("name"), images=tuple(data.get("images") or ()))
+
+
+# Images kept for learning: at most this many per message, each at most this many characters
+# of URL (a data URL of ~2 MB of image); larger ones are not learned from.
+MAX_IMAGES_PER_MESSAGE = 4
+MAX_IMAGE_URL_CHARS = 2_800_000
+
+
+def message_images(message: Message) -> tuple[str, ...]:
+    """Image URLs of a user message's ``image_url`` parts, within the limits above."""
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, list):
+        return ()
+    urls: list[str] = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if isinstance(url, str) and 0 < len(url) <= MAX_IMAGE_URL_CHARS:
+                urls.append(url)
+    return tuple(urls[:MAX_IMAGES_PER_MESSAGE])
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +112,11 @@ def is_group_namespace(user: str) -> bool:
     return user.startswith(GROUP_PREFIX)
 
 
-def fingerprint(*, tenant: str, user: str, role: str, text: str) -> str:
+def fingerprint(*, tenant: str, user: str, role: str, text: str,
+                images: tuple[str, ...] = ()) -> str:
     """Stable id of a message's content for one user (hex, 32 chars)."""
-    seed = "\x1f".join((tenant, user, role, normalize(text)))
+    shown = [hashlib.sha256(url.encode()).hexdigest() for url in images]
+    seed = "\x1f".join((tenant, user, role, normalize(text), *shown))
     return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
@@ -107,12 +132,14 @@ def transcript(
         if role not in LEARNABLE_ROLES:
             continue
         text = strip_blocks(message_text(message)).strip()
-        if not text:
+        images = message_images(message)
+        if not text and not images:
             continue  # e.g. assistant tool-call turns with null content
         name = message.get("name") if isinstance(message.get("name"), str) else None
-        out.append(TranscriptMessage(role=str(role), text=text, name=name,
-                                     fingerprint=fingerprint(tenant=tenant, user=user,
-                                                             role=str(role), text=text)))
+        out.append(TranscriptMessage(
+            role=str(role), text=text, name=name, images=images,
+            fingerprint=fingerprint(tenant=tenant, user=user, role=str(role), text=text,
+                                    images=images)))
     out = out[-limit:]
     reply_text = strip_blocks(reply).strip()
     if reply_text:

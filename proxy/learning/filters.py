@@ -101,8 +101,10 @@ class FactFilter:
         self._bigrams = _bigrams(user_text)
         self._numbers = set(_NUMBER.findall(user_text))
 
-    def check(self, fact: CandidateFact) -> str | None:
-        """``None`` when the fact may be stored, else the reason it is dropped."""
+    def check(self, fact: CandidateFact, *, grounded: bool = True) -> str | None:
+        """``None`` when the fact may be stored, else the reason it is dropped. Facts a
+        vision model read from an image (``grounded=False``) cannot rest on the user's
+        words; every other check still applies."""
         text = f"{fact.title}\n{fact.content}"
         if is_directive(fact.title) or is_directive(fact.content):
             return "instruction"
@@ -118,7 +120,7 @@ class FactFilter:
             return "pii"
         if not self._subject_ok(fact.subject):
             return "subject"
-        if not self._grounded(fact):
+        if grounded and not self._grounded(fact):
             return "ungrounded"
         return None
 
@@ -145,11 +147,13 @@ class FactFilter:
         stems.discard("user")
         return bool(stems & self._stems)
 
-    def split(self, facts: Iterable[CandidateFact]) -> tuple[list[CandidateFact], list[Verdict]]:
+    def split(
+        self, facts: Iterable[CandidateFact], *, grounded: bool = True
+    ) -> tuple[list[CandidateFact], list[Verdict]]:
         """(accepted facts, rejected verdicts)."""
         accepted, rejected = [], []
         for fact in facts:
-            reason = self.check(fact)
+            reason = self.check(fact, grounded=grounded)
             if reason is None:
                 accepted.append(fact)
             else:

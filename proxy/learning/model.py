@@ -52,6 +52,12 @@ class LearningModel:
     def model_for(self, request_model: str) -> str:
         return self._model or request_model
 
+    def sees_images(self, request_model: str) -> bool:
+        """The learning model for this request model accepts image input (model map or
+        ``model_info.supports_vision``)."""
+        routes = self._registry.routes(self.model_for(request_model))
+        return bool(routes) and routes[0].supports_vision
+
     async def call(
         self,
         *,

@@ -158,6 +158,20 @@ class ProfileUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageVerdict:
+    """How an image the user shared is remembered (seed 001 §5.6): ``person`` (stable
+    information about the person), ``long`` (worth keeping), ``short`` (only for now) or
+    ``skip``; ``memory`` is the statement learned from it, if any."""
+
+    image: int
+    tier: str
+    memory: str | None
+
+
+IMAGE_TIERS = ("person", "long", "short", "skip")
+
+
+@dataclass(frozen=True, slots=True)
 class ExtractionResult:
     """A parsed extraction answer.
 
@@ -172,6 +186,7 @@ class ExtractionResult:
     profile: ProfileUpdate | None
     dropped: int
     truncated: bool = False
+    images: tuple[ImageVerdict, ...] = ()
 
 
 # --------------------------------------------------------------------------------------
@@ -1307,6 +1322,30 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
             truncated=True,
         )
     profile = None
+    images: tuple[ImageVerdict, ...] = ()
     if isinstance(found.value, dict):
         profile = _profile(found.value.get("profile"))
-    return ExtractionResult(facts=facts, profile=profile, dropped=dropped, truncated=truncated)
+        images = _images(found.value.get("images"))
+    return ExtractionResult(facts=facts, profile=profile, dropped=dropped, truncated=truncated,
+                            images=images)
+
+
+def _images(value: Any) -> tuple[ImageVerdict, ...]:
+    """The optional ``images`` list: ``{"image": n, "tier": …, "memory": …}`` items with a
+    known tier and a non-negative image number; anything else is ignored."""
+    if not isinstance(value, list):
+        return ()
+    out: list[ImageVerdict] = []
+    for item in value:
+        if not isinstance(item, dict):
+            continue
+        number, tier = item.get("image"), _clean_text(item.get("tier")).lower()
+        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+            continue
+        if tier not in IMAGE_TIERS:
+            continue
+        memory = _clean_text(item.get("memory")) or None
+        if memory is not None and _looks_like_json(memory):
+            memory = None
+        out.append(ImageVerdict(image=number, tier=tier, memory=memory))
+    return tuple(out)

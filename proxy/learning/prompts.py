@@ -12,8 +12,9 @@ Admins may replace either prompt (``learning.scoring_prompt`` /
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
+from proxy.learning.exchange import TranscriptMessage
 from proxy.learning.queue import Batch
 from proxy.memory.records import Memory
 
@@ -160,6 +161,15 @@ EXTRACTION_SCHEMA: dict[str, object] = {
             },
             "required": ["title", "content", "category", "subject"],
         }},
+        "images": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "image": {"type": "integer"},
+                "tier": {"type": "string", "enum": ["person", "long", "short", "skip"]},
+                "memory": {"type": ["string", "null"]},
+            },
+            "required": ["image", "tier"],
+        }},
         "profile": {"type": ["object", "null"], "properties": {
             "style": {"type": ["string", "null"]},
             "impression": {"type": ["string", "null"]},
@@ -171,12 +181,27 @@ EXTRACTION_SCHEMA: dict[str, object] = {
 }
 
 
+def batch_images(batch: Batch) -> list[tuple[int, str, TranscriptMessage]]:
+    """(image number from 1, URL, message) of every image users shared in the batch."""
+    out: list[tuple[int, str, TranscriptMessage]] = []
+    for message in batch.messages:
+        if message.role == "user":
+            out.extend((len(out) + 1, url, message) for url in message.images)
+    return out
+
+
 def render_transcript(batch: Batch) -> str:
-    """Numbered, role-labelled lines between markers (numbers let the model cite turns)."""
+    """Numbered, role-labelled lines between markers (numbers let the model cite turns);
+    images appear as ``[image n]``, numbered across the batch."""
     lines = [TRANSCRIPT_START]
+    image = 0
     for number, message in enumerate(batch.messages, start=1):
         label = message.role if message.name is None else f"{message.role} ({message.name})"
         text = message.text.replace(TRANSCRIPT_END, "").replace(TRANSCRIPT_START, "")
+        if message.role == "user":
+            for _ in message.images:
+                image += 1
+                text = f"{text} [image {image}]".strip()
         lines.append(f"[{number}] {label}: {text}")
     lines.append(TRANSCRIPT_END)
     return "\n".join(lines)
@@ -225,14 +250,44 @@ GROUP_ZH = """
 "profile" 填 null。"""
 
 
+IMAGES_EN = """
+
+The user shared images, shown after the transcript as [image n]. For every image add an \
+entry to "images": {"image": n, "tier": "person" | "long" | "short" | "skip", "memory": \
+"statement" or null}. person = stable information about the user themself (appearance, \
+style, their own work, identity clues); long = durable facts about their life worth \
+remembering (a pet, their home, gear for a hobby); short = only relevant right now; skip = \
+memes, screenshots, nothing to keep. "memory" is a short statement about the user learned \
+from the image (null for short and skip). Describe; never guess sensitive traits."""
+
+IMAGES_ZH = """
+
+用户分享了图片，附在对话之后，编号为 [image n]。每张图片都在 "images" 中加一项：{"image": n, \
+"tier": "person" | "long" | "short" | "skip", "memory": "陈述" 或 null}。person = 关于用户本人的稳定信息\
+（长相、穿搭、本人作品、身份线索）；long = 值得长期记住的生活信息（宠物、住处、爱好装备）；short = 只与当下有关；\
+skip = 表情包、截图等不必记住的内容。"memory" 是从图片得知的关于用户的简短陈述（short 与 skip 填 null）。\
+只做描述，绝不猜测敏感特征。"""
+
+
 def extraction_messages(
     *, batch: Batch, known: str, language: Language, override: str | None,
-    group: bool = False,
-) -> list[dict[str, str]]:
+    group: bool = False, vision: bool = False,
+) -> list[dict[str, Any]]:
+    """The extraction call's messages. With ``vision`` the batch's images follow the
+    transcript as image parts, and the system prompt asks for a tier per image."""
     system = override or (EXTRACTION_ZH if language == "zh" else EXTRACTION_EN)
     if group:
         system += GROUP_ZH if language == "zh" else GROUP_EN
+    images = batch_images(batch) if vision else []
+    if images:
+        system += IMAGES_ZH if language == "zh" else IMAGES_EN
     heading = "已有记忆" if language == "zh" else "Existing memories"
     new = "新消息" if language == "zh" else "New messages"
     user = f"{heading}:\n{known}\n\n{new}:\n{render_transcript(batch)}"
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    if not images:
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    parts: list[dict[str, Any]] = [{"type": "text", "text": user}]
+    for number, url, _ in images:
+        parts.append({"type": "text", "text": f"[image {number}]"})
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return [{"role": "system", "content": system}, {"role": "user", "content": parts}]

@@ -143,7 +143,7 @@ class QueueSink:
             scrubber = self._scrubbers.for_tenant(turn.tenant)
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
-                                  fingerprint=m.fingerprint, name=m.name)
+                                  fingerprint=m.fingerprint, name=m.name, images=m.images)
                 for m in messages
             )
             exchange = Exchange(

@@ -123,10 +123,11 @@ class SqliteLearningQueue:
             channel = exchange.channel if exchange.group is None else f"group:{exchange.group}"
             conn.executemany(
                 "INSERT INTO buffered_messages (tenant, user_id, conversation_id, channel, "
-                "fingerprint, role, name, content, model, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?)",
+                "fingerprint, role, name, content, model, at, images) VALUES (?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?)",
                 [(exchange.tenant, exchange.user, exchange.conversation, channel,
-                  m.fingerprint, m.role, m.name, m.text, exchange.model, exchange.at)
+                  m.fingerprint, m.role, m.name, m.text, exchange.model, exchange.at,
+                  orjson.dumps(list(m.images)).decode())
                  for m in fresh],
             )
             pending = conn.execute(
@@ -165,7 +166,8 @@ class SqliteLearningQueue:
         def run(conn: sqlite3.Connection) -> Batch | None:
             rows = conn.execute(
                 "SELECT tenant, user_id, conversation_id, channel, fingerprint, role, name, "
-                "content, model, at FROM buffered_messages WHERE batch_key = ? ORDER BY id",
+                "content, model, at, images FROM buffered_messages WHERE batch_key = ? "
+                "ORDER BY id",
                 (key,),
             ).fetchall()
             if not rows:
@@ -175,7 +177,8 @@ class SqliteLearningQueue:
                 key=key, tenant=first[0], user=first[1], conversation=first[2],
                 channel=first[3], model=rows[-1][8],
                 messages=tuple(TranscriptMessage(role=r[5], text=r[7], fingerprint=r[4],
-                                                 name=r[6]) for r in rows),
+                                                 name=r[6], images=tuple(orjson.loads(r[10])))
+                               for r in rows),
                 oldest_at=min(r[9] for r in rows), newest_at=max(r[9] for r in rows),
             )
 

@@ -30,6 +30,7 @@ from proxy.learning.filters import FactFilter, is_directive
 from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
     CandidateFact,
+    ExtractionResult,
     ParseError,
     ProfileUpdate,
     ScoreResult,
@@ -42,6 +43,7 @@ from proxy.learning.prompts import (
     EXTRACTION_SCHEMA,
     SCORING_SCHEMA,
     Language,
+    batch_images,
     extraction_messages,
     render_known,
     scoring_messages,
@@ -235,6 +237,12 @@ class Worker:
                                                conversation=record))
             self._count("learn_outcome", "below_threshold")
             return
+        shared = batch_images(batch)
+        vision = bool(shared) and self.model.sees_images(batch.model)
+        if shared and not vision:
+            audit.append(self._event(batch, "skipped", "images: the learning model does not "
+                                     "accept image input", now, {"images": len(shared)}))
+            self._count("images", "skipped_no_vision")
         extraction = parse_extraction(await self.model.call(
             purpose="extract", request_model=batch.model, tenant=batch.tenant,
             user=batch.user, job_id=job.id,
@@ -242,7 +250,7 @@ class Worker:
             schema=EXTRACTION_SCHEMA,
             messages=extraction_messages(batch=batch, known=known_text, language=language,
                                          override=self._settings.extraction_prompt,
-                                         group=group),
+                                         group=group, vision=vision),
         ))
         audit.append(self._event(batch, "extracted", "", now, {
             "facts": len(extraction.facts), "unusable": extraction.dropped}))
@@ -255,12 +263,15 @@ class Worker:
                 self._count("fact_rejected", "speaker")
                 continue
             per_owner[target].append(fact)
+        from_images = self._image_facts(batch, extraction, owners, audit, now) if vision \
+            else {}
         scrubber = self._scrubbers.for_tenant(batch.tenant)
         for name, owner in owners.items():
             lines = [m for m in batch.user_messages if not group or _same_name(m.name, name)]
             names = {owner, *(m.name for m in lines if m.name)}
             changes = await self._owner_changes(
                 batch, owner=owner, facts=per_owner[owner], lines=lines, names=names,
+                image_facts=from_images.get(owner, []),
                 known={s: m for s, m in known.items() if m.user_id == owner},
                 related=related[owner], weighted=weighted, scored=scored, now=now,
                 profile_update=None if group else _clean_profile(extraction.profile,
@@ -305,6 +316,37 @@ class Worker:
         by_id = {m.id: m for m in shown}
         known = {short: by_id[memory_id] for short, memory_id in short_ids.items()}
         return related, known, known_text
+
+    def _image_facts(
+        self, batch: Batch, extraction: ExtractionResult, owners: dict[str | None, str],
+        audit: list[AuditEvent], now: datetime,
+    ) -> dict[str, list[CandidateFact]]:
+        """Memories a vision model read from the users' images, by owner (seed 001 §5.6):
+        ``person`` and ``long`` are stored (as profile-level / ordinary memories), ``short``
+        and ``skip`` are not."""
+        images = {number: message for number, _, message in batch_images(batch)}
+        group = is_group_namespace(batch.user)
+        out: dict[str, list[CandidateFact]] = {}
+        tiers: dict[str, int] = {}
+        for verdict in extraction.images:
+            message = images.get(verdict.image)
+            if message is None:
+                continue
+            tiers[verdict.tier] = tiers.get(verdict.tier, 0) + 1
+            self._count("images", verdict.tier)
+            owner = _owner_of(message.name, owners) if group else owners.get(None)
+            if verdict.tier not in ("person", "long") or not verdict.memory or owner is None:
+                continue
+            person = verdict.tier == "person"
+            out.setdefault(owner, []).append(CandidateFact(
+                title=verdict.memory[:30], content=verdict.memory,
+                category="user_preference" if person else "domain",
+                subcategory="appearance" if person else "image", tags=("image",),
+                subject="user", supersedes=(), duplicate_of=None, source_turns=(),
+            ))
+        if tiers:
+            audit.append(self._event(batch, "extracted", "images", now, {"tiers": tiers}))
+        return out
 
     async def _owners(self, batch: Batch) -> dict[str | None, str]:
         """Whose memory this batch may teach: the user (key ``None``), or in a group each
@@ -351,6 +393,7 @@ class Worker:
         *,
         owner: str,
         facts: list[CandidateFact],
+        image_facts: list[CandidateFact],
         lines: list[TranscriptMessage],
         names: set[str],
         known: dict[str, Memory],
@@ -366,6 +409,9 @@ class Worker:
         facts_filter = FactFilter(user_text="\n".join(m.text for m in lines),
                                   scrubber=scrubber, user_names=names)
         accepted, rejected = facts_filter.split(facts)
+        seen_in_images, rejected_images = facts_filter.split(image_facts, grounded=False)
+        accepted += seen_in_images
+        rejected += rejected_images
         audit = [self._event(batch, "rejected", v.reason or "", now, owner=owner)
                  for v in rejected]
         for verdict in rejected:
