@@ -254,15 +254,7 @@ class Worker:
         ))
         audit.append(self._event(batch, "extracted", "", now, {
             "facts": len(extraction.facts), "unusable": extraction.dropped}))
-        per_owner: dict[str, list[CandidateFact]] = {owner: [] for owner in owners.values()}
-        for fact in extraction.facts:
-            target = owners.get(None) if not group else _owner_of(fact.speaker, owners)
-            if target is None:
-                audit.append(self._event(batch, "rejected", "speaker not identified", now,
-                                         {"speaker": fact.speaker}))
-                self._count("fact_rejected", "speaker")
-                continue
-            per_owner[target].append(fact)
+        per_owner = self._assign(batch, extraction, owners, audit, now)
         from_images = self._image_facts(batch, extraction, owners, audit, now) if vision \
             else {}
         scrubber = self._scrubbers.for_tenant(batch.tenant)
@@ -316,6 +308,25 @@ class Worker:
         by_id = {m.id: m for m in shown}
         known = {short: by_id[memory_id] for short, memory_id in short_ids.items()}
         return related, known, known_text
+
+    def _assign(
+        self, batch: Batch, extraction: ExtractionResult, owners: dict[str | None, str],
+        audit: list[AuditEvent], now: datetime,
+    ) -> dict[str, list[CandidateFact]]:
+        """Facts by the user they belong to: the batch's user, or in a group the participant
+        named as ``speaker`` (facts whose speaker is not one resolved participant are
+        dropped and audited)."""
+        group = is_group_namespace(batch.user)
+        per_owner: dict[str, list[CandidateFact]] = {owner: [] for owner in owners.values()}
+        for fact in extraction.facts:
+            target = owners.get(None) if not group else _owner_of(fact.speaker, owners)
+            if target is None:
+                audit.append(self._event(batch, "rejected", "speaker not identified", now,
+                                         {"speaker": fact.speaker}))
+                self._count("fact_rejected", "speaker")
+                continue
+            per_owner[target].append(fact)
+        return per_owner
 
     def _image_facts(
         self, batch: Batch, extraction: ExtractionResult, owners: dict[str | None, str],
