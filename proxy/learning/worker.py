@@ -28,6 +28,7 @@ from proxy.learning.exchange import Exchange
 from proxy.learning.filters import FactFilter, is_directive
 from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
+    CandidateFact,
     ParseError,
     ProfileUpdate,
     parse_extraction,
@@ -41,14 +42,26 @@ from proxy.learning.prompts import (
     scoring_messages,
 )
 from proxy.learning.queue import Batch, Job, LearningQueue, batch_sizes
-from proxy.memory.records import ConversationRecord, utcnow
-from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore, StoreUnavailableError
+from proxy.ledger import Ledger
+from proxy.memory.embed import Embedder, Vector
+from proxy.memory.records import ConversationRecord, Memory, utcnow
+from proxy.memory.store import (
+    AuditEvent,
+    ChangeSet,
+    MemoryStore,
+    SearchQuery,
+    StoreUnavailableError,
+)
 from proxy.memory.text import has_cjk, normalize
+from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.metrics import Metrics
 from proxy.settings import LearningSettings
 
 log = structlog.get_logger("proxy.learning")
 MAX_BACKOFF_SECONDS = 300.0
+# Nearest stored memories per new fact, by vector, offered to consolidation's dedup
+# besides the keyword-related ones (a paraphrase shares few keywords).
+VECTOR_NEIGHBOURS = 3
 
 
 def backoff(attempt: int, *, base: float, retry_after: float | None = None) -> float:
@@ -73,7 +86,11 @@ class Worker:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         worker_id: str | None = None,
+        embedder: Embedder | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
+        """``embedder`` (with the ``ledger`` its tokens are booked in) gives new memories
+        vectors and feeds consolidation's similarity dedup; without it both are skipped."""
         self.queue = queue
         self._store = store
         self._model = model
@@ -83,6 +100,8 @@ class Worker:
         self._clock = clock
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._last_maintenance = 0.0
+        self._vectors = None if embedder is None or ledger is None else \
+            MemoryVectors(embedder, ledger=ledger, clock=clock, metrics=metrics)
 
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -257,13 +276,15 @@ class Worker:
         tombstones = await self._store.tombstoned(
             tenant, user, [normalize(f.content) for f in accepted]
         )
+        vectors, existing = await self._embed_facts(job, batch, accepted, related)
         context = BatchContext(
             tenant=tenant, user=user, batch_key=key, conversation=batch.conversation,
             channel=batch.channel, now=now,
             batch_started=datetime.fromtimestamp(batch.oldest_at, UTC), score=weighted,
             known={short: by_id[memory_id] for short, memory_id in short_ids.items()},
-            existing=related, tombstones=tombstones,
+            existing=existing, tombstones=tombstones,
             dedup_similarity=self._settings.dedup_similarity,
+            similarity=vector_similarity(vectors) if vectors else None,
             synonyms=self._settings.synonyms,
         )
         changes = consolidate(
@@ -272,12 +293,49 @@ class Worker:
             user_messages=len(batch.user_messages), names=names - {user},
             dimensions=scored.dimensions, reason=scored.reason[:500],
         )
+        upserts = changes.upserts
+        if self._vectors is not None and vectors is not None:
+            upserts = await self._vectors.attach(
+                upserts, known=vectors, previous={m.id: m for m in existing}, tenant=tenant,
+                user=user, source="learn", job_id=job.id,
+            )
         await self._apply(batch, ChangeSet(
             tenant=changes.tenant, user_id=changes.user_id, batch_key=changes.batch_key,
-            upserts=changes.upserts, evidence=changes.evidence, profile=changes.profile,
+            upserts=upserts, evidence=changes.evidence, profile=changes.profile,
             conversation=changes.conversation, audit=(*audit, *changes.audit),
         ))
         self._count("learn_outcome", "learned")
+
+    async def _embed_facts(
+        self, job: Job, batch: Batch, facts: list[CandidateFact], related: list[Memory],
+    ) -> tuple[dict[str, Vector] | None, list[Memory]]:
+        """Vectors of the facts and of related memories that lack one (``None`` when there
+        is no embedder or it failed), and the memories to dedup against: ``related`` (with
+        the vectors filled in) plus each fact's nearest stored memories by vector."""
+        if self._vectors is None or not facts:
+            return None, list(related)
+        vectors = await self._vectors.embed(
+            [f.content for f in facts] + [m.content for m in related if m.embedding is None],
+            tenant=batch.tenant, user=batch.user, source="learn", job_id=job.id,
+        )
+        if vectors is None:
+            return None, list(related)
+        existing = [m if m.embedding is not None or m.content not in vectors
+                    else m.with_changes(embedding=vectors[m.content]) for m in related]
+        seen = {m.id for m in existing}
+        found = await asyncio.gather(*(
+            self._store.search(SearchQuery(
+                tenant=batch.tenant, user=batch.user, terms=(), embedding=vectors[f.content],
+                limit=VECTOR_NEIGHBOURS, include_shared=False,
+            )) for f in facts
+        ))
+        for candidates in found:
+            for c in candidates:
+                if c.memory.id not in seen and (c.vector_score or 0.0) >= \
+                        self._settings.dedup_similarity:
+                    seen.add(c.memory.id)
+                    existing.append(c.memory)
+        return vectors, existing
 
     async def _apply(self, batch: Batch, changes: ChangeSet) -> None:
         applied = await self._store.apply(changes)
