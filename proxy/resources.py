@@ -20,6 +20,8 @@ from proxy.learning.sink import LearningSink, NullSink, QueueSink
 from proxy.learning.sqlite_queue import SqliteLearningQueue
 from proxy.learning.worker import Worker
 from proxy.ledger import Ledger, SqliteLedger, UsageWriter
+from proxy.memory.embed import Embedder
+from proxy.memory.embedders import build_embedder
 from proxy.memory.records import utcnow
 from proxy.memory.service import MemoryService
 from proxy.memory.sqlite_store import SqliteMemoryStore
@@ -52,6 +54,7 @@ class Resources:
     queue: LearningQueue | None = None
     sink: LearningSink = field(default_factory=NullSink)
     worker: Worker | None = None
+    embedder: Embedder | None = None  # None: keyword-only recall (memory.embedder none)
     usage: UsageWriter = field(init=False)
     clock: Callable[[], datetime] = utcnow
 
@@ -73,6 +76,7 @@ def build_resources(
     registry: ModelRegistry | None = None,
     metrics: Metrics | None = None,
     clock: Callable[[], datetime] = utcnow,
+    embedder: Embedder | None = None,
 ) -> Resources:
     """Wire services on top of opened backends (shared by :func:`open_resources` and tests).
     """
@@ -84,7 +88,8 @@ def build_resources(
         scrubbers = Scrubbers(learning.pii)
     except ValueError as exc:
         raise ConfigError(f"learning.pii: {exc}") from exc
-    memory = MemoryService(store=store, settings=settings.memory, counter=counter, clock=clock)
+    memory = MemoryService(store=store, settings=settings.memory, counter=counter, clock=clock,
+                           embedder=embedder)
     sink: LearningSink = NullSink()
     worker = None
     if learning.enabled and queue is not None:
@@ -93,26 +98,36 @@ def build_resources(
         model = LearningModel(upstream=upstream, registry=registry, ledger=ledger,
                               counter=counter, model=learning.model, clock=clock)
         worker = Worker(queue=queue, store=store, model=model, scrubbers=scrubbers,
-                        settings=learning, metrics=metrics, clock=clock)
+                        settings=learning, metrics=metrics, clock=clock, embedder=embedder,
+                        ledger=ledger)
     return Resources(
         settings=settings, registry=registry, keyring=KeyRing(settings.auth), counter=counter,
         store=store, ledger=ledger, upstream=upstream, memory=memory, metrics=metrics,
         scrubbers=scrubbers, queue=queue, sink=sink, worker=worker, clock=clock,
+        embedder=embedder,
     )
 
 
 @contextlib.asynccontextmanager
 async def open_resources(
-    settings: Settings, *, upstream: Upstream | None = None
+    settings: Settings, *, upstream: Upstream | None = None, embedder: Embedder | None = None,
 ) -> AsyncIterator[Resources]:
-    """Open the configured backends and the upstream client; close them on exit."""
+    """Open the configured backends, the upstream client and the embedder (loading a local
+    model; :class:`~proxy.settings.ConfigError` on a dimension mismatch); close them on
+    exit. ``embedder`` replaces the configured one and is not started or closed here."""
     async with contextlib.AsyncExitStack() as stack:
         db = await stack.enter_async_context(SqliteDatabase(settings.storage.path))
         if upstream is None:
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
         stack.push_async_callback(upstream.aclose)
+        if embedder is None:
+            configured = build_embedder(settings.memory.embedder)
+            if configured is not None:
+                stack.push_async_callback(configured.aclose)
+                await configured.start()
+            embedder = configured
         yield build_resources(
             settings, store=SqliteMemoryStore(db), ledger=SqliteLedger(db), upstream=upstream,
-            queue=SqliteLearningQueue(db),
+            queue=SqliteLearningQueue(db), embedder=embedder,
         )

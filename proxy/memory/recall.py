@@ -1,18 +1,47 @@
 """Ranking of recall candidates (pure).
 
-1. **Fusion** — reciprocal rank fusion over the methods that found a candidate
-   (Cormack, Clarke & Büttcher, SIGIR 2009: ``Σ 1/(k + rank)``, ``k = 60``), normalised
-   to [0, 1] by the best candidate of this query.
-2. **Final score** — a weighted blend::
+Input: one :class:`QueryHits` per query the retriever ran (the main query, sub-queries),
+each with the candidates its keyword and vector searches found and its query vector.
+Every candidate is scored against every query, so a memory found by one method or one
+query still gets the other's evidence.
 
-       final = w_rel · relevance + w_q · score + w_e · evidence + w_r · recency
+1. **Relevance** per query ``h`` (``fusion: convex``, the default)::
+
+       r_h = α · dense + (1 − α) · keyword                       α = vector_share (0.7)
+       keyword = BM25 / best BM25 of h's keyword hits            (0 when h did not find it)
+       dense   = cos(q_h − μ, e − μ)                             μ = mean vector of the pool
+
+   A convex combination of normalised scores rather than rank fusion, because it keeps
+   how much better one hit is than the next (Bruch, Gai & Ingber, "An Analysis of Fusion
+   Functions for Hybrid Retrieval", TOIS 2023). Subtracting the pool's mean vector removes
+   what all candidates share — with memories of one person, their name and the "X likes Y"
+   frame dominate raw sentence embeddings (cf. Mu & Viswanath, "All-but-the-Top", ICLR
+   2018). Without a query vector ``r_h = keyword``. ``fusion: rrf`` uses reciprocal rank
+   fusion instead (``Σ 1/(k + rank)`` over h's keyword and vector lists, k = 60; Cormack,
+   Clarke & Büttcher, SIGIR 2009).
+2. **Feedback** (a second, implicit query; ``feedback`` β > 0): Rocchio's pseudo-relevance
+   feedback — ``q'_h = (q_h − μ) + β · mean(e − μ of h's top feedback_docs)`` — rescoring
+   the dense part, which pulls in facts phrased like the best hits but unlike the question
+   (Rocchio 1971; Lavrenko & Croft 2001 for the keyword analogue).
+3. **Across queries**: ``relevance = max_h weight_h · r_h`` (CombMAX, Fox & Shaw 1994), then
+   divided by the best candidate's, so the best is 1.0.
+4. **Final score**::
+
+       final = w_rel · relevance + w_when · when + w_ctx · context
+             + w_q · score + w_e · evidence + w_r · recency
+       when     = time_match(created_at / last_seen_at, dates named in the query)
+       context  = best relevance of another candidate from the same source conversation
        evidence = 1 − 1 / (1 + ln(hits))            # 0 at one mention, → 1 with repetition
        recency  = 0.5 ^ (days since last_seen_at / half_life_days)
 
-   Weights and half-life are settings (``memory.ranking``); relevance dominates by default
-   so that evidence and freshness break ties between similarly relevant memories
-   (LangMem's "recall = similarity + importance + strength", seed 001 §5.5).
-3. **Diversity** — a candidate whose normalised text equals, contains or is contained in
+   ``when`` (:mod:`proxy.memory.when`) answers "what did I say on 3 June". ``context`` is
+   temporal contiguity: facts learned in one conversation cue each other (Kahana, "Associative
+   retrieval processes in free recall", Memory & Cognition 1996), which finds the fact that
+   answers a question in words the question does not use. Evidence and recency break ties
+   between similarly relevant memories (LangMem's "similarity + importance + strength",
+   seed 001 §5.5). Weights are settings (``memory.ranking``); the defaults were tuned on
+   LoCoMo (``bench/retrieval_locomo.py`` says which).
+5. **Diversity** — a candidate whose normalised text equals, contains or is contained in
    one already chosen, or shares ≥ 80 % of its terms with it, is skipped, so near-duplicates
    never fill the block twice.
 """
@@ -20,26 +49,54 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from proxy.memory.records import Memory
 from proxy.memory.store import Candidate
 from proxy.memory.text import content_terms, normalize
+from proxy.memory.when import Period, time_match
 
 RRF_K = 60  # Cormack et al. 2009
 NEAR_DUPLICATE_JACCARD = 0.8
+_EPSILON = 1e-9
+
+Fusion = Literal["convex", "rrf"]
+Matrix = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
 class RankWeights:
+    """Weights and knobs of the ranking (``memory.ranking``; see the module docstring)."""
+
     relevance: float = 0.7
-    quality: float = 0.1
-    evidence: float = 0.1
-    recency: float = 0.1
-    half_life_days: float = 30.0
+    quality: float = 0.05
+    evidence: float = 0.05
+    recency: float = 0.05
+    when: float = 0.2
+    context: float = 0.2
+    half_life_days: float = 90.0
+    fusion: Fusion = "convex"
+    vector_share: float = 0.7
+    feedback: float = 0.3
+    feedback_docs: int = 2
     rrf_k: int = RRF_K
+
+
+@dataclass(frozen=True, slots=True)
+class QueryHits:
+    """What one query found: its candidates (keyword and/or vector), its query vector
+    (``None`` when recall is keyword-only) and its weight among the queries."""
+
+    candidates: Sequence[Candidate]
+    vector: Sequence[float] | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,32 +116,147 @@ def recency(last_seen: datetime, now: datetime, half_life_days: float) -> float:
     return math.pow(0.5, days / half_life_days) if half_life_days > 0 else 1.0
 
 
-def fused_relevance(candidates: Sequence[Candidate], k: int = RRF_K) -> dict[str, float]:
-    """RRF score per memory id, divided by the best one (so the best is 1.0)."""
-    raw: dict[str, float] = {}
-    for c in candidates:
-        total = 0.0
-        for rank in (c.keyword_rank, c.vector_rank):
-            if rank is not None:
-                total += 1.0 / (k + rank)
-        raw[c.memory.id] = total
-    best = max(raw.values(), default=0.0)
-    return {key: (value / best if best > 0 else 0.0) for key, value in raw.items()}
+def _pool(hits: Sequence[QueryHits]) -> dict[str, Memory]:
+    pool: dict[str, Memory] = {}
+    for query in hits:
+        for c in query.candidates:
+            pool.setdefault(c.memory.id, c.memory)
+    return pool
+
+
+def _unit_rows(matrix: Matrix) -> Matrix:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    out: Matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > _EPSILON)
+    return out
+
+
+def _unit(vector: Matrix) -> Matrix:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > _EPSILON else np.zeros_like(vector)
+
+
+class _Dense:
+    """Centred unit vectors of the pool's memories that carry an embedding of the query's
+    length; ``score(q)`` is the centred cosine of each pool memory (0 without a vector)."""
+
+    def __init__(self, memories: Sequence[Memory], dimension: int) -> None:
+        self.rows = [i for i, m in enumerate(memories)
+                     if m.embedding is not None and len(m.embedding) == dimension]
+        self.size = len(memories)
+        if self.rows:
+            raw = np.asarray([memories[i].embedding for i in self.rows], dtype=np.float64)
+            self.mean = raw.mean(axis=0) if len(self.rows) > 1 else np.zeros(dimension)
+            self.matrix = _unit_rows(raw - self.mean)
+        else:
+            self.mean = np.zeros(dimension)
+            self.matrix = np.zeros((0, dimension))
+
+    def centred(self, vector: Sequence[float]) -> Matrix:
+        return _unit(np.asarray(vector, dtype=np.float64) - self.mean)
+
+    def score(self, query: Matrix) -> Matrix:
+        out = np.zeros(self.size)
+        if self.rows:
+            out[self.rows] = self.matrix @ query
+        return out
+
+    def feedback(self, query: Matrix, order: Sequence[int], *, beta: float,
+                 docs: int) -> Matrix:
+        position = {row: k for k, row in enumerate(self.rows)}
+        top = [position[i] for i in order if i in position][:docs]
+        if not top or beta <= 0:
+            return query
+        moved: Matrix = query + beta * self.matrix[top].mean(axis=0)
+        return _unit(moved)
+
+
+def _keyword(query: QueryHits, index: dict[str, int], size: int) -> Matrix:
+    out = np.zeros(size)
+    scores = [(c.memory.id, c.keyword_score) for c in query.candidates
+              if c.keyword_score is not None and c.keyword_rank is not None]
+    best = max((s for _, s in scores), default=0.0)
+    if best > 0:
+        for memory_id, score in scores:
+            out[index[memory_id]] = max(0.0, score) / best
+    return out
+
+
+def _rrf(query: QueryHits, index: dict[str, int], size: int, k: int) -> Matrix:
+    out = np.zeros(size)
+    for c in query.candidates:
+        for rank_ in (c.keyword_rank, c.vector_rank):
+            if rank_ is not None:
+                out[index[c.memory.id]] += 1.0 / (k + rank_)
+    return out
+
+
+def fused_relevance(hits: Sequence[QueryHits], weights: RankWeights) -> dict[str, float]:
+    """Relevance in [0, 1] per memory id of the pool (steps 1–3 of the module docstring)."""
+    pool = _pool(hits)
+    memories = list(pool.values())
+    index = {m.id: i for i, m in enumerate(memories)}
+    size = len(memories)
+    combined = np.zeros(size)
+    dense: _Dense | None = None
+    for query in hits:
+        if weights.fusion == "rrf":
+            relevance = _rrf(query, index, size, weights.rrf_k)
+        else:
+            keyword = _keyword(query, index, size)
+            relevance = keyword
+            if query.vector is not None and len(query.vector) > 0:
+                if dense is None or dense.matrix.shape[1] != len(query.vector):
+                    dense = _Dense(memories, len(query.vector))
+                alpha = weights.vector_share
+                q = dense.centred(query.vector)
+                relevance = alpha * dense.score(q) + (1 - alpha) * keyword
+                if weights.feedback > 0 and weights.feedback_docs > 0:
+                    order = [int(i) for i in np.argsort(-relevance, kind="stable")]
+                    q = dense.feedback(q, order, beta=weights.feedback,
+                                       docs=weights.feedback_docs)
+                    relevance = alpha * dense.score(q) + (1 - alpha) * keyword
+        combined = np.maximum(combined, query.weight * relevance)
+    best = float(combined.max()) if size else 0.0
+    scale = best if best > _EPSILON else 1.0
+    return {m.id: max(0.0, float(combined[i])) / scale for i, m in enumerate(memories)}
+
+
+def _context(pool: dict[str, Memory], relevance: dict[str, float]) -> dict[str, float]:
+    """Best relevance of another pool memory from the same source conversation."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for memory in pool.values():
+        if memory.source_conversation_id:
+            groups[memory.source_conversation_id].append(memory.id)
+    out: dict[str, float] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        ordered = sorted(members, key=lambda i: -relevance[i])
+        first, second = relevance[ordered[0]], relevance[ordered[1]]
+        for memory_id in members:
+            out[memory_id] = second if memory_id == ordered[0] else first
+    return out
 
 
 def rank(
-    candidates: Sequence[Candidate], *, now: datetime, weights: RankWeights, limit: int
+    hits: Sequence[QueryHits], *, now: datetime, weights: RankWeights, limit: int,
+    periods: Sequence[Period] = (),
 ) -> list[Ranked]:
-    """The best ``limit`` candidates by final score, near-duplicates removed, best first."""
-    if limit <= 0 or not candidates:
+    """The best ``limit`` memories by final score, near-duplicates removed, best first.
+    ``periods``: dates the query names (:func:`proxy.memory.when.mentioned_periods`)."""
+    pool = _pool(hits)
+    if limit <= 0 or not pool:
         return []
-    relevance = fused_relevance(candidates, weights.rrf_k)
+    relevance = fused_relevance(hits, weights)
+    context = _context(pool, relevance) if weights.context > 0 else {}
     scored = []
-    for c in candidates:
-        m = c.memory
+    for m in pool.values():
         rel = relevance[m.id]
+        when = time_match((m.created_at, m.last_seen_at), periods) if periods else 0.0
         final = (
             weights.relevance * rel
+            + weights.when * when
+            + weights.context * context.get(m.id, 0.0)
             + weights.quality * max(0.0, min(1.0, m.score))
             + weights.evidence * evidence_strength(m.hits)
             + weights.recency * recency(m.last_seen_at, now, weights.half_life_days)

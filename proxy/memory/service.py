@@ -19,10 +19,11 @@ import structlog
 from proxy.identity import Identity
 from proxy.memory.embed import Embedder
 from proxy.memory.inject import choose_language, fit_block, splice
-from proxy.memory.recall import RankWeights, distinct, rank
+from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
-from proxy.memory.store import MemoryStore, SearchQuery, StoreUnavailableError
-from proxy.memory.text import query_terms
+from proxy.memory.retrieve import Retriever, plan_queries
+from proxy.memory.store import MemoryStore, StoreUnavailableError
+from proxy.memory.when import mentioned_periods
 from proxy.models import Route
 from proxy.request import ChatRequest, Message, message_text
 from proxy.settings import MemorySettings
@@ -34,6 +35,9 @@ OVERFLOW_MARGIN_TOKENS = 64
 # A prompt of more UTF-8 bytes than this many per window token is far beyond the window
 # for any text (English averages ~4 bytes per token); it gets no memory and is not counted.
 HOPELESS_BYTES_PER_WINDOW_TOKEN = 64
+# Share of the recall deadline the query embedding may take; the rest is left for the
+# vector search and ranking, so a slow embedder falls back to keyword recall in time.
+EMBED_DEADLINE_SHARE = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,9 @@ class Injection:
     """What memory did to one request."""
 
     messages: list[Message]
-    status: str  # injected | empty | off | no_user | write_only | degraded | no_room
+    # injected | empty | off | no_user | write_only | degraded | no_room; "degraded" with
+    # count > 0: memory was injected from keyword recall only (reason says why).
+    status: str
     reason: str | None = None
     count: int = 0
     tokens: int = 0
@@ -81,10 +87,12 @@ class AccessLog:
             await store.record_access(tenant, dict(counts), at)
 
 
-def recall_query(messages: list[Message], *, context_turns: int) -> str:
-    """The latest user turn plus ``context_turns`` earlier user turns (SPEC §2.3)."""
-    turns = [message_text(m) for m in messages if m.get("role") == "user"]
-    return "\n".join(turns[-(context_turns + 1):])
+def latest_user_text(messages: list[Message]) -> str:
+    """Text of the latest user turn (``""`` when there is none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return message_text(message)
+    return ""
 
 
 class MemoryService:
@@ -102,11 +110,9 @@ class MemoryService:
         self._counter = counter
         self._embedder = embedder
         self._clock = clock
-        ranking = settings.ranking
-        self._weights = RankWeights(
-            relevance=ranking.relevance, quality=ranking.quality, evidence=ranking.evidence,
-            recency=ranking.recency, half_life_days=ranking.half_life_days,
-        )
+        self._retriever = Retriever(store=store, embedder=embedder,
+                                    weights=rank_weights(settings),
+                                    candidate_pool=settings.candidate_pool)
         self.access = AccessLog()
 
     @staticmethod
@@ -134,7 +140,7 @@ class MemoryService:
         started = loop.time()
         try:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
-                profile, relevant, resident = await self._recall(identity, request)
+                profile, relevant, resident, degraded = await self._recall(identity, request)
         except TimeoutError:
             log.warning("memory_recall_timeout", tenant=identity.tenant,
                         timeout_ms=self._settings.recall_timeout_ms)
@@ -158,8 +164,10 @@ class MemoryService:
         )
         if not plan.text:
             return Injection(
-                messages=self.passthrough(request, route, "empty").messages, status="empty",
-                reason="budget" if facts else None, recall_ms=recall_ms, trimmed=plan.trimmed,
+                messages=self.passthrough(request, route, "empty").messages,
+                status="degraded" if degraded else "empty",
+                reason=degraded or ("budget" if facts else None), recall_ms=recall_ms,
+                trimmed=plan.trimmed,
             )
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
@@ -167,35 +175,37 @@ class MemoryService:
         ids = tuple(m.id for m in plan.memories)
         self.access.add(identity.tenant, ids)
         return Injection(
-            messages=messages, status="injected", count=len(plan.memories), tokens=plan.tokens,
-            memory_ids=ids, recall_ms=recall_ms, trimmed=plan.trimmed,
-            reason="budget" if plan.trimmed else None,
+            messages=messages, status="degraded" if degraded else "injected",
+            count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
+            recall_ms=recall_ms, trimmed=plan.trimmed,
+            reason=degraded or ("budget" if plan.trimmed else None),
         )
 
     async def _recall(
         self, identity: Identity, request: ChatRequest
-    ) -> tuple[Profile | None, list[Memory], list[Memory]]:
+    ) -> tuple[Profile | None, list[Memory], list[Memory], str | None]:
+        """Profile, relevant memories, resident memories, and why vectors were not used
+        (``None`` when they were, or when no embedder is configured)."""
         assert identity.user is not None
+        settings = self._settings
         channels = None if identity.channel == "private" else (f"group:{identity.group}",)
-        text = recall_query(request.messages, context_turns=self._settings.query_context_turns)
-        embedding = None
-        if self._embedder is not None and text.strip():
-            embedding = await self._embedder.embed_query(text)
-        query = SearchQuery(
-            tenant=identity.tenant, user=identity.user, terms=tuple(query_terms(text)),
-            limit=self._settings.candidate_pool, embedding=embedding, channels=channels,
+        queries = plan_queries(request.messages, context_turns=settings.query_context_turns,
+                               max_subqueries=settings.max_subqueries,
+                               subquery_weight=settings.subquery_weight)
+        recall_task = self._retriever.recall(
+            tenant=identity.tenant, user=identity.user, queries=queries,
+            limit=settings.injection_count, now=self._clock(), channels=channels,
+            periods=mentioned_periods(latest_user_text(request.messages)),
+            embed_budget=settings.recall_timeout_ms / 1000 * EMBED_DEADLINE_SHARE,
         )
         profile_task = self._store.get_profile(identity.tenant, identity.user)
         resident_task = self._store.resident(
-            identity.tenant, identity.user, limit=self._settings.resident_facts,
-            channels=channels,
+            identity.tenant, identity.user, limit=settings.resident_facts, channels=channels,
         )
-        profile, candidates, resident = await asyncio.gather(
-            profile_task, self._store.search(query), resident_task
+        profile, recalled, resident = await asyncio.gather(
+            profile_task, recall_task, resident_task
         )
-        ranked = rank(candidates, now=self._clock(), weights=self._weights,
-                      limit=self._settings.injection_count)
-        return profile, [r.memory for r in ranked], resident
+        return profile, [r.memory for r in recalled.ranked], resident, recalled.degraded
 
     async def _budget(self, request: ChatRequest, route: Route) -> int:
         """Tokens the block may use: ``token_budget_percent`` of the context window, cut
@@ -217,3 +227,13 @@ class MemoryService:
                                          route.tokenizer)
         return max(0, min(budget, window - prompt - reserve - OVERFLOW_MARGIN_TOKENS))
 
+
+
+def rank_weights(settings: MemorySettings) -> RankWeights:
+    """The ranking knobs of ``memory.ranking`` as :class:`RankWeights`."""
+    r = settings.ranking
+    return RankWeights(
+        relevance=r.relevance, quality=r.quality, evidence=r.evidence, recency=r.recency,
+        when=r.when, context=r.context, half_life_days=r.half_life_days, fusion=r.fusion,
+        vector_share=r.vector_share, feedback=r.feedback, feedback_docs=r.feedback_docs,
+    )

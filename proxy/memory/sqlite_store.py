@@ -278,17 +278,17 @@ class SqliteMemoryStore:
     ) -> None:
         assert query.embedding is not None
         owner = "(m.user_id = ?" + (" OR m.user_id IS NULL)" if query.include_shared else ")")
+        vector = np.asarray(query.embedding, dtype=np.float32)
+        # Only vectors of the query's length: after a model change, older vectors of another
+        # dimension are skipped (keyword recall still finds those memories).
         rows = conn.execute(
             f"SELECT {_COLUMNS} FROM memories m WHERE m.tenant = ? AND {owner} AND {_ACTIVE} "
-            f"AND m.embedding IS NOT NULL{clause}",
-            (query.tenant, query.user, *clause_args),
+            f"AND m.embedding IS NOT NULL AND length(m.embedding) = ?{clause}",
+            (query.tenant, query.user, vector.nbytes, *clause_args),
         ).fetchall()
         if not rows:
             return
         matrix = np.vstack([np.frombuffer(r["embedding"], dtype=np.float32) for r in rows])
-        vector = np.asarray(query.embedding, dtype=np.float32)
-        if matrix.shape[1] != vector.shape[0]:
-            return
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(vector) or 1.0)
         sims = (matrix @ vector) / np.where(norms == 0, 1.0, norms)
         order = np.argsort(-sims)[: query.limit]

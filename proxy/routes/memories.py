@@ -8,7 +8,8 @@ DELETE). A memory of another user or tenant is indistinguishable from a missing 
   query: ``limit`` (1–500, default 100), ``offset``, ``category``, ``q`` (text search),
   ``include_retired`` (default false)
 - ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
-  → 201 with the memory (``source: "manual"``)
+  → 201 with the memory (``source: "manual"``; embedded when an embedder is configured,
+  stored without a vector when it fails — ``has_embedding`` says which)
 - ``GET /v1/memories/{id}`` → the memory
 - ``DELETE /v1/memories/{id}`` → ``{"id", "object": "memory.deleted", "deleted": true}``
 - ``DELETE /v1/memories?confirm=true`` → deletes all of the user's memories and profile
@@ -30,6 +31,7 @@ from proxy.learning.filters import is_directive
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
+from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
 
@@ -149,6 +151,14 @@ async def create_memory(request: Request) -> Response:
         subject=new.subject.strip() or "user", source="manual", score=1.0,
         created_at=now, updated_at=now, last_seen_at=now,
     )
+    if res.embedder is not None:  # no vector (embedder down) → stored all the same
+        vectors = await MemoryVectors(
+            res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
+            timeout_seconds=res.settings.memory.embedder.timeout_seconds,
+        ).embed(
+            [memory.content], tenant=tenant, user=user, source="manual")
+        if vectors:
+            memory = memory.with_changes(embedding=vectors[memory.content])
     audit = _audit(tenant, user, "created", memory.id, res=res, reason="manual")
     await res.store.add(memory, audit=audit)
     return json_response(memory.to_api(), status_code=201)

@@ -1,4 +1,5 @@
-"""Upstream through litellm, for providers that need request/response translation.
+"""Upstream through litellm, for providers that need request/response translation, and
+embeddings through ``litellm.aembedding`` (:class:`LiteLLMEmbeddings`).
 
 This is the only module that imports litellm. The import costs ~3.5 s and ~150 MB, so it
 happens once, off the event loop, when a route first needs it (or at startup when the
@@ -11,6 +12,7 @@ import asyncio
 import os
 import re
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -23,6 +25,7 @@ from proxy.errors import (
     is_context_overflow,
     upstream_error_from_body,
 )
+from proxy.memory.embed import EmbedderError, RawEmbeddings
 from proxy.settings import UpstreamSettings
 from proxy.upstream.base import Completion, UpstreamCall
 
@@ -42,6 +45,7 @@ def _import_litellm() -> Any:
     return litellm
 
 
+MAX_MESSAGE_CHARS = 1000
 _PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)+(?:\w+Error:\s*)*(?:\w+Exception\s*-\s*)?")
 
 
@@ -74,7 +78,12 @@ def translate_litellm_error(exc: Exception) -> ProxyError:
     status = getattr(exc, "status_code", None)
     if isinstance(status, str) and status.isdigit():
         status = int(status)
-    message = _PREFIX.sub("", str(getattr(exc, "message", None) or exc)).strip() or name
+    raw = str(getattr(exc, "message", None) or exc)
+    # litellm folds tracebacks and bug-report links into some messages: keep the clients'
+    # error to the upstream's own words.
+    raw = raw.split("Traceback (most recent call last)")[0]
+    raw = raw.split("This looks like a bug in LiteLLM")[0]
+    message = _PREFIX.sub("", raw).strip()[:MAX_MESSAGE_CHARS] or name
     headers: dict[str, str] = {}
     raw_headers = getattr(exc, "litellm_response_headers", None)
     if raw_headers is None and getattr(exc, "response", None) is not None:
@@ -204,3 +213,64 @@ class LiteLLMUpstream:
         except Exception as exc:
             raise translate_litellm_error(exc) from exc
         return _LiteLLMStream(response)
+
+
+class LiteLLMEmbeddings:
+    """:class:`~proxy.memory.embed.EmbeddingBackend` over ``litellm.aembedding``: OpenAI
+    (``text-embedding-3-small``), Azure (``azure/<deployment>``), Ollama
+    (``ollama/nomic-embed-text``), a TEI or any OpenAI-compatible server (``openai/<name>``
+    with ``api_base``), and every other provider litellm knows. The dimension is learned
+    from a probe call at startup (:func:`proxy.memory.embed.probe_dimension`)."""
+
+    def __init__(self, *, model: str, api_base: str | None = None, api_key: str | None = None,
+                 api_version: str | None = None, timeout: float = 30.0) -> None:
+        self.model = model
+        self._params: dict[str, Any] = {
+            k: v for k, v in {"api_base": api_base, "api_key": api_key,
+                              "api_version": api_version}.items() if v
+        }
+        self._timeout = timeout
+        self._litellm: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._litellm is None:
+                self._litellm = _import_litellm()
+        return self._litellm
+
+    async def start(self) -> None:
+        """Import litellm off the event loop; the dimension is not known without a call."""
+        if self._litellm is None:
+            await asyncio.to_thread(self._load)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def embed(self, texts: Sequence[str]) -> RawEmbeddings:
+        litellm = self._litellm or await asyncio.to_thread(self._load)
+        try:
+            response = await litellm.aembedding(
+                model=self.model, input=list(texts), timeout=self._timeout, num_retries=0,
+                **self._params,
+            )
+        except Exception as exc:
+            raise EmbedderError(str(translate_litellm_error(exc))) from exc
+        data = _field(response, "data") or []
+        rows: list[tuple[int, list[float]]] = []
+        for position, item in enumerate(data):
+            index = _field(item, "index")
+            rows.append((index if isinstance(index, int) else position,
+                         list(_field(item, "embedding") or [])))
+        rows.sort(key=lambda row: row[0])
+        usage = _field(response, "usage")
+        tokens = _field(usage, "prompt_tokens") if usage is not None else None
+        return RawEmbeddings(rows=[r for _, r in rows],
+                             tokens=tokens if isinstance(tokens, int) else 0)
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` or ``obj.name`` — litellm returns dicts or pydantic objects."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)

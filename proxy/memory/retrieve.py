@@ -1,0 +1,187 @@
+"""Hybrid recall: plan the queries, search keyword and vector, rank (SPEC §2.3).
+
+:func:`plan_queries` (pure) turns the conversation into a main query — the latest user
+turn plus ``context_turns`` earlier ones — and, without any model call, up to
+``max_subqueries`` sub-queries: the latest turn on its own when context was added (so an
+earlier turn on another topic cannot drown the question) and each sentence of a latest
+turn that asks several things. :class:`Retriever` runs them:
+
+1. the keyword searches start at once, and the query embeddings (one batch) alongside;
+2. the embeddings get ``embed_budget`` seconds — past it, or when the embedder fails,
+   recall goes on keyword-only and says why (``degraded``), so a slow or broken embedder
+   costs recall quality, never the request;
+3. a vector search per embedded query;
+4. :func:`proxy.memory.recall.rank` scores the union of candidates against every query.
+
+Store errors propagate (:class:`~proxy.memory.store.StoreUnavailableError`) for the caller
+to degrade memory as a whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
+from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
+from proxy.memory.store import Candidate, MemoryStore, SearchQuery
+from proxy.memory.text import query_terms
+from proxy.memory.when import Period
+from proxy.request import Message, message_text
+
+log = structlog.get_logger("proxy.memory")
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+")
+MIN_SUBQUERY_TERMS = 2  # a sentence with fewer content terms is too vague to search alone
+MAX_SUBQUERY_CHARS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SubQuery:
+    """One query text and its weight among the queries of a request (main = 1.0)."""
+
+    text: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """Ranked memories, and why vectors were left out when they were
+    (``embedder_unavailable`` | ``embedder_timeout``)."""
+
+    ranked: list[Ranked]
+    degraded: str | None = None
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split after sentence punctuation (Latin and CJK) and at line breaks."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def plan_queries(
+    messages: Sequence[Message], *, context_turns: int, max_subqueries: int,
+    subquery_weight: float,
+) -> list[SubQuery]:
+    """The main query and its sub-queries (see the module docstring); empty when the
+    conversation has no user text."""
+    turns = [message_text(m) for m in messages if m.get("role") == "user"]
+    turns = [t for t in turns if t.strip()]
+    if not turns:
+        return []
+    latest = turns[-1]
+    main = "\n".join(turns[-(context_turns + 1):])
+    plan = [SubQuery(main, 1.0)]
+    if max_subqueries <= 0:
+        return plan
+    options = [latest] if main != latest else []
+    parts = sentences(latest)
+    if len(parts) > 1:
+        options.extend(parts)
+    seen = {main.strip()}
+    for option in options:
+        text = option.strip()[:MAX_SUBQUERY_CHARS]
+        if text in seen or len(query_terms(text)) < MIN_SUBQUERY_TERMS:
+            continue
+        seen.add(text)
+        plan.append(SubQuery(text, subquery_weight))
+        if len(plan) > max_subqueries:
+            break
+    return plan
+
+
+def _merge(keyword: Sequence[Candidate], vector: Sequence[Candidate]) -> list[Candidate]:
+    """One candidate per memory with the ranks and scores of both searches."""
+    found = {c.memory.id: c for c in keyword}
+    for c in vector:
+        previous = found.get(c.memory.id)
+        found[c.memory.id] = c if previous is None else Candidate(
+            previous.memory, keyword_rank=previous.keyword_rank,
+            keyword_score=previous.keyword_score, vector_rank=c.vector_rank,
+            vector_score=c.vector_score,
+        )
+    return list(found.values())
+
+
+class Retriever:
+    """Runs a query plan against a store (and an embedder, when there is one)."""
+
+    def __init__(self, *, store: MemoryStore, embedder: Embedder | None,
+                 weights: RankWeights, candidate_pool: int) -> None:
+        self._store = store
+        self._embedder = embedder
+        self.weights = weights
+        self._pool = candidate_pool
+
+    async def recall(
+        self, *, tenant: str, user: str, queries: Sequence[SubQuery], limit: int,
+        now: datetime, channels: tuple[str | None, ...] | None = None,
+        periods: Sequence[Period] = (), embed_budget: float | None = None,
+    ) -> Recall:
+        """Ranked memories for ``queries``. ``embed_budget``: seconds to wait for the
+        query embeddings (``None`` = no limit beyond the caller's)."""
+        if not queries or limit <= 0:
+            return Recall([])
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        def search(terms: tuple[str, ...], vector: Vector | None = None) -> SearchQuery:
+            return SearchQuery(tenant=tenant, user=user, terms=terms, limit=self._pool,
+                               embedding=vector, channels=channels)
+
+        embedding: asyncio.Task[Embeddings] | None = None
+        if self._embedder is not None:
+            embedding = asyncio.create_task(
+                self._embedder.embed_documents([q.text for q in queries]))
+        try:
+            terms = [tuple(query_terms(q.text)) for q in queries]
+            keyword = await asyncio.gather(*(
+                self._store.search(search(t)) for t in terms if t
+            ))
+            by_query = iter(keyword)
+            keyword_hits = [list(next(by_query)) if t else [] for t in terms]
+            vectors, degraded = await self._vectors(embedding, embed_budget, started)
+            if vectors is not None and len(vectors) != len(queries):
+                vectors, degraded = None, "embedder_unavailable"
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+        vector_hits: list[list[Candidate]] = [[] for _ in queries]
+        if vectors is not None:
+            found = await asyncio.gather(*(self._store.search(search((), v)) for v in vectors))
+            vector_hits = [list(f) for f in found]
+        hits = [
+            QueryHits(_merge(kw, vec), vector=None if vectors is None else vectors[i],
+                      weight=q.weight)
+            for i, (q, kw, vec) in enumerate(zip(queries, keyword_hits, vector_hits,
+                                                 strict=True))
+        ]
+        ranked = rank(hits, now=now, weights=self.weights, limit=limit, periods=periods)
+        return Recall(ranked, degraded)
+
+    async def _vectors(
+        self, embedding: asyncio.Task[Embeddings] | None, budget: float | None, started: float,
+    ) -> tuple[tuple[Vector, ...] | None, str | None]:
+        if embedding is None or self._embedder is None:
+            return None, None
+        remaining = None if budget is None else \
+            max(0.0, started + budget - asyncio.get_running_loop().time())
+        try:
+            async with asyncio.timeout(remaining):
+                result = await embedding
+        except TimeoutError:
+            log.warning("memory_embedder_timeout", model=self._embedder.model,
+                        budget_ms=round((budget or 0) * 1000))
+            return None, "embedder_timeout"
+        except EmbedderError as exc:
+            log.warning("memory_embedder_unavailable", model=self._embedder.model,
+                        error=str(exc))
+            return None, "embedder_unavailable"
+        except Exception:  # any embedder bug degrades recall, never the request
+            log.exception("memory_embedder_failed", model=self._embedder.model)
+            return None, "embedder_unavailable"
+        return result.vectors, None

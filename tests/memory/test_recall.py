@@ -1,0 +1,153 @@
+"""Ranking of recall candidates: fusion, feedback, dates, context, blend, diversity."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from proxy.memory.recall import QueryHits, RankWeights, fused_relevance, rank
+from proxy.memory.records import Memory
+from proxy.memory.store import Candidate
+from proxy.memory.when import Period, mentioned_periods
+
+NOW = datetime(2024, 6, 30, tzinfo=UTC)
+ONLY_RELEVANCE = RankWeights(quality=0, evidence=0, recency=0, when=0, context=0, feedback=0)
+
+
+def mem(memory_id: str, content: str | None = None, *, vec: tuple[float, ...] | None = None,
+        hits: int = 1, score: float = 0.5, seen: datetime = NOW, conv: str | None = None,
+        created: datetime | None = None) -> Memory:
+    return Memory(id=memory_id, tenant="t", user_id="u", content=content or f"note {memory_id * 3}",
+                  embedding=vec, hits=hits, score=score, last_seen_at=seen,
+                  created_at=created or seen, updated_at=seen, source_conversation_id=conv)
+
+
+def kw(memory: Memory, rank_: int, score: float) -> Candidate:
+    return Candidate(memory, keyword_rank=rank_, keyword_score=score)
+
+
+def vec(memory: Memory, rank_: int) -> Candidate:
+    return Candidate(memory, vector_rank=rank_, vector_score=0.5)
+
+
+def order(hits: list[QueryHits], weights: RankWeights = ONLY_RELEVANCE,
+          periods: tuple[Period, ...] = ()) -> list[str]:
+    return [r.memory.id for r in rank(hits, now=NOW, weights=weights, limit=10,
+                                      periods=periods)]
+
+
+def test_keyword_only_relevance_follows_bm25() -> None:
+    """Without query vectors, relevance is BM25 over the best BM25 of the query."""
+    a, b = mem("a"), mem("b")
+    relevance = fused_relevance([QueryHits([kw(a, 1, 6.0), kw(b, 2, 3.0)])], ONLY_RELEVANCE)
+    assert relevance == {"a": 1.0, "b": 0.5}
+
+
+def test_dense_similarity_scores_memories_found_by_keyword_only() -> None:
+    """Every candidate is scored by the query vector too: of two equal keyword hits, the
+    one whose meaning matches the query comes first."""
+    off_topic = mem("a", vec=(0.0, 1.0, 0.0))
+    on_topic = mem("b", vec=(1.0, 0.0, 0.0))
+    other = mem("c", vec=(0.0, 0.0, 1.0))
+    hits = [QueryHits([kw(off_topic, 1, 3.0), kw(on_topic, 2, 3.0), vec(other, 1)],
+                      vector=(1.0, 0.0, 0.0))]
+    assert order(hits)[0] == "b"
+    assert order([QueryHits(hits[0].candidates)])[:2] == ["a", "b"]  # keyword-only: a tie
+
+
+def test_memories_without_a_vector_are_still_ranked_by_keyword() -> None:
+    """A memory stored without a vector (embedder was down) still competes on BM25."""
+    plain = mem("plain")
+    embedded = mem("emb", vec=(0.0, 1.0))
+    hits = [QueryHits([kw(plain, 1, 9.0), kw(embedded, 2, 1.0)], vector=(1.0, 0.0))]
+    assert "plain" in order(hits)
+
+
+def test_feedback_query_lifts_facts_phrased_like_the_best_hit() -> None:
+    """With Rocchio feedback, a fact close to the best hit overtakes one that is only
+    loosely about the query; without it, the order is the other way round."""
+    memories = {
+        "best": (1.0, 0.6, 0, 0, 0, 0), "like_best": (0.3, 1.0, 0, 0, 0, 0),
+        "loose": (0.5, 0, 1.0, 0, 0, 0), "f1": (0, 0, 0, 1.0, 0, 0),
+        "f2": (0, 0, 0, 0, 1.0, 0), "f3": (0, 0, 0, 0, 0, 1.0),
+    }
+    hits = [QueryHits([vec(mem(k, vec=v), i) for i, (k, v) in enumerate(memories.items(), 1)],
+                      vector=(1.0, 0, 0, 0, 0, 0))]
+    plain = order(hits)
+    assert plain[0] == "best"
+    assert plain.index("loose") < plain.index("like_best")
+    with_feedback = replace(ONLY_RELEVANCE, feedback=1.0, feedback_docs=1)
+    assert order(hits, with_feedback)[:3] == ["best", "like_best", "loose"]
+
+
+def test_each_query_counts_at_its_weight() -> None:
+    """A memory only a sub-query found is ranked by that query's relevance times its
+    weight (CombMAX): at weight 1 it ties the main query's best, at 0.5 it follows."""
+    main, sub = mem("main"), mem("sub")
+    for weight, expected in ((1.0, {"main": 1.0, "sub": 1.0}), (0.5, {"main": 1.0, "sub": 0.5})):
+        relevance = fused_relevance([QueryHits([kw(main, 1, 4.0)]),
+                                     QueryHits([kw(sub, 1, 2.0)], weight=weight)],
+                                    ONLY_RELEVANCE)
+        assert relevance == expected
+
+
+def test_rrf_fusion_prefers_memories_both_methods_found() -> None:
+    """``fusion: rrf`` sums 1/(k + rank) per method, so agreement wins."""
+    both, keyword_only, vector_only = mem("both"), mem("kw"), mem("vec")
+    hits = [QueryHits([kw(keyword_only, 1, 5.0), kw(both, 2, 4.0), vec(vector_only, 1),
+                       Candidate(both, keyword_rank=2, keyword_score=4.0, vector_rank=2)])]
+    assert order(hits, replace(ONLY_RELEVANCE, fusion="rrf"))[0] == "both"
+
+
+def test_a_date_named_in_the_query_lifts_memories_from_that_day() -> None:
+    """"What did I say on 3 June 2024?" puts the equally relevant fact from that day first;
+    without the date, it does not."""
+    early = mem("a", created=datetime(2024, 5, 1, tzinfo=UTC), seen=datetime(2024, 5, 1,
+                                                                             tzinfo=UTC))
+    that_day = mem("b", created=datetime(2024, 6, 3, 15, tzinfo=UTC),
+                   seen=datetime(2024, 6, 3, 15, tzinfo=UTC))
+    hits = [QueryHits([kw(early, 1, 2.0), kw(that_day, 2, 2.0)])]
+    weights = replace(ONLY_RELEVANCE, when=0.2)
+    assert order(hits, weights) == ["a", "b"]
+    assert order(hits, weights, periods=mentioned_periods("on 3 June 2024")) == ["b", "a"]
+
+
+def test_facts_learned_with_the_best_hit_are_lifted() -> None:
+    """A weak match learned in the same conversation as the best hit overtakes an equally
+    weak match from elsewhere (and not without the context weight)."""
+    best = mem("best", conv="c1")
+    sibling = mem("sibling", conv="c1")
+    stranger = mem("stranger", conv="c2")
+    hits = [QueryHits([kw(best, 1, 10.0), kw(stranger, 2, 3.0), kw(sibling, 3, 2.9)])]
+    assert order(hits) == ["best", "stranger", "sibling"]
+    assert order(hits, replace(ONLY_RELEVANCE, context=0.2)) == ["best", "sibling", "stranger"]
+
+
+def test_evidence_and_recency_break_ties() -> None:
+    """Between equally relevant memories, more evidence wins, then the fresher one."""
+    weights = RankWeights(when=0, context=0, feedback=0)
+    old = NOW - timedelta(days=200)
+    hits = [QueryHits([kw(mem("once", seen=old), 1, 2.0), kw(mem("often", hits=5, seen=old),
+                                                              2, 2.0)])]
+    assert order(hits, weights) == ["often", "once"]
+    hits = [QueryHits([kw(mem("old", seen=old), 1, 2.0), kw(mem("new"), 2, 2.0)])]
+    assert order(hits, weights) == ["new", "old"]
+
+
+def test_near_duplicates_never_fill_the_block_twice() -> None:
+    """A second phrasing of a chosen memory (equal, contained, or ≥ 80 % shared terms) is
+    skipped; a different fact is kept."""
+    hits = [QueryHits([
+        kw(mem("a", "Lives in Lisbon, Portugal"), 1, 5.0),
+        kw(mem("b", "lives in lisbon"), 2, 4.0),
+        kw(mem("c", "Lives in Lisbon Portugal!"), 3, 3.0),
+        kw(mem("d", "Works in Porto"), 4, 2.0),
+    ])]
+    assert order(hits) == ["a", "d"]
+
+
+def test_nothing_to_rank() -> None:
+    """No candidates or no room → an empty list."""
+    assert rank([], now=NOW, weights=RankWeights(), limit=5) == []
+    assert rank([QueryHits([kw(mem("a"), 1, 1.0)])], now=NOW, weights=RankWeights(),
+                limit=0) == []
