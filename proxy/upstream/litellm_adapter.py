@@ -81,7 +81,7 @@ def translate_litellm_error(exc: Exception) -> ProxyError:
     raw = str(getattr(exc, "message", None) or exc)
     # litellm folds tracebacks and bug-report links into some messages: keep the clients'
     # error to the upstream's own words.
-    raw = raw.split("Traceback (most recent call last)")[0]
+    raw = raw.split("Traceback (most recent call last)", maxsplit=1)[0]
     raw = raw.split("This looks like a bug in LiteLLM")[0]
     message = _PREFIX.sub("", raw).strip()[:MAX_MESSAGE_CHARS] or name
     headers: dict[str, str] = {}
