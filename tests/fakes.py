@@ -149,6 +149,10 @@ class FakeUpstream:
         if self.intercept is not None:
             result: httpx.Response = await self.intercept(request)
             return result
+        return await self.respond(request)
+
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        """The scripted answer (what :meth:`handler` does when nothing intercepts)."""
         body = orjson.loads(request.content)
         self.requests.append(body)
         self.headers.append(dict(request.headers))

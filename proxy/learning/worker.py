@@ -18,14 +18,20 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import structlog
 
 from proxy.errors import ProxyError, RateLimitError
+from proxy.learning import quotas
 from proxy.learning.consolidate import BatchContext, consolidate
-from proxy.learning.exchange import Exchange, TranscriptMessage, is_group_namespace
+from proxy.learning.exchange import (
+    GROUP_PREFIX,
+    Exchange,
+    TranscriptMessage,
+    is_group_namespace,
+)
 from proxy.learning.filters import FactFilter, is_directive
 from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
@@ -51,11 +57,12 @@ from proxy.learning.prompts import (
 from proxy.learning.queue import Batch, Job, LearningQueue, batch_sizes
 from proxy.ledger import Ledger
 from proxy.memory.embed import Embedder, Vector
-from proxy.memory.records import ConversationRecord, Memory, utcnow
+from proxy.memory.records import ConversationRecord, Memory, new_id, utcnow
 from proxy.memory.store import (
     AuditEvent,
     ChangeSet,
     MemoryStore,
+    ScanQuery,
     SearchQuery,
     StoreUnavailableError,
 )
@@ -194,6 +201,16 @@ class Worker:
             buffered_before=now - self._settings.buffer_ttl_seconds,
             seen_before=now - self._settings.seen_message_ttl_days * 86400,
         )
+        await self.sweep_retention()
+
+    async def sweep_retention(self, *, limit: int = 500) -> int:
+        """Purge memories older than ``retention_days`` that were never injected (seed 000
+        §6 MemoryRetentionDays). Returns how many went."""
+        cutoff = self._clock() - timedelta(days=self._settings.retention_days)
+        expired = await self._store.scan(ScanQuery(created_before=cutoff, never_accessed=True,
+                                                   limit=limit))
+        await self._delete(expired, action="purged", reason="retention: never used")
+        return len(expired)
 
     # handlers --------------------------------------------------------------
     async def _exchange(self, job: Job) -> None:
@@ -291,16 +308,18 @@ class Worker:
             if group:
                 applied = await self._store.apply(changes)
                 if not applied:
-                    log.info("learning_batch_already_applied", batch=changes.batch_key)
+                    log.info("learning_batch_not_applied", batch=changes.batch_key)
             else:
                 audit.extend(changes.audit)
                 changes = ChangeSet(
                     tenant=changes.tenant, user_id=changes.user_id, batch_key=key,
                     upserts=changes.upserts, evidence=changes.evidence,
                     profile=changes.profile, conversation=changes.conversation,
-                    audit=tuple(audit),
+                    audit=tuple(audit), learned_from=changes.learned_from,
                 )
                 await self._apply(batch, changes)
+            if changes.upserts:
+                await self._enforce_quotas(batch.tenant, owner, batch.channel)
         if group:
             await self._apply(batch, ChangeSet(tenant=batch.tenant, user_id=batch.user,
                                                batch_key=key, audit=tuple(audit),
@@ -489,7 +508,44 @@ class Worker:
             upserts=upserts, evidence=changes.evidence, profile=changes.profile,
             conversation=None if group else changes.conversation,
             audit=(*audit, *changes.audit),
+            learned_from=datetime.fromtimestamp(batch.oldest_at, UTC),
         )
+
+    async def _enforce_quotas(self, tenant: str, user: str, channel: str) -> None:
+        """Evict over-quota memories of ``user`` (and of the group, for group channels):
+        per-user total, per-person facts, per-group facts (see :mod:`quotas`)."""
+        now = self._clock()
+        counts = await self._store.count(tenant, user)
+        stored = counts.get("total", 0) + counts.get("retired", 0) + counts.get("disabled", 0)
+        victims: list[Memory] = []
+        if stored > min(self._settings.max_memory_per_user, quotas.FACTS_PER_PERSON):
+            mine = await self._store.scan(ScanQuery(
+                tenant=tenant, user=user, limit=stored + 100))
+            victims += quotas.evictions(mine, max_per_user=self._settings.max_memory_per_user,
+                                        now=now)
+        if channel.startswith(GROUP_PREFIX):
+            in_group = await self._store.scan(ScanQuery(
+                tenant=tenant, channel=channel, limit=quotas.FACTS_PER_GROUP * 4))
+            victims += quotas.over_quota(in_group, limit=quotas.FACTS_PER_GROUP, now=now)
+        await self._delete(victims, action="evicted", reason="over quota")
+
+    async def _delete(self, victims: list[Memory], *, action: str, reason: str) -> None:
+        """Delete memories per owner, one audited change set each (no tombstone: an
+        evicted or expired memory may be learned again if it is said again)."""
+        by_owner: dict[tuple[str, str], list[Memory]] = {}
+        for memory in {m.id: m for m in victims}.values():
+            if memory.user_id is not None:
+                by_owner.setdefault((memory.tenant, memory.user_id), []).append(memory)
+        now = self._clock()
+        for (tenant, user), memories in by_owner.items():
+            await self._store.apply(ChangeSet(
+                tenant=tenant, user_id=user, batch_key=f"{action}:{new_id()}",
+                deletes=tuple(m.id for m in memories),
+                audit=tuple(AuditEvent(tenant=tenant, user_id=user, action=action,  # type: ignore[arg-type]
+                                       actor="auto", at=now, memory_id=m.id, reason=reason)
+                            for m in memories),
+            ))
+            self._count(action, "memories")
 
     async def _embed_facts(
         self, job_id: str, batch: Batch, owner: str, facts: list[CandidateFact],
@@ -527,7 +583,8 @@ class Worker:
         applied = await self._store.apply(changes)
         self._scores.pop(batch.key, None)
         if not applied:
-            log.info("learning_batch_already_applied", batch=batch.key)
+            log.info("learning_batch_not_applied", batch=batch.key,
+                     reason="applied before, or memory cleared since")
         await self.queue.drop_batch(batch.key)
 
     @staticmethod

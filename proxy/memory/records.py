@@ -42,7 +42,10 @@ def new_id() -> str:
 
 
 def to_iso(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    """UTC ISO 8601 with microseconds always written, so stored strings sort by time."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def from_iso(value: str | None) -> datetime | None:

@@ -32,6 +32,7 @@ from proxy.memory.store import (
     Candidate,
     ChangeSet,
     ListQuery,
+    ScanQuery,
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
@@ -155,6 +156,32 @@ def _insert_audit(conn: sqlite3.Connection, events: Sequence[AuditEvent]) -> Non
             for e in events
         ],
     )
+
+
+def _still_wanted(conn: sqlite3.Connection, changes: ChangeSet) -> list[Memory] | None:
+    """The upserts that may still be written (see :class:`ChangeSet` ``learned_from``), or
+    ``None`` when the user cleared their memory after the batch's messages were said."""
+    if changes.learned_from is None:
+        return list(changes.upserts)
+    since = to_iso(changes.learned_from) or ""
+    cleared = conn.execute(
+        "SELECT cleared_at FROM user_settings WHERE tenant = ? AND user_id = ?",
+        (changes.tenant, changes.user_id),
+    ).fetchone()
+    if cleared is not None and cleared[0] is not None and cleared[0] >= since:
+        return None
+    deleted = {
+        row[0] for row in conn.execute(
+            "SELECT norm FROM memory_tombstones WHERE tenant = ? AND user_id = ? AND "
+            "deleted_at >= ?", (changes.tenant, changes.user_id, since))
+    }
+    if not deleted:
+        return list(changes.upserts)
+    stored = {row[0] for row in conn.execute(
+        f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(changes.upserts))})",
+        tuple(m.id for m in changes.upserts))} if changes.upserts else set()
+    return [m for m in changes.upserts
+            if m.id in stored or normalize(m.content) not in deleted]
 
 
 def _channel_clause(channels: tuple[str | None, ...] | None) -> tuple[str, list[Any]]:
@@ -498,6 +525,10 @@ class SqliteMemoryStore:
             for memory in changes.upserts:
                 if memory.tenant != changes.tenant or memory.user_id != changes.user_id:
                     raise ValueError("a change set may only touch its own namespace")
+            upserts = _still_wanted(conn, changes)
+            if upserts is None:
+                return False
+            for memory in upserts:
                 _upsert(conn, memory)
             conn.executemany(
                 "INSERT OR IGNORE INTO memory_evidence (memory_id, evidence_key, at) "
@@ -528,6 +559,33 @@ class SqliteMemoryStore:
             return True
 
         result: bool = await self._write(run)
+        return result
+
+    async def scan(self, query: ScanQuery) -> list[Memory]:
+        where, args = ["m.user_id IS NOT NULL"], []  # type: list[str], list[Any]
+        if query.tenant is not None:
+            where.append("m.tenant = ?")
+            args.append(query.tenant)
+        if query.user is not None:
+            where.append("m.user_id = ?")
+            args.append(query.user)
+        if query.channel is not None:
+            where.append("m.source_channel = ?")
+            args.append(query.channel)
+        if query.created_before is not None:
+            where.append("m.created_at < ?")
+            args.append(to_iso(query.created_before))
+        if query.never_accessed:
+            where.append("m.access_count = 0")
+
+        def run(conn: sqlite3.Connection) -> list[Memory]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories m WHERE {' AND '.join(where)} "
+                "ORDER BY m.created_at LIMIT ?", (*args, query.limit),
+            ).fetchall()
+            return [_memory_from_row(r) for r in rows]
+
+        result: list[Memory] = await self._read(run)
         return result
 
     async def tombstoned(

@@ -100,6 +100,10 @@ class ChangeSet:
     ``upserts`` are whole records after consolidation; ``evidence`` lists the
     (memory id, evidence key) pairs this batch adds — a pair already stored does not count
     again, so hits grow once per distinct source (SPEC §3.6).
+    ``learned_from`` is when the batch's oldest message was said: the store checks, inside
+    the same transaction, that the user did not clear their memory since (then nothing is
+    applied) and drops new memories whose text the user deleted since (case B32 — a
+    deletion that races a learning job in flight still wins).
     """
 
     tenant: str
@@ -111,6 +115,21 @@ class ChangeSet:
     conversation: ConversationRecord | None = None
     audit: tuple[AuditEvent, ...] = ()
     deletes: tuple[str, ...] = ()
+    learned_from: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanQuery:
+    """Maintenance listing across users (quotas, retention): memories of a tenant (or all
+    tenants), optionally one user, one ``source_channel``, created before a time, never
+    accessed. Oldest first."""
+
+    tenant: str | None = None
+    user: str | None = None
+    channel: str | None = None
+    created_before: datetime | None = None
+    never_accessed: bool = False
+    limit: int = 1000
 
 
 class MemoryStore(Protocol):
@@ -174,7 +193,11 @@ class MemoryStore(Protocol):
 
     async def apply(self, changes: ChangeSet) -> bool:
         """Apply a learning batch atomically. ``False`` when ``batch_key`` was applied
-        before (nothing changes)."""
+        before, or the user cleared their memory after ``learned_from`` (nothing changes)."""
+        ...
+
+    async def scan(self, query: ScanQuery) -> list[Memory]:
+        """Memories for maintenance (see :class:`ScanQuery`), personal ones only."""
         ...
 
     async def tombstoned(self, tenant: str, user: str, norms: Sequence[str]) -> dict[str, datetime]:

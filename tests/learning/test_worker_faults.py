@@ -95,11 +95,7 @@ async def test_timeouts_are_retried_then_succeed(faulty: Gateway, upstream: Fake
         if b"NEW messages" in request.content and failures["left"] > 0:
             failures["left"] -= 1
             raise httpx.ReadTimeout("slow", request=request)
-        upstream.intercept = None
-        try:
-            return await upstream.handler(request)
-        finally:
-            upstream.intercept = flaky
+        return await upstream.respond(request)
 
     await say(faulty, "I speak Basque.")
     upstream.intercept = flaky
