@@ -25,7 +25,7 @@ from proxy.http import error_response
 from proxy.memory import text
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
-from proxy.routes import chat, health, memories, models
+from proxy.routes import admin, chat, health, memories, models
 from proxy.settings import Settings
 
 log = structlog.get_logger("proxy.app")
@@ -153,6 +153,13 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/memories/flush", memories.flush_learning, methods=["POST"]),
         Route("/v1/memories/{memory_id}", memories.get_memory, methods=["GET"]),
         Route("/v1/memories/{memory_id}", memories.delete_memory, methods=["DELETE"]),
+        Route("/v1/admin/prompts/{kind}", admin.get_prompt, methods=["GET"]),
+        Route("/v1/admin/prompts/{kind}", admin.put_prompt, methods=["PUT"]),
+        Route("/v1/admin/audit", admin.audit_log, methods=["GET"]),
+        Route("/v1/admin/usage", admin.usage, methods=["GET"]),
+        Route("/v1/admin/dead-letters", admin.dead_letters, methods=["GET"]),
+        Route("/v1/admin/dead-letters/{job_id:path}/requeue", admin.requeue,
+              methods=["POST"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

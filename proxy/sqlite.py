@@ -193,6 +193,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE buffered_messages ADD COLUMN images TEXT NOT NULL DEFAULT '[]';
     """,
+    # 4: learning prompts edited by admins at run time, every version kept.
+    """
+    CREATE TABLE prompts (
+        tenant TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at TEXT NOT NULL,
+        PRIMARY KEY (tenant, kind, version)
+    ) WITHOUT ROWID;
+    """,
 )
 
 

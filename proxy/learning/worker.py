@@ -284,7 +284,8 @@ class Worker:
             max_tokens=self._settings.max_output_tokens * (2 if job.attempts > 1 else 1),
             schema=EXTRACTION_SCHEMA,
             messages=extraction_messages(batch=batch, known=known_text, language=language,
-                                         override=self._settings.extraction_prompt,
+                                         override=await self._prompt(batch.tenant,
+                                                                     "extraction"),
                                          group=group, vision=vision),
         ))
         audit.append(self._event(batch, "extracted", "", now, {
@@ -397,6 +398,15 @@ class Worker:
             audit.append(self._event(batch, "extracted", "images", now, {"tiers": tiers}))
         return out
 
+    async def _prompt(self, tenant: str, kind: str) -> str | None:
+        """The prompt in force: the tenant's latest admin edit, else ``learning.<kind>_prompt``
+        from config, else ``None`` (the built-in one)."""
+        versions = await self._store.prompt_versions(tenant, kind, limit=1)
+        if versions and versions[0].text:
+            return versions[0].text
+        configured: str | None = getattr(self._settings, f"{kind}_prompt")
+        return configured or None
+
     async def _owners(self, batch: Batch) -> dict[str | None, str]:
         """Whose memory this batch may teach: the user (key ``None``), or in a group each
         participant whose display name resolves to exactly one user of the tenant and who
@@ -429,7 +439,8 @@ class Worker:
                 purpose="score", request_model=batch.model, tenant=batch.tenant,
                 user=batch.user, job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
                 messages=scoring_messages(batch=batch, known=known_text, language=language,
-                                          override=self._settings.scoring_prompt),
+                                          override=await self._prompt(batch.tenant,
+                                                                      "scoring")),
             ))
             self._scores[batch.key] = scored
             while len(self._scores) > SCORE_CACHE_SIZE:

@@ -32,6 +32,7 @@ from proxy.memory.store import (
     Candidate,
     ChangeSet,
     ListQuery,
+    PromptVersion,
     ScanQuery,
     SearchQuery,
     StoreUnavailableError,
@@ -668,6 +669,29 @@ class SqliteMemoryStore:
     async def audit(self, events: Sequence[AuditEvent]) -> None:
         if events:
             await self._write(lambda c: _insert_audit(c, events))
+
+    async def save_prompt(self, tenant: str, kind: str, text: str, actor: str,
+                          at: datetime) -> PromptVersion:
+        def run(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT coalesce(max(version), 0) FROM prompts WHERE tenant = ? AND kind = ?",
+                (tenant, kind)).fetchone()
+            version = int(row[0]) + 1
+            conn.execute("INSERT INTO prompts (tenant, kind, version, text, actor, at) VALUES "
+                         "(?, ?, ?, ?, ?, ?)", (tenant, kind, version, text, actor, to_iso(at)))
+            return version
+
+        version: int = await self._write(run)
+        return PromptVersion(tenant=tenant, kind=kind, version=version, text=text,  # type: ignore[arg-type]
+                             actor=actor, at=at)
+
+    async def prompt_versions(self, tenant: str, kind: str, *,
+                              limit: int = 20) -> list[PromptVersion]:
+        rows = await self._read(lambda c: c.execute(
+            "SELECT version, text, actor, at FROM prompts WHERE tenant = ? AND kind = ? "
+            "ORDER BY version DESC LIMIT ?", (tenant, kind, limit)).fetchall())
+        return [PromptVersion(tenant=tenant, kind=kind, version=r[0], text=r[1],  # type: ignore[arg-type]
+                              actor=r[2], at=_dt(r[3])) for r in rows]
 
     async def audit_log(
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None

@@ -132,6 +132,19 @@ class ScanQuery:
     limit: int = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class PromptVersion:
+    """One saved version of an admin-edited learning prompt (``text`` empty = back to the
+    configured / built-in prompt)."""
+
+    tenant: str
+    kind: Literal["scoring", "extraction"]
+    version: int
+    text: str
+    actor: str
+    at: datetime
+
+
 class MemoryStore(Protocol):
     """Storage of memories, profiles, per-user settings and the audit log."""
 
@@ -224,6 +237,16 @@ class MemoryStore(Protocol):
     async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None: ...
 
     async def audit(self, events: Sequence[AuditEvent]) -> None: ...
+
+    async def save_prompt(self, tenant: str, kind: str, text: str, actor: str,
+                          at: datetime) -> PromptVersion:
+        """Store a new version of a tenant's prompt (numbered from 1)."""
+        ...
+
+    async def prompt_versions(self, tenant: str, kind: str, *,
+                              limit: int = 20) -> list[PromptVersion]:
+        """The tenant's versions of a prompt, newest first."""
+        ...
 
     async def audit_log(
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None

@@ -1,0 +1,135 @@
+"""The admin API (admin keys only, scoped to the admin key's tenant).
+
+- ``GET /v1/admin/prompts/{kind}`` — the scoring or extraction prompt in force (admin edit,
+  else config, else built-in) and its saved versions
+- ``PUT /v1/admin/prompts/{kind}`` ``{"text": "…"}`` — save a new version (audited);
+  ``{"text": ""}`` goes back to the configured / built-in prompt
+- ``GET /v1/admin/audit?user=&limit=&before=`` — the learning log
+- ``GET /v1/admin/usage?user=`` — user usage and, apart, learning tokens
+- ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue``
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.errors import InvalidRequestError, NotFoundError
+from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN
+from proxy.memory.records import to_iso
+from proxy.memory.store import AuditEvent
+from proxy.resources import Resources
+from proxy.routes.json import json_response
+
+MAX_PROMPT_CHARS = 20_000
+PromptKind = Literal["scoring", "extraction"]
+_BUILT_IN: dict[str, str] = {"scoring": SCORING_EN, "extraction": EXTRACTION_EN}
+
+
+def _admin(request: Request) -> tuple[Resources, str, str]:
+    res: Resources = request.app.state.resources
+    principal = res.keyring.authenticate_admin(request.headers)
+    return res, principal.tenant, principal.key_name or "admin"
+
+
+def _kind(request: Request) -> PromptKind:
+    kind = request.path_params["kind"]
+    if kind not in _BUILT_IN:
+        raise NotFoundError("Prompts are 'scoring' and 'extraction'.", param="kind",
+                            code="unknown_prompt")
+    return kind  # type: ignore[no-any-return]
+
+
+async def get_prompt(request: Request) -> Response:
+    res, tenant, _ = _admin(request)
+    kind = _kind(request)
+    versions = await res.store.prompt_versions(tenant, kind)
+    configured = getattr(res.settings.learning, f"{kind}_prompt")
+    if versions and versions[0].text:
+        active, source = versions[0].text, f"admin version {versions[0].version}"
+    elif configured:
+        active, source = configured, "config"
+    else:
+        active, source = _BUILT_IN[kind], "built-in (English; a Chinese one is used for "\
+                                           "Chinese conversations)"
+    return json_response({
+        "object": "prompt", "kind": kind, "text": active, "source": source,
+        "versions": [{"version": v.version, "text": v.text, "actor": v.actor,
+                      "at": to_iso(v.at)} for v in versions],
+    })
+
+
+async def put_prompt(request: Request) -> Response:
+    res, tenant, actor = _admin(request)
+    kind = _kind(request)
+    try:
+        body = orjson.loads(await request.body() or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError("The request body is not valid JSON.",
+                                  code="invalid_json") from exc
+    text = body.get("text") if isinstance(body, dict) else None
+    if not isinstance(text, str) or len(text) > MAX_PROMPT_CHARS:
+        raise InvalidRequestError(
+            f"Send {{\"text\": \"...\"}} with at most {MAX_PROMPT_CHARS} characters "
+            "(an empty text restores the configured / built-in prompt).", param="text",
+            code="invalid_value")
+    saved = await res.store.save_prompt(tenant, kind, text.strip(), actor, res.clock())
+    await res.store.audit([AuditEvent(
+        tenant=tenant, user_id=None, action="edited", actor="admin", at=res.clock(),
+        reason=f"{kind} prompt version {saved.version}",
+        detail={"kind": kind, "version": saved.version, "by": actor,
+                "chars": len(saved.text)})])
+    return json_response({"object": "prompt.version", "kind": kind,
+                          "version": saved.version, "at": to_iso(saved.at)})
+
+
+async def audit_log(request: Request) -> Response:
+    res, tenant, _ = _admin(request)
+    user = request.query_params.get("user") or None
+    try:
+        limit = min(max(int(request.query_params.get("limit", "100")), 1), 1000)
+        before_raw = request.query_params.get("before")
+        before = int(before_raw) if before_raw else None
+    except ValueError as exc:
+        raise InvalidRequestError("'limit' and 'before' are integers.", param="limit") from exc
+    rows = await res.store.audit_log(tenant, user, limit=limit, before_id=before)
+    return json_response({"object": "list", "data": [_event(i, e) for i, e in rows]})
+
+
+def _event(event_id: int, event: AuditEvent) -> dict[str, Any]:
+    return {"id": event_id, "at": to_iso(event.at), "user_id": event.user_id,
+            "conversation_id": event.conversation_id, "actor": event.actor,
+            "action": event.action, "memory_id": event.memory_id, "reason": event.reason,
+            "detail": event.detail}
+
+
+async def usage(request: Request) -> Response:
+    res, tenant, _ = _admin(request)
+    await res.usage.flush()
+    user = request.query_params.get("user") or None
+    return json_response({
+        "object": "usage", "tenant": tenant, "user": user,
+        "usage": (await res.ledger.usage_totals(tenant, user)).to_api(),
+        "learning": (await res.ledger.learning_totals(tenant, user)).to_api(),
+    })
+
+
+async def dead_letters(request: Request) -> Response:
+    res, _, _ = _admin(request)
+    if res.queue is None:
+        return json_response({"object": "list", "data": []})
+    dead = await res.queue.dead_letters(limit=500)
+    return json_response({"object": "list", "data": [
+        {"id": d.id, "kind": d.kind, "attempts": d.attempts, "last_error": d.last_error,
+         "failed_at": d.failed_at} for d in dead]})
+
+
+async def requeue(request: Request) -> Response:
+    res, _, _ = _admin(request)
+    job_id = request.path_params["job_id"]
+    if res.queue is None or not await res.queue.requeue(job_id):
+        raise NotFoundError("No dead job with that id.", param="job_id", code="job_not_found")
+    return json_response({"object": "job.requeued", "id": job_id})
