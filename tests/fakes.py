@@ -339,6 +339,7 @@ class ConceptBackend:
         self.delay = delay
         self.tokens_per_text = tokens_per_text
         self.calls: list[list[str]] = []
+        self.urgent: list[bool] = []
 
     async def start(self) -> int | None:
         return self.reported
@@ -358,8 +359,9 @@ class ConceptBackend:
                 out[len(self.concepts) + zlib.crc32(word.encode()) % 16] += 0.3
         return out
 
-    async def embed(self, texts: Any) -> RawEmbeddings:
+    async def embed(self, texts: Any, *, urgent: bool = False) -> RawEmbeddings:
         self.calls.append(list(texts))
+        self.urgent.append(urgent)
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail is not None:

@@ -1,9 +1,10 @@
 """Text embeddings behind one interface: batched, cached, dimension-checked.
 
 An :class:`Embedder` turns text into unit-length (L2-normalised) vectors of a fixed
-``dimension``. ``embed_query`` runs on the hot path, inside the recall deadline;
-``embed_documents`` runs when memories are written and reports the provider tokens it
-spent, which the caller books in the learning ledger (purpose ``embed``, SPEC §3.7).
+``dimension``. ``embed_query`` / ``embed_queries`` run on the hot path, inside the recall
+deadline; ``embed_documents`` runs when memories are written and reports the provider
+tokens it spent, which the caller books in the learning ledger (purpose ``embed``, SPEC
+§3.7).
 
 A provider plugs in as an :class:`EmbeddingBackend` — one batch of texts in, raw vectors
 and a token count out: ``local`` (sentence-transformers on a bundled model,
@@ -64,11 +65,17 @@ class Embedder(Protocol):
     dimension: int
 
     async def embed_query(self, text: str) -> Vector:
-        """One query vector. Raises :class:`EmbedderError`."""
+        """One query vector (hot path). Raises :class:`EmbedderError`."""
+        ...
+
+    async def embed_queries(self, texts: Sequence[str]) -> tuple[Vector, ...]:
+        """Query vectors in one batch (hot path: served before pending document batches).
+        Raises :class:`EmbedderError`."""
         ...
 
     async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
-        """One vector per text, in order. Raises :class:`EmbedderError`."""
+        """One vector per text, in order, and the tokens spent. Raises
+        :class:`EmbedderError`."""
         ...
 
 
@@ -82,13 +89,15 @@ class RawEmbeddings:
 
 class EmbeddingBackend(Protocol):
     """One provider. ``start`` loads or connects and returns the model's dimension when it
-    knows it without a call (``None`` otherwise); ``embed`` embeds one batch."""
+    knows it without a call (``None`` otherwise); ``embed`` embeds one batch — ``urgent``
+    batches (queries on the hot path) go before waiting document batches where the
+    provider queues work itself (the local model)."""
 
     model: str
 
     async def start(self) -> int | None: ...
 
-    async def embed(self, texts: Sequence[str]) -> RawEmbeddings: ...
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> RawEmbeddings: ...
 
     async def aclose(self) -> None: ...
 
@@ -181,9 +190,15 @@ class CachedEmbedder:
         await self._backend.aclose()
 
     async def embed_query(self, text: str) -> Vector:
-        return (await self.embed_documents([text])).vectors[0]
+        return (await self._embed([text], urgent=True)).vectors[0]
+
+    async def embed_queries(self, texts: Sequence[str]) -> tuple[Vector, ...]:
+        return (await self._embed(texts, urgent=True)).vectors
 
     async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
+        return await self._embed(texts, urgent=False)
+
+    async def _embed(self, texts: Sequence[str], *, urgent: bool) -> Embeddings:
         if any(not t.strip() for t in texts):
             raise ValueError("cannot embed an empty text")
         found: dict[str, Vector] = {}
@@ -197,7 +212,7 @@ class CachedEmbedder:
         tokens = 0
         for start in range(0, len(missing), self.batch_size):
             batch = missing[start:start + self.batch_size]
-            raw = await self._call(batch)
+            raw = await self._call(batch, urgent=urgent)
             if len(raw.rows) != len(batch):
                 raise EmbedderError(f"the embedding model returned {len(raw.rows)} vectors "
                                     f"for {len(batch)} texts")
@@ -210,9 +225,9 @@ class CachedEmbedder:
             tokens += max(0, raw.tokens)
         return Embeddings(vectors=tuple(found[t] for t in texts), tokens=tokens)
 
-    async def _call(self, batch: list[str]) -> RawEmbeddings:
+    async def _call(self, batch: list[str], *, urgent: bool) -> RawEmbeddings:
         try:
-            return await self._backend.embed(batch)
+            return await self._backend.embed(batch, urgent=urgent)
         except EmbedderError:
             raise
         except Exception as exc:  # translated at the boundary; cancellation passes

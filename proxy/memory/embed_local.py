@@ -9,18 +9,22 @@ loads with ``local_files_only``. Install with the ``embeddings`` extra.
 sentence-transformers and torch are imported only when this backend starts (~4 s, a few
 hundred MB), never when ``memory.embedder.provider`` is ``none``. Loading and every encode
 run on one dedicated thread, so the event loop stays free and batches do not contend for
-the CPU with each other.
+the CPU with each other; urgent batches (hot-path queries) jump the queue of waiting
+document batches (learning), so a learning burst delays a query by at most one batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.memory.embed import EmbedderError, RawEmbeddings
 from proxy.settings import ConfigError
@@ -62,6 +66,49 @@ def resolve_model_dir(model: str) -> Path:
     return folder
 
 
+T = TypeVar("T")
+_Job = tuple[int, int, Callable[[], Any] | None, "Future[Any]"]
+
+
+class PriorityWorker:
+    """One thread running submitted functions one at a time, urgent ones first (then in
+    submission order). A job cancelled before it starts is skipped."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.PriorityQueue[_Job] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T], *, urgent: bool = False) -> Future[T]:
+        future: Future[T] = Future()
+        self._jobs.put((0 if urgent else 1, next(self._order), fn, future))
+        return future
+
+    async def run(self, fn: Callable[[], T], *, urgent: bool = False) -> T:
+        """Run ``fn`` on the thread; cancelling the caller cancels a job not yet started."""
+        return await asyncio.wrap_future(self.submit(fn, urgent=urgent))
+
+    def shutdown(self) -> None:
+        """Finish the queued jobs, then stop the thread."""
+        self._jobs.put((2, next(self._order), None, Future()))
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            _, _, fn, future = self._jobs.get()
+            if fn is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the awaiting coroutine
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
 def _load(folder: Path) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -87,27 +134,27 @@ class LocalEmbeddings:
     def __init__(self, model: str = BUNDLED_MODEL) -> None:
         self._folder = resolve_model_dir(model)
         self.model = model or BUNDLED_MODEL
-        self._executor: ThreadPoolExecutor | None = None
+        self._worker: PriorityWorker | None = None
         self._st: Any = None
 
     async def start(self) -> int:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="embedder")
+        if self._worker is None:
+            self._worker = PriorityWorker("embedder")
         if self._st is None:
-            loop = asyncio.get_running_loop()
-            self._st = await loop.run_in_executor(self._executor, _load, self._folder)
+            folder = self._folder
+            self._st = await self._worker.run(lambda: _load(folder), urgent=True)
         return int(self._st.get_embedding_dimension())
 
     async def aclose(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        if self._worker is not None:
+            await asyncio.to_thread(self._worker.shutdown)
+            self._worker = None
 
-    async def embed(self, texts: Sequence[str]) -> RawEmbeddings:
-        if self._executor is None or self._st is None:
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> RawEmbeddings:
+        if self._worker is None or self._st is None:
             raise EmbedderError("the local embedding model is not loaded (start() first)")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._encode, list(texts))
+        batch = list(texts)
+        return await self._worker.run(lambda: self._encode(batch), urgent=urgent)
 
     def _encode(self, texts: list[str]) -> RawEmbeddings:
         st = self._st

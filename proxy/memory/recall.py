@@ -10,6 +10,7 @@ query still gets the other's evidence.
        r_h = α · dense + (1 − α) · keyword                       α = vector_share (0.7)
        keyword = BM25 / best BM25 of h's keyword hits            (0 when h did not find it)
        dense   = cos(q_h − μ, e − μ)                             μ = mean vector of the pool
+                 (a candidate returned without its vector: the store's own cosine)
 
    A convex combination of normalised scores rather than rank fusion, because it keeps
    how much better one hit is than the next (Bruch, Gai & Ingber, "An Analysis of Fusion
@@ -154,8 +155,12 @@ class _Dense:
     def centred(self, vector: Sequence[float]) -> Matrix:
         return _unit(np.asarray(vector, dtype=np.float64) - self.mean)
 
-    def score(self, query: Matrix) -> Matrix:
+    def score(self, query: Matrix, fallback: dict[int, float]) -> Matrix:
+        """Centred cosine per pool memory; a memory without a usable vector gets the
+        store's own cosine from ``fallback`` (by pool index) when there is one, else 0."""
         out = np.zeros(self.size)
+        for index, value in fallback.items():
+            out[index] = value
         if self.rows:
             out[self.rows] = self.matrix @ query
         return out
@@ -208,13 +213,15 @@ def fused_relevance(hits: Sequence[QueryHits], weights: RankWeights) -> dict[str
                 if dense is None or dense.matrix.shape[1] != len(query.vector):
                     dense = _Dense(memories, len(query.vector))
                 alpha = weights.vector_share
+                store_cosine = {index[c.memory.id]: c.vector_score for c in query.candidates
+                                if c.vector_score is not None}
                 q = dense.centred(query.vector)
-                relevance = alpha * dense.score(q) + (1 - alpha) * keyword
+                relevance = alpha * dense.score(q, store_cosine) + (1 - alpha) * keyword
                 if weights.feedback > 0 and weights.feedback_docs > 0:
                     order = [int(i) for i in np.argsort(-relevance, kind="stable")]
                     q = dense.feedback(q, order, beta=weights.feedback,
                                        docs=weights.feedback_docs)
-                    relevance = alpha * dense.score(q) + (1 - alpha) * keyword
+                    relevance = alpha * dense.score(q, store_cosine) + (1 - alpha) * keyword
         combined = np.maximum(combined, query.weight * relevance)
     best = float(combined.max()) if size else 0.0
     scale = best if best > _EPSILON else 1.0

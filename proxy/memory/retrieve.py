@@ -27,7 +27,7 @@ from datetime import datetime
 
 import structlog
 
-from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
+from proxy.memory.embed import Embedder, EmbedderError, Vector
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
 from proxy.memory.text import query_terms
@@ -39,6 +39,10 @@ log = structlog.get_logger("proxy.memory")
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+")
 MIN_SUBQUERY_TERMS = 2  # a sentence with fewer content terms is too vague to search alone
 MAX_SUBQUERY_CHARS = 1000
+# Characters of a query that are embedded: the end, where the latest turn is. MiniLM reads
+# 256 word pieces (~1,000 characters) from the start and drops the rest; remote models
+# reject inputs past their limit.
+MAX_EMBED_CHARS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +137,10 @@ class Retriever:
             return SearchQuery(tenant=tenant, user=user, terms=terms, limit=self._pool,
                                embedding=vector, channels=channels)
 
-        embedding: asyncio.Task[Embeddings] | None = None
+        embedding: asyncio.Task[tuple[Vector, ...]] | None = None
         if self._embedder is not None:
-            embedding = asyncio.create_task(
-                self._embedder.embed_documents([q.text for q in queries]))
+            embedding = asyncio.create_task(self._embedder.embed_queries(
+                [q.text[-MAX_EMBED_CHARS:] for q in queries]))
         try:
             terms = [tuple(query_terms(q.text)) for q in queries]
             keyword = await asyncio.gather(*(
@@ -148,8 +152,11 @@ class Retriever:
             if vectors is not None and len(vectors) != len(queries):
                 vectors, degraded = None, "embedder_unavailable"
         finally:
-            if embedding is not None and not embedding.done():
-                embedding.cancel()
+            if embedding is not None:
+                if not embedding.done():
+                    embedding.cancel()
+                elif not embedding.cancelled():
+                    embedding.exception()  # retrieved: an early store error leaves no noise
         vector_hits: list[list[Candidate]] = [[] for _ in queries]
         if vectors is not None:
             found = await asyncio.gather(*(self._store.search(search((), v)) for v in vectors))
@@ -164,7 +171,8 @@ class Retriever:
         return Recall(ranked, degraded)
 
     async def _vectors(
-        self, embedding: asyncio.Task[Embeddings] | None, budget: float | None, started: float,
+        self, embedding: asyncio.Task[tuple[Vector, ...]] | None, budget: float | None,
+        started: float,
     ) -> tuple[tuple[Vector, ...] | None, str | None]:
         if embedding is None or self._embedder is None:
             return None, None
@@ -184,4 +192,4 @@ class Retriever:
         except Exception:  # any embedder bug degrades recall, never the request
             log.exception("memory_embedder_failed", model=self._embedder.model)
             return None, "embedder_unavailable"
-        return result.vectors, None
+        return result, None

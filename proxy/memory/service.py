@@ -108,7 +108,6 @@ class MemoryService:
         self._store = store
         self._settings = settings
         self._counter = counter
-        self._embedder = embedder
         self._clock = clock
         self._retriever = Retriever(store=store, embedder=embedder,
                                     weights=rank_weights(settings),

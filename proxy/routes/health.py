@@ -45,6 +45,7 @@ async def readyz(request: Request) -> Response:
         except Exception as exc:  # reported, not raised
             checks["learning_queue"] = f"unavailable: {type(exc).__name__}"
     checks["models"] = len(res.registry.names)
+    checks["embedder"] = res.embedder.model if res.embedder is not None else "none"
     checks["learning"] = "on" if res.learning_enabled else "off"
     if not res.registry.names:
         return json_response({"status": "unavailable", "checks": checks}, status_code=503)

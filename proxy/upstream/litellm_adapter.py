@@ -247,7 +247,9 @@ class LiteLLMEmbeddings:
     async def aclose(self) -> None:
         return None
 
-    async def embed(self, texts: Sequence[str]) -> RawEmbeddings:
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> RawEmbeddings:
+        """One ``aembedding`` call (``urgent`` changes nothing: calls run concurrently)."""
+        del urgent
         litellm = self._litellm or await asyncio.to_thread(self._load)
         try:
             response = await litellm.aembedding(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -15,6 +16,7 @@ from proxy.memory.embed import (
     cosine,
     normalized,
 )
+from proxy.memory.embed_local import PriorityWorker
 from proxy.settings import ConfigError
 from tests.fakes import ConceptBackend
 
@@ -36,7 +38,7 @@ class RowsBackend:
     async def aclose(self) -> None:
         return None
 
-    async def embed(self, texts: Sequence[str]) -> RawEmbeddings:
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> RawEmbeddings:
         return RawEmbeddings(rows=self.rows[: len(texts)] if len(self.rows) > 1 else self.rows,
                              tokens=1)
 
@@ -60,6 +62,16 @@ async def test_documents_go_to_the_model_in_batches() -> None:
     embedder = CachedEmbedder(backend, batch_size=2)
     await embedder.embed_documents(["a", "b", "c", "a", "d", "e"])
     assert [len(call) for call in backend.calls] == [2, 2, 1]
+
+
+async def test_queries_are_urgent_and_documents_are_not() -> None:
+    """Hot-path queries ask the model for priority; writes do not."""
+    backend = ConceptBackend(CONCEPTS)
+    embedder = CachedEmbedder(backend)
+    await embedder.embed_documents(["my dog"])
+    await embedder.embed_queries(["green tea", "a puppy"])
+    await embedder.embed_query("chai")
+    assert backend.urgent == [False, True, True]
 
 
 async def test_cached_texts_cost_no_call_and_no_tokens() -> None:
@@ -184,3 +196,21 @@ def test_cosine(a: tuple[float, ...], b: tuple[float, ...], expected: float) -> 
 def test_normalized_scales_to_unit_length() -> None:
     """``normalized`` keeps the direction and makes the length 1."""
     assert normalized([3.0, 4.0], dimension=2) == pytest.approx((0.6, 0.8))
+
+
+def test_urgent_jobs_jump_the_queue_and_cancelled_ones_are_skipped() -> None:
+    """The local model's worker runs queued queries before queued documents, and drops a
+    job whose caller gave up before it started."""
+    worker = PriorityWorker("test-embedder")
+    gate = threading.Event()
+    ran: list[str] = []
+    blocker = worker.submit(gate.wait)
+    document = worker.submit(lambda: ran.append("document"))
+    abandoned = worker.submit(lambda: ran.append("abandoned"))
+    query = worker.submit(lambda: ran.append("query"), urgent=True)
+    assert abandoned.cancel()
+    gate.set()
+    for future in (blocker, document, query):
+        future.result(timeout=5)
+    worker.shutdown()
+    assert ran == ["query", "document"]

@@ -151,3 +151,13 @@ def test_nothing_to_rank() -> None:
     assert rank([], now=NOW, weights=RankWeights(), limit=5) == []
     assert rank([QueryHits([kw(mem("a"), 1, 1.0)])], now=NOW, weights=RankWeights(),
                 limit=0) == []
+
+
+def test_a_store_that_returns_no_vectors_still_ranks_by_its_cosine() -> None:
+    """Candidates that come without their vector (a backend that does not return them)
+    are ranked by the cosine the store computed, not treated as dissimilar."""
+    close = Candidate(mem("close"), vector_rank=1, vector_score=0.9)
+    far = Candidate(mem("far"), vector_rank=2, vector_score=0.2)
+    hits = [QueryHits([far, close], vector=(1.0, 0.0))]
+    assert order(hits) == ["close", "far"]
+    assert fused_relevance(hits, ONLY_RELEVANCE)["far"] > 0.0
