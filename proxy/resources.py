@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import structlog
+
 from proxy.auth import KeyRing
 from proxy.learning.model import LearningModel
 from proxy.learning.pii import Scrubber
@@ -23,7 +25,7 @@ from proxy.ledger import Ledger, SqliteLedger, UsageWriter
 from proxy.memory.records import utcnow
 from proxy.memory.service import MemoryService
 from proxy.memory.sqlite_store import SqliteMemoryStore
-from proxy.memory.store import MemoryStore
+from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
 from proxy.settings import Settings
@@ -33,6 +35,8 @@ from proxy.upstream.base import Upstream
 from proxy.upstream.dispatch import Dispatcher
 from proxy.upstream.litellm_adapter import LiteLLMUpstream
 from proxy.upstream.relay import RelayUpstream
+
+log = structlog.get_logger("proxy.resources")
 
 
 @dataclass
@@ -105,14 +109,45 @@ def build_resources(
 async def open_resources(
     settings: Settings, *, upstream: Upstream | None = None
 ) -> AsyncIterator[Resources]:
-    """Open the configured backends and the upstream client; close them on exit."""
+    """Open the configured backends and the upstream client; close them on exit.
+
+    ``storage.backend: sqlite`` — memories, ledgers and the learning queue in one file.
+    ``storage.backend: redis`` — one ``redis.asyncio`` client for memories
+    (:class:`~proxy.memory.redis_store.RedisMemoryStore`) and ledgers
+    (:class:`~proxy.ledger_redis.RedisLedger`); the learning queue stays SQLite, in
+    ``storage.queue_path`` next to ``storage.path``, until a Redis Streams queue replaces
+    it — so with Redis, each gateway process still learns from its own local queue. The
+    search index is created or migrated here; when Redis is down at startup the gateway
+    starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
+    use.
+    """
     async with contextlib.AsyncExitStack() as stack:
-        db = await stack.enter_async_context(SqliteDatabase(settings.storage.path))
+        storage = settings.storage
+        store: MemoryStore
+        ledger: Ledger
+        if storage.backend == "redis":
+            from proxy.ledger_redis import RedisLedger
+            from proxy.memory.redis_store import RedisMemoryStore
+            from proxy.redis_client import connect
+
+            assert storage.url is not None  # StorageSettings guarantees it
+            client = await stack.enter_async_context(connect(storage.url.get_secret_value()))
+            redis_store = RedisMemoryStore(client, key_prefix=storage.key_prefix,
+                                           vector_dim=storage.vector_dim)
+            try:
+                await redis_store.prepare()
+            except StoreUnavailableError as exc:
+                log.warning("redis_unavailable_at_startup", error=str(exc))
+            store, ledger = redis_store, RedisLedger(client, key_prefix=storage.key_prefix)
+            db = await stack.enter_async_context(SqliteDatabase(storage.queue_path))
+        else:
+            db = await stack.enter_async_context(SqliteDatabase(storage.path))
+            store, ledger = SqliteMemoryStore(db), SqliteLedger(db)
         if upstream is None:
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
         stack.push_async_callback(upstream.aclose)
         yield build_resources(
-            settings, store=SqliteMemoryStore(db), ledger=SqliteLedger(db), upstream=upstream,
+            settings, store=store, ledger=ledger, upstream=upstream,
             queue=SqliteLearningQueue(db),
         )
