@@ -1,0 +1,249 @@
+"""What only the Redis backend has: index versioning and migration, key layout, the
+registry sweep of clear(), and failure translation. (Behaviour shared with SQLite is in
+test_store_contract.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.crc import key_slot
+
+from proxy.memory.records import ConversationRecord, Memory, Profile, new_id
+from proxy.memory.redis_codec import memory_to_hash
+from proxy.memory.redis_index import index_name
+from proxy.memory.redis_keys import KeyLayout, user_token
+from proxy.memory.redis_store import RedisMemoryStore
+from proxy.memory.store import (
+    AuditEvent,
+    ChangeSet,
+    ListQuery,
+    SearchQuery,
+    StoreUnavailableError,
+    UserSettings,
+)
+from proxy.memory.text import query_terms
+from proxy.redis_client import connect
+from tests.redis_server import free_port
+
+pytestmark = pytest.mark.redis
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Redis]:
+    async with connect(redis_url) as redis:
+        yield redis
+
+
+async def opened(client: Redis, prefix: str, dim: int | None) -> RedisMemoryStore:
+    store = RedisMemoryStore(client, key_prefix=prefix, vector_dim=dim)
+    await store.prepare()
+    return store
+
+
+def mem(content: str, **fields: Any) -> Memory:
+    return Memory(id=new_id(), tenant="t1", user_id="u1", content=content, **fields)
+
+
+def keyword(text: str, **fields: Any) -> SearchQuery:
+    return SearchQuery(tenant="t1", user="u1", terms=tuple(query_terms(text)), **fields)
+
+
+async def indexes(client: Redis, prefix: str) -> list[str]:
+    names = await client.execute_command("FT._LIST")  # type: ignore[no-untyped-call]
+    return sorted(n.decode() for n in names if n.decode().startswith(prefix + "_"))
+
+
+# versioning and migration ---------------------------------------------------------------
+
+async def test_index_name_carries_schema_version_and_dimension() -> None:
+    """Index names say what they index: prefix, schema version, vector dimension."""
+    assert index_name("mp", None) == "mp_mem_v1_dnone"
+    assert index_name("mp", 384) == "mp_mem_v1_d384"
+
+
+async def test_adding_a_vector_dimension_migrates_without_losing_memories(
+    client: Redis, redis_prefix: str
+) -> None:
+    """Memories written without a vector index stay keyword-searchable after a restart
+    with dimension 4; those with 4-dimensional embeddings (stored before, or added
+    later) become vector-searchable; the old index is dropped, no memory is."""
+    before = await opened(client, redis_prefix, None)
+    plain = mem("Keeps bees in the garden")
+    vec4 = mem("Keeps chickens in the garden", embedding=(1.0, 0.0, 0.0, 0.0))
+    vec3 = mem("Keeps goats in the garden", embedding=(1.0, 0.0, 0.0))
+    for memory in (plain, vec4, vec3):
+        await before.add(memory)
+    assert await before.search(keyword("garden", embedding=(1.0, 0.0, 0.0, 0.0))) != []
+
+    after = await opened(client, redis_prefix, 4)
+    assert await indexes(client, redis_prefix) == [f"{redis_prefix}_mem_v1_d4"]
+    found = await after.search(keyword("garden", embedding=(1.0, 0.0, 0.0, 0.0)))
+    assert {c.memory.id for c in found} == {plain.id, vec4.id, vec3.id}
+    by_vector = [c.memory.id for c in found if c.vector_rank is not None]
+    assert by_vector == [vec4.id]
+    await after.update(plain.with_changes(embedding=(0.0, 1.0, 0.0, 0.0)))
+    nearest = await after.search(SearchQuery(tenant="t1", user="u1", terms=(),
+                                             embedding=(0.0, 1.0, 0.0, 0.0)))
+    assert sorted(nearest, key=lambda c: c.vector_rank or 0)[0].memory.id == plain.id
+    assert (await after.count("t1", "u1"))["total"] == 3
+
+    back = await opened(client, redis_prefix, None)
+    assert await indexes(client, redis_prefix) == [f"{redis_prefix}_mem_v1_dnone"]
+    assert len(await back.search(keyword("garden"))) == 3
+    stored = await back.get("t1", "u1", vec4.id)
+    assert stored is not None
+    assert stored.embedding == (1.0, 0.0, 0.0, 0.0)
+
+
+async def test_reopening_with_the_same_schema_keeps_the_index(
+    client: Redis, redis_prefix: str
+) -> None:
+    """A restart with unchanged settings reuses the index as it is."""
+    first = await opened(client, redis_prefix, 4)
+    await first.add(mem("Keeps bees"))
+    second = await opened(client, redis_prefix, 4)
+    assert await indexes(client, redis_prefix) == [first.index_name]
+    assert len(await second.search(keyword("bees"))) == 1
+
+
+async def test_an_index_with_unexpected_fields_is_refused(
+    client: Redis, redis_prefix: str
+) -> None:
+    """An index under the configured name but with other fields (a schema change without
+    a version bump) is reported as unavailable, not used, and nothing is deleted."""
+    layout = KeyLayout(redis_prefix)
+    await client.execute_command(  # type: ignore[no-untyped-call]
+        "FT.CREATE", index_name(redis_prefix, None), "ON", "HASH", "PREFIX", "1",
+        layout.memory_prefix, "SCHEMA", "ix_ns", "TAG")
+    await client.hset(layout.memory("ns", "m1"), mapping={"ix_ns": "ns"})
+    store = RedisMemoryStore(client, key_prefix=redis_prefix)
+    with pytest.raises(StoreUnavailableError, match="SCHEMA_VERSION"):
+        await store.prepare()
+    assert await client.exists(layout.memory("ns", "m1")) == 1
+
+
+# key layout ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("user", ["u1", "x}{y", "{u1}"])
+async def test_every_key_of_a_user_shares_one_cluster_slot(
+    client: Redis, redis_prefix: str, user: str
+) -> None:
+    """All of a user's keys (memories, evidence, registries, profile, conversations,
+    settings, batches, tombstones, audit stream) hash to one slot — whatever braces the
+    user id holds — so one MULTI can change them together on Redis Cluster."""
+    store = await opened(client, redis_prefix, None)
+    memory = mem("Keeps bees").with_changes(user_id=user)
+    doomed = mem("Keeps wasps").with_changes(user_id=user)
+    await store.add(doomed)
+    await store.delete("t1", user, doomed.id)
+    await store.apply(ChangeSet(
+        tenant="t1", user_id=user, batch_key="b1", upserts=(memory,),
+        evidence=((memory.id, "b1"),), profile=Profile(tenant="t1", user_id=user, style="x"),
+        conversation=ConversationRecord(tenant="t1", user_id=user, conversation_id="c{1}",
+                                        learned_messages=1),
+        audit=(AuditEvent(tenant="t1", user_id=user, action="created", actor="auto", at=T0),),
+    ))
+    await store.put_user_settings("t1", user, UserSettings(enable_personal_learning=False))
+    token = user_token("t1", user)
+    keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
+    kinds = {k.decode().split(":")[1] for k in keys}
+    assert kinds == {"m", "ids", "ev", "tomb", "prof", "conv", "convs", "settings", "batches",
+                     "audit"}
+    assert len({key_slot(k) for k in keys}) == 1
+    assert await store.get("t1", user, memory.id) == memory
+
+
+async def test_clear_leaves_no_memory_key_or_index_entry(
+    client: Redis, redis_prefix: str
+) -> None:
+    """After clear() only the user's settings, tombstones, applied batches and audit log
+    remain; no memory hash, evidence, conversation or profile key, and the index holds no
+    document of the user (case B32)."""
+    store = await opened(client, redis_prefix, 4)
+    kept = mem("Keeps bees", embedding=(1.0, 0.0, 0.0, 0.0))
+    await store.apply(ChangeSet(
+        tenant="t1", user_id="u1", batch_key="b1", upserts=(kept,),
+        evidence=((kept.id, "b1"),), profile=Profile(tenant="t1", user_id="u1", style="x"),
+        conversation=ConversationRecord(tenant="t1", user_id="u1", conversation_id="c",
+                                        learned_messages=1)))
+    doomed = mem("Keeps wasps")
+    await store.add(doomed)
+    await store.delete("t1", "u1", doomed.id)
+    assert await store.clear("t1", "u1") == 1
+    token = user_token("t1", "u1")
+    keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
+    assert {k.decode().split(":")[1] for k in keys} == {"settings", "tomb", "batches"}
+    info = await client.ft(store.index_name).search(f"@ix_ns:{{{token}}}")
+    assert info.total == 0  # type: ignore[union-attr]
+
+
+async def test_clear_sweeps_memories_missing_from_the_registry(
+    client: Redis, redis_prefix: str
+) -> None:
+    """A memory hash of the user that the id registry does not list (written by other
+    means) is still found through the index and deleted by clear()."""
+    store = await opened(client, redis_prefix, None)
+    stray = mem("Stray fact about bees")
+    layout = KeyLayout(redis_prefix)
+    key = layout.memory(user_token("t1", "u1"), stray.id)
+    await client.hset(key, mapping=memory_to_hash(stray))  # type: ignore[arg-type]
+    assert len(await store.search(keyword("bees"))) == 1
+    assert await store.clear("t1", "u1") == 1
+    assert await client.exists(key) == 0
+    assert await store.search(keyword("bees")) == []
+
+
+# failures -----------------------------------------------------------------------------
+
+Call = Callable[[RedisMemoryStore], Awaitable[object]]
+CALLS: dict[str, Call] = {
+    "ping": lambda s: s.ping(),
+    "prepare": lambda s: s.prepare(),
+    "search": lambda s: s.search(keyword("bees")),
+    "resident": lambda s: s.resident("t1", "u1", limit=3, channels=None),
+    "get_profile": lambda s: s.get_profile("t1", "u1"),
+    "record_access": lambda s: s.record_access("t1", {"m": 1}, T0),
+    "get": lambda s: s.get("t1", "u1", "m"),
+    "list_memories": lambda s: s.list_memories(ListQuery(tenant="t1", user="u1")),
+    "count": lambda s: s.count("t1", "u1"),
+    "add": lambda s: s.add(mem("x")),
+    "update": lambda s: s.update(mem("x")),
+    "delete": lambda s: s.delete("t1", "u1", "m"),
+    "clear": lambda s: s.clear("t1", "u1"),
+    "related": lambda s: s.related("t1", "u1", "bees", limit=3),
+    "apply": lambda s: s.apply(ChangeSet(tenant="t1", user_id="u1", batch_key="b")),
+    "tombstoned": lambda s: s.tombstoned("t1", "u1", ["x"]),
+    "put_profile": lambda s: s.put_profile(Profile(tenant="t1", user_id="u1")),
+    "get_conversation": lambda s: s.get_conversation("t1", "u1", "c"),
+    "get_user_settings": lambda s: s.get_user_settings("t1", "u1"),
+    "put_user_settings": lambda s: s.put_user_settings("t1", "u1", UserSettings()),
+    "audit": lambda s: s.audit([AuditEvent(tenant="t1", user_id="u1", action="edited",
+                                           actor="user", at=T0)]),
+    "audit_log": lambda s: s.audit_log("t1", "u1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+async def test_an_unreachable_redis_raises_store_unavailable(name: str) -> None:
+    """Every method turns a connection failure into StoreUnavailableError (which the
+    gateway answers by degrading memory, never chat)."""
+    async with connect(f"redis://127.0.0.1:{free_port()}/0") as unreachable:
+        store = RedisMemoryStore(unreachable, key_prefix="mp")
+        with pytest.raises(StoreUnavailableError, match="redis"):
+            await CALLS[name](store)
+
+
+async def test_a_client_speaking_resp3_is_refused(redis_url: str) -> None:
+    """The store needs RESP2 replies (RedisVL parses those); another client is a
+    programming error, reported at construction."""
+    async with Redis.from_url(redis_url, protocol=3) as resp3:
+        with pytest.raises(ValueError, match="RESP2"):
+            RedisMemoryStore(resp3)
+    async with Redis.from_url(redis_url, protocol=2, decode_responses=True) as text:
+        with pytest.raises(ValueError, match="bytes"):
+            RedisMemoryStore(text)
