@@ -12,8 +12,9 @@ vector. Fields named ``ix_*`` exist only for the search index:
   ``ix_user`` is ``"shared"`` for memories with no user;
 - ``ix_active`` (enabled and not retired), ``ix_retired``, ``ix_about`` (subject is the
   user): ``"1"``/``"0"``; ``ix_chan``: digest of ``source_channel`` (absent when none);
-- ``ix_terms``: :func:`proxy.memory.text.index_terms` of title + content + tags, present
-  only while the memory is active — like the SQLite keyword index, which holds active
+- ``ix_terms``: :func:`proxy.memory.text.index_terms` of title + content + tags, Latin
+  diacritics folded (:func:`~proxy.memory.text.fold_diacritics`), present only while the
+  memory is active — like the SQLite keyword index, which holds active
   memories only, so BM25 statistics cover the same documents in both backends;
 - ``ix_last_seen`` / ``ix_created``: epoch seconds (float).
 
@@ -37,7 +38,7 @@ from proxy.memory.redis_keys import (
     user_token,
 )
 from proxy.memory.store import AuditEvent, UserSettings
-from proxy.memory.text import index_terms, normalize
+from proxy.memory.text import fold_diacritics, index_terms, normalize
 
 DOC_VERSION = "1"  # layout of a memory hash; a new layout bumps it and rewrites documents
 EMBEDDING_FIELD_PREFIX = "emb_"
@@ -114,7 +115,8 @@ def memory_to_hash(memory: Memory) -> dict[str, Value]:
     if m.embedding is not None:
         out[embedding_field(len(m.embedding))] = np.asarray(m.embedding, np.float32).tobytes()
     if m.active:
-        out["ix_terms"] = index_terms(f"{m.title}\n{m.content}\n{' '.join(m.tags)}")
+        out["ix_terms"] = fold_diacritics(
+            index_terms(f"{m.title}\n{m.content}\n{' '.join(m.tags)}"))
     return out
 
 

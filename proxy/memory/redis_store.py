@@ -55,6 +55,7 @@ from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, ut
 from proxy.memory.redis_audit import AuditStreams
 from proxy.memory.redis_codec import memory_from_hash, memory_to_hash, stored_norm
 from proxy.memory.redis_index import (
+    INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
     MemoryIndex,
     active_filter,
@@ -128,11 +129,13 @@ class RedisMemoryStore:
     """
 
     def __init__(self, client: Redis, *, key_prefix: str = "mp",
-                 vector_dim: int | None = None) -> None:
+                 vector_dim: int | None = None,
+                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS) -> None:
         require_resp2_bytes(client)
         self._redis = client
         self._keys = KeyLayout(key_prefix)
-        self._index = MemoryIndex(client, self._keys, vector_dim)
+        self._index = MemoryIndex(client, self._keys, vector_dim,
+                                  build_wait_seconds=index_build_wait_seconds)
         self._audit = AuditStreams(client, self._keys)
         self._users = UserRecords(client, self._keys)
         self._ready = False
@@ -141,7 +144,14 @@ class RedisMemoryStore:
 
     @property
     def index_name(self) -> str:
+        """The configured index (``<prefix>_mem_v<version>_d<dim>``)."""
         return self._index.name
+
+    @property
+    def serving_index(self) -> str:
+        """The index queries use now: the configured one, or its predecessor while the
+        configured one is being built."""
+        return self._index.serving
 
     async def prepare(self) -> None:
         """Create or migrate the search index now (see :mod:`proxy.memory.redis_index`).
@@ -151,6 +161,7 @@ class RedisMemoryStore:
 
     async def _ensure_index(self) -> None:
         if self._ready:
+            await self._index.maintain()
             return
         async with self._ready_lock:
             if not self._ready:

@@ -100,6 +100,45 @@ async def test_adding_a_vector_dimension_migrates_without_losing_memories(
     assert stored.embedding == (1.0, 0.0, 0.0, 0.0)
 
 
+async def test_search_stays_complete_while_a_new_index_is_built(
+    client: Redis, redis_prefix: str
+) -> None:
+    """Right after a dimension change, before the new index is built, queries go to the
+    previous index, so no memory is missing from keyword search or counts; once built,
+    the new index serves (vectors included) and the old one is gone."""
+    import asyncio
+
+    import numpy as np
+
+    before = await opened(client, redis_prefix, None)
+    rng = np.random.default_rng(3)
+    total = 2000
+    for start in range(0, total, 500):
+        batch = tuple(mem(f"Garden note {i}", embedding=tuple(rng.standard_normal(64).tolist()))
+                      for i in range(start, start + 500))
+        await before.apply(ChangeSet(tenant="t1", user_id="u1", batch_key=f"b{start}",
+                                     upserts=batch))
+    after = RedisMemoryStore(client, key_prefix=redis_prefix, vector_dim=64,
+                             index_build_wait_seconds=0)
+    await after.prepare()
+    served_by_previous = after.serving_index != after.index_name
+    assert len(await after.search(keyword("garden note", limit=total))) == total
+    for _ in range(600):
+        assert (await after.count("t1", "u1"))["total"] == total
+        if after.serving_index == after.index_name:
+            break
+        await asyncio.sleep(0.05)
+        await after.ping()
+    assert served_by_previous or after.serving_index == after.index_name
+    assert after.serving_index == after.index_name
+    assert await indexes(client, redis_prefix) == [after.index_name]
+    probe = await after.list_memories(ListQuery(tenant="t1", user="u1", limit=1))
+    assert probe[0].embedding is not None
+    nearest = await after.search(SearchQuery(tenant="t1", user="u1", terms=(),
+                                             embedding=probe[0].embedding, limit=1))
+    assert [c.memory.id for c in nearest] == [probe[0].id]
+
+
 async def test_reopening_with_the_same_schema_keeps_the_index(
     client: Redis, redis_prefix: str
 ) -> None:

@@ -207,6 +207,19 @@ async def test_english_words_match_across_inflections(store: MemoryStore) -> Non
 
 
 @pytest.mark.parametrize(("content", "question"), [
+    ("Loves the café near the station", "cafe"),
+    ("Loves the cafe near the station", "café"),
+    ("Sent a résumé to München", "resume munchen"),
+])
+async def test_latin_diacritics_do_not_matter(
+    store: MemoryStore, content: str, question: str
+) -> None:
+    """Accented and plain Latin spellings find each other, in both directions."""
+    await store.add(mem(content))
+    assert await found(store, ask(question)) == [content]
+
+
+@pytest.mark.parametrize(("content", "question"), [
     ("我最喜欢喝的咖啡是拿铁", "我喜欢什么咖啡？"),
     ("住在上海浦东新区", "我住在上海哪里"),
     ("Works at 示例科技 as an engineer", "示例科技"),
