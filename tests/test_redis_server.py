@@ -10,6 +10,8 @@ import redis
 from tests import redis_server
 from tests.redis_server import RedisServer, RedisServerError
 
+pytestmark = pytest.mark.redis
+
 
 def test_server_starts_with_the_search_module() -> None:
     """The wheels' redis-server comes up with RediSearch loaded and goes away on stop."""

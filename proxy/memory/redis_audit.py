@@ -33,9 +33,13 @@ AUDIT_TENANT_MAXLEN = 200_000
 class AuditStreams:
     """Appends to and reads the audit streams under one key layout."""
 
-    def __init__(self, client: Redis, layout: KeyLayout) -> None:
+    def __init__(self, client: Redis, layout: KeyLayout, *,
+                 user_maxlen: int = AUDIT_USER_MAXLEN,
+                 tenant_maxlen: int = AUDIT_TENANT_MAXLEN) -> None:
         self._redis = client
         self._keys = layout
+        self._user_maxlen = user_maxlen
+        self._tenant_maxlen = tenant_maxlen
 
     def queue(self, pipe: Pipeline, events: Sequence[AuditEvent], ns: str) -> None:
         """Queue on ``pipe`` (a transaction on namespace ``ns``) the events that belong to
@@ -43,7 +47,7 @@ class AuditStreams:
         for event in events:
             if event.user_id is not None and user_token(event.tenant, event.user_id) == ns:
                 pipe.xadd(self._keys.audit(ns), audit_entry(event),  # type: ignore[arg-type]
-                          maxlen=AUDIT_USER_MAXLEN, approximate=True)
+                          maxlen=self._user_maxlen, approximate=True)
 
     async def append(self, events: Sequence[AuditEvent], *, written_ns: str | None = None
                      ) -> None:
@@ -58,10 +62,10 @@ class AuditStreams:
                     ns = user_token(event.tenant, event.user_id)
                     if ns != written_ns:
                         pipe.xadd(self._keys.audit(ns), entry,  # type: ignore[arg-type]
-                                  maxlen=AUDIT_USER_MAXLEN, approximate=True)
+                                  maxlen=self._user_maxlen, approximate=True)
                 pipe.xadd(self._keys.audit(tenant_token(event.tenant)),
                           entry,  # type: ignore[arg-type]
-                          maxlen=AUDIT_TENANT_MAXLEN, approximate=True)
+                          maxlen=self._tenant_maxlen, approximate=True)
             await pipe.execute()
 
     async def read(self, tenant: str, user: str | None, *, limit: int,

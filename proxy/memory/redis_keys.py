@@ -9,7 +9,7 @@ key name::
     P:m:{ns}:<memory id>       HASH    one memory (the only keys the search index covers)
     P:ids:{ns}                 SET     ids of the namespace's memories (clear() purges by it)
     P:ev:{ns}:<memory id>      SET     evidence keys counted for that memory
-    P:tomb:{ns}                HASH    normalised content → deletion time (ISO 8601)
+    P:tomb:{ns}                HASH    SHA-256 of deleted normalised content → deletion time
     P:prof:{ns}                STRING  profile JSON
     P:conv:{ns}:<conversation> HASH    conversation record; P:convs:{ns} SET lists them
     P:settings:{ns}            HASH    per-user switches and cleared_at

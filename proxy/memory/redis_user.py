@@ -1,5 +1,6 @@
 """A user's records besides memories, on Redis: profile, conversation records, settings
-and tombstones (all in the user's hash slot — :mod:`proxy.memory.redis_keys`).
+and tombstones (digests of deleted contents, never the text) — all in the user's hash
+slot (:mod:`proxy.memory.redis_keys`).
 
 ``queue_*`` methods add commands to a transaction the caller runs (``apply``, ``clear``);
 the others are single commands. Errors are the caller's to translate.
@@ -7,6 +8,7 @@ the others are single commands. Errors are the caller's to translate.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -86,18 +88,25 @@ class UserRecords:
         pipe.hset(self._keys.settings(ns), "cleared_at", to_iso(at) or "")
 
     # tombstones ------------------------------------------------------------------------
+    # A tombstone is keyed by the SHA-256 of the deleted memory's normalised content: it
+    # must recognise the fact if learning brings it back, but must not keep the text the
+    # user asked to delete.
     def queue_tombstone(self, pipe: Pipeline, ns: str, norm: str, at: datetime) -> None:
-        pipe.hset(self._keys.tombstones(ns), norm, to_iso(at) or "")
+        pipe.hset(self._keys.tombstones(ns), _digest(norm), to_iso(at) or "")
 
     async def tombstoned(self, tenant: str, user: str,
                          norms: Sequence[str]) -> dict[str, datetime]:
         if not norms:
             return {}
         values = await self._redis.hmget(self._keys.tombstones(user_token(tenant, user)),
-                                         list(norms))
+                                         [_digest(n) for n in norms])
         out: dict[str, datetime] = {}
         for norm, raw in zip(norms, values, strict=True):
             at = from_iso(raw.decode() if isinstance(raw, bytes) else raw)
             if at is not None:
                 out[norm] = at
         return out
+
+
+def _digest(norm: str) -> str:
+    return hashlib.sha256(norm.encode()).hexdigest()

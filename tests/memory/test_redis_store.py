@@ -237,6 +237,56 @@ async def test_clear_sweeps_memories_missing_from_the_registry(
     assert await store.search(keyword("bees")) == []
 
 
+async def test_no_deleted_text_stays_in_redis(client: Redis, redis_prefix: str) -> None:
+    """After delete() and clear(), no key, field, value or stream entry under the prefix
+    holds the deleted text — tombstones keep a digest, not the content (case B32)."""
+    store = await opened(client, redis_prefix, 4)
+    one = mem("Diagnosis code ZX81 from the clinic", embedding=(1.0, 0.0, 0.0, 0.0))
+    two = mem("Salary is 93417 per year", title="Salary 93417")
+    await store.add(one)
+    await store.apply(ChangeSet(tenant="t1", user_id="u1", batch_key="b", upserts=(two,),
+                                evidence=((two.id, "b"),)))
+    await store.delete("t1", "u1", one.id)
+    await store.clear("t1", "u1")
+    assert set(await store.tombstoned("t1", "u1", ["diagnosis code zx81 from the clinic"]))
+    dump: list[bytes] = []
+    async for key in client.scan_iter(match=f"{redis_prefix}:*"):
+        kind = (await client.type(key)).decode()
+        dump.append(key)
+        if kind == "hash":
+            for field, value in (await client.hgetall(key)).items():
+                dump += [field, value]
+        elif kind == "stream":
+            for _, fields in await client.xrange(key):
+                dump += list(fields.values())
+        elif kind in ("set", "zset"):
+            members = await (client.smembers(key) if kind == "set"
+                             else client.zrange(key, 0, -1))
+            dump += list(members)
+        else:
+            dump.append(await client.get(key) or b"")
+    text = b" ".join(dump).lower()
+    assert b"zx81" not in text
+    assert b"93417" not in text
+
+
+async def test_audit_streams_are_trimmed(client: Redis, redis_prefix: str) -> None:
+    """The audit streams keep about their MAXLEN newest entries (approximate trimming
+    drops whole 100-entry nodes), newest first as always."""
+    from proxy.memory.redis_audit import AuditStreams
+
+    streams = AuditStreams(client, KeyLayout(redis_prefix), user_maxlen=50, tenant_maxlen=80)
+    for n in range(6):
+        await streams.append([AuditEvent(tenant="t1", user_id="u1", action="scored",
+                                         actor="auto", at=T0, reason=f"{n}-{i}")
+                              for i in range(100)])
+    mine = await streams.read("t1", "u1", limit=1000, before_id=None)
+    tenant = await streams.read("t1", None, limit=1000, before_id=None)
+    assert 50 <= len(mine) <= 200
+    assert 80 <= len(tenant) <= 200
+    assert mine[0][1].reason == tenant[0][1].reason == "5-99"
+
+
 # failures -----------------------------------------------------------------------------
 
 Call = Callable[[RedisMemoryStore], Awaitable[object]]
