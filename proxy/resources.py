@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import structlog
+
 from proxy.auth import KeyRing
 from proxy.learning.model import LearningModel
 from proxy.learning.privacy import Scrubbers
@@ -25,7 +27,7 @@ from proxy.memory.embedders import build_embedder
 from proxy.memory.records import utcnow
 from proxy.memory.service import MemoryService
 from proxy.memory.sqlite_store import SqliteMemoryStore
-from proxy.memory.store import MemoryStore
+from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
 from proxy.settings import ConfigError, Settings
@@ -35,6 +37,8 @@ from proxy.upstream.base import Upstream
 from proxy.upstream.dispatch import Dispatcher
 from proxy.upstream.litellm_adapter import LiteLLMUpstream
 from proxy.upstream.relay import RelayUpstream
+
+log = structlog.get_logger("proxy.resources")
 
 
 @dataclass
@@ -114,20 +118,59 @@ async def open_resources(
 ) -> AsyncIterator[Resources]:
     """Open the configured backends, the upstream client and the embedder (loading a local
     model; :class:`~proxy.settings.ConfigError` on a dimension mismatch); close them on
-    exit. ``embedder`` replaces the configured one and is not started or closed here."""
+    exit. ``embedder`` replaces the configured one and is not started or closed here.
+
+    ``storage.backend: sqlite`` — memories, ledgers and the learning queue in one file.
+    ``storage.backend: redis`` — one ``redis.asyncio`` client for memories
+    (:class:`~proxy.memory.redis_store.RedisMemoryStore`) and ledgers
+    (:class:`~proxy.ledger_redis.RedisLedger`); the learning queue stays SQLite, in
+    ``storage.queue_path`` next to ``storage.path``, until a Redis Streams queue replaces
+    it — so with Redis, each gateway process still learns from its own local queue. The
+    search index is created or migrated here; when Redis is down at startup the gateway
+    starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
+    use.
+    """
     async with contextlib.AsyncExitStack() as stack:
-        db = await stack.enter_async_context(SqliteDatabase(settings.storage.path))
-        if upstream is None:
-            upstream = Dispatcher(RelayUpstream(settings.upstream),
-                                  LiteLLMUpstream(settings.upstream))
-        stack.push_async_callback(upstream.aclose)
         if embedder is None:
             configured = build_embedder(settings.memory.embedder)
             if configured is not None:
                 stack.push_async_callback(configured.aclose)
                 await configured.start()
             embedder = configured
+        storage = settings.storage
+        store: MemoryStore
+        ledger: Ledger
+        if storage.backend == "redis":
+            from proxy.ledger_redis import RedisLedger
+            from proxy.memory.redis_store import RedisMemoryStore
+            from proxy.redis_client import connect
+
+            assert storage.url is not None  # StorageSettings guarantees it
+            vector_dim = storage.vector_dim
+            if embedder is not None:
+                if vector_dim is not None and vector_dim != embedder.dimension:
+                    raise ConfigError(
+                        f"storage.vector_dim is {vector_dim} but the embedder "
+                        f"({embedder.model}) makes {embedder.dimension}-dimensional vectors; "
+                        "leave storage.vector_dim unset to follow the embedder")
+                vector_dim = embedder.dimension
+            client = await stack.enter_async_context(connect(storage.url.get_secret_value()))
+            redis_store = RedisMemoryStore(client, key_prefix=storage.key_prefix,
+                                           vector_dim=vector_dim)
+            try:
+                await redis_store.prepare()
+            except StoreUnavailableError as exc:
+                log.warning("redis_unavailable_at_startup", error=str(exc))
+            store, ledger = redis_store, RedisLedger(client, key_prefix=storage.key_prefix)
+            db = await stack.enter_async_context(SqliteDatabase(storage.queue_path))
+        else:
+            db = await stack.enter_async_context(SqliteDatabase(storage.path))
+            store, ledger = SqliteMemoryStore(db), SqliteLedger(db)
+        if upstream is None:
+            upstream = Dispatcher(RelayUpstream(settings.upstream),
+                                  LiteLLMUpstream(settings.upstream))
+        stack.push_async_callback(upstream.aclose)
         yield build_resources(
-            settings, store=SqliteMemoryStore(db), ledger=SqliteLedger(db), upstream=upstream,
+            settings, store=store, ledger=ledger, upstream=upstream,
             queue=SqliteLearningQueue(db), embedder=embedder,
         )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,73 @@ async def learning_gateway(
 
 def user_message(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
+
+
+# Redis ------------------------------------------------------------------------------
+# Tests marked ``redis`` need a real Redis with the Query Engine: the one named by
+# MEMORY_PROXY_TEST_REDIS_URL, else one started from the test extra's wheels
+# (tests/redis_server.py). When it cannot start, those tests fail loudly — unless
+# MEMORY_PROXY_SKIP_REDIS=1 says to skip them.
+
+REDIS_URL_ENV = "MEMORY_PROXY_TEST_REDIS_URL"
+SKIP_REDIS_ENV = "MEMORY_PROXY_SKIP_REDIS"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """MEMORY_PROXY_SKIP_REDIS=1 skips every test marked ``redis`` — explicitly, never by
+    default."""
+    if os.environ.get(SKIP_REDIS_ENV) != "1":
+        return
+    skip = pytest.mark.skip(reason=f"{SKIP_REDIS_ENV}=1: Redis tests skipped on request")
+    for item in items:
+        if item.get_closest_marker("redis") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a Redis with RediSearch for the whole session."""
+    if os.environ.get(SKIP_REDIS_ENV) == "1":
+        pytest.skip(f"{SKIP_REDIS_ENV}=1: Redis tests skipped on request")
+    given = os.environ.get(REDIS_URL_ENV)
+    if given:
+        yield given
+        return
+    from tests.redis_server import RedisServer, RedisServerError
+
+    server = RedisServer()
+    try:
+        server.start()
+    except RedisServerError as exc:
+        pytest.fail(f"cannot start the test Redis ({exc}); set {REDIS_URL_ENV} to a Redis "
+                    f"with the Query Engine, or {SKIP_REDIS_ENV}=1 to skip these tests",
+                    pytrace=False)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test alone; its keys and indexes are removed afterwards, so
+    tests never see each other's data (and a shared server stays clean)."""
+    prefix = "t" + uuid.uuid4().hex[:12]
+    yield prefix
+    purge_prefix(redis_url, prefix)
+
+
+def purge_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, protocol=2)
+    try:
+        for name in client.execute_command("FT._LIST"):
+            text = name.decode() if isinstance(name, bytes) else str(name)
+            if text.startswith(f"{prefix}_"):
+                client.execute_command("FT.DROPINDEX", text)
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.unlink(*keys[start:start + 500])
+    finally:
+        client.close()

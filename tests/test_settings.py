@@ -73,6 +73,13 @@ def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     ("learning:\n  batch_messages: {private: 0}\n", "learning.batch_messages"),
     ("memory:\n  position: middle\n", "memory.position"),
     ("storage:\n  backend: mongo\n", "storage.backend"),
+    ("storage:\n  backend: redis\n", "storage.url"),
+    ("storage:\n  url: redis://localhost:6379/0\n", "storage.url"),
+    ("storage:\n  backend: redis\n  url: http://localhost:6379\n", "storage.url"),
+    ("storage:\n  backend: redis\n  url: redis://h:6379/0?protocol=3\n", "storage.url"),
+    ("storage:\n  backend: redis\n  url: os.environ/NOT_SET_ANYWHERE\n", "storage.url"),
+    ("storage:\n  key_prefix: 'a{b}'\n", "storage.key_prefix"),
+    ("storage:\n  vector_dim: 0\n", "storage.vector_dim"),
     ("auth:\n  keys: [{key: plain-secret, tenant: t}]\n", "auth.keys.0"),
     ("auth:\n  keys: [{key: os.environ/NOT_SET_ANYWHERE, tenant: t}]\n", "auth.keys.0"),
     ("auth:\n  keys: [{key_sha256: abc, tenant: t}]\n", "auth.keys.0"),
@@ -87,6 +94,32 @@ def test_invalid_config_names_the_setting(tmp_path: Path, yaml_text: str, named:
     config.write_text(yaml_text)
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_settings(config)
+
+
+def test_redis_storage_takes_its_url_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``storage.url: os.environ/NAME`` resolves like other secrets, stays a SecretStr,
+    and the queue file sits next to ``storage.path``."""
+    monkeypatch.setenv("MY_REDIS_URL", "redis://:pw@localhost:6379/2")
+    settings = load_settings(use_file=False, storage={
+        "backend": "redis", "url": "os.environ/MY_REDIS_URL", "key_prefix": "prod",
+        "vector_dim": 384, "path": str(tmp_path / "gw.db")})
+    storage = settings.storage
+    assert storage.url is not None
+    assert storage.url.get_secret_value() == "redis://:pw@localhost:6379/2"
+    assert "pw" not in repr(storage)
+    assert (storage.key_prefix, storage.vector_dim) == ("prod", 384)
+    assert storage.queue_path == tmp_path / "gw.queue.db"
+
+
+def test_redis_url_can_come_from_a_prefixed_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MEMORY_PROXY_STORAGE__* variables configure the Redis backend."""
+    monkeypatch.setenv("MEMORY_PROXY_STORAGE__BACKEND", "redis")
+    monkeypatch.setenv("MEMORY_PROXY_STORAGE__URL", "rediss://cache.internal:6380/0")
+    settings = load_settings(use_file=False)
+    assert settings.storage.backend == "redis"
+    assert settings.storage.vector_dim is None
 
 
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:

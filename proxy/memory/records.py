@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import orjson
 from ulid import ULID
 
 Scope = Literal["personal", "shared", "system"]
@@ -209,3 +210,45 @@ class ConversationRecord:
     reason: str = ""
     learned_messages: int = 0
     updated_at: datetime = field(default_factory=utcnow)
+
+
+def profile_to_json(profile: Profile) -> str:
+    """The stored JSON of a profile (both backends): names, first/last seen, message count,
+    style, impression, and traits/topics as ``{text, score, hits, at}`` lists."""
+    return orjson.dumps({
+        "names": list(profile.names),
+        "first_seen": to_iso(profile.first_seen),
+        "last_seen": to_iso(profile.last_seen),
+        "message_count": profile.message_count,
+        "style": profile.style,
+        "impression": profile.impression,
+        "traits": [t.to_api() for t in profile.traits],
+        "topics": [t.to_api() for t in profile.topics],
+    }).decode()
+
+
+def profile_from_json(tenant: str, user: str, raw: str | bytes) -> Profile:
+    """Inverse of :func:`profile_to_json`; missing keys take the defaults."""
+    data = orjson.loads(raw)
+
+    def tags(items: list[dict[str, Any]]) -> tuple[ScoredTag, ...]:
+        out = []
+        for item in items:
+            at = from_iso(item["at"])
+            assert at is not None
+            out.append(ScoredTag(text=item["text"], score=float(item["score"]),
+                                 hits=int(item["hits"]), at=at))
+        return tuple(out)
+
+    return Profile(
+        tenant=tenant,
+        user_id=user,
+        names=tuple(data.get("names", ())),
+        first_seen=from_iso(data.get("first_seen")),
+        last_seen=from_iso(data.get("last_seen")),
+        message_count=int(data.get("message_count", 0)),
+        style=data.get("style", ""),
+        impression=data.get("impression", ""),
+        traits=tags(data.get("traits", [])),
+        topics=tags(data.get("topics", [])),
+    )

@@ -22,8 +22,9 @@ from proxy.memory.records import (
     ConversationRecord,
     Memory,
     Profile,
-    ScoredTag,
     from_iso,
+    profile_from_json,
+    profile_to_json,
     to_iso,
     utcnow,
 )
@@ -198,52 +199,12 @@ def _channel_clause(channels: tuple[str | None, ...] | None) -> tuple[str, list[
             named)
 
 
-def _profile_json(profile: Profile) -> str:
-    def tags(items: tuple[ScoredTag, ...]) -> list[dict[str, Any]]:
-        return [t.to_api() for t in items]
-
-    return orjson.dumps({
-        "names": list(profile.names),
-        "first_seen": to_iso(profile.first_seen),
-        "last_seen": to_iso(profile.last_seen),
-        "message_count": profile.message_count,
-        "style": profile.style,
-        "impression": profile.impression,
-        "traits": tags(profile.traits),
-        "topics": tags(profile.topics),
-    }).decode()
-
-
-def _profile_from_json(tenant: str, user: str, raw: str) -> Profile:
-    data = orjson.loads(raw)
-
-    def tags(items: list[dict[str, Any]]) -> tuple[ScoredTag, ...]:
-        return tuple(
-            ScoredTag(text=i["text"], score=float(i["score"]), hits=int(i["hits"]),
-                      at=_dt(i["at"]))
-            for i in items
-        )
-
-    return Profile(
-        tenant=tenant,
-        user_id=user,
-        names=tuple(data.get("names", ())),
-        first_seen=from_iso(data.get("first_seen")),
-        last_seen=from_iso(data.get("last_seen")),
-        message_count=int(data.get("message_count", 0)),
-        style=data.get("style", ""),
-        impression=data.get("impression", ""),
-        traits=tags(data.get("traits", [])),
-        topics=tags(data.get("topics", [])),
-    )
-
-
 def _put_profile(conn: sqlite3.Connection, profile: Profile) -> None:
     conn.execute(
         "INSERT INTO profiles (tenant, user_id, data, updated_at) VALUES (?, ?, ?, ?) "
         "ON CONFLICT(tenant, user_id) DO UPDATE SET data = excluded.data, "
         "updated_at = excluded.updated_at",
-        (profile.tenant, profile.user_id, _profile_json(profile), to_iso(utcnow())),
+        (profile.tenant, profile.user_id, profile_to_json(profile), to_iso(utcnow())),
     )
 
 
@@ -356,7 +317,7 @@ class SqliteMemoryStore:
         row = await self._read(lambda c: c.execute(
             "SELECT data FROM profiles WHERE tenant = ? AND user_id = ?", (tenant, user)
         ).fetchone())
-        return None if row is None else _profile_from_json(tenant, user, row[0])
+        return None if row is None else profile_from_json(tenant, user, row[0])
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
         if not counts:

@@ -18,6 +18,8 @@ _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _RUN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)", re.UNICODE)
 _HAS_CJK = re.compile(rf"[{_CJK}]")
 _SPACE = re.compile(r"\s+")
+# Latin-1 Supplement, Latin Extended-A/B, Latin Extended Additional: letters with marks.
+_LATIN_MARKED = re.compile("[\u00c0-\u024f\u1e00-\u1eff]")
 
 # Words too common to help keyword recall (English function words; Chinese particles).
 STOPWORDS = frozenset((
@@ -96,6 +98,21 @@ def content_terms(text: str) -> tuple[str, ...]:
 def index_terms(text: str) -> str:
     """The space-joined term string stored in the keyword index for ``text``."""
     return " ".join(tokens(text))
+
+
+def fold_diacritics(text: str) -> str:
+    """Latin letters without their diacritics (``café`` → ``cafe``, ``Ł`` stays: it has no
+    combining mark). SQLite's ``unicode61 remove_diacritics 2`` tokenizer does this inside
+    the index; RediSearch does not, so the Redis store applies it to indexed and queried
+    terms alike. Other scripts are left untouched (kana keep their voicing marks)."""
+    if _LATIN_MARKED.search(text) is None:
+        return text
+
+    def bare(match: re.Match[str]) -> str:
+        return "".join(c for c in unicodedata.normalize("NFD", match.group())
+                       if not unicodedata.combining(c))
+
+    return _LATIN_MARKED.sub(bare, text)
 
 
 def query_terms(text: str, *, limit: int = 32) -> list[str]:

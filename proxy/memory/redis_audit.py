@@ -1,0 +1,81 @@
+"""The learning log on Redis Streams: one stream per user, one per tenant (SPEC §3.8).
+
+A user's events go to ``<prefix>:audit:{u…}`` inside the transaction that makes the change
+(:meth:`AuditStreams.queue`, same hash slot); every event is then also appended to the
+tenant's ``<prefix>:audit:{t…}`` (:meth:`AuditStreams.append`, another slot, so after
+``EXEC``). A crash between the two loses the event from the tenant view only. Events
+without a user (shared memories) go to the tenant stream only.
+
+Both streams are trimmed approximately (``XADD … MAXLEN ~``), which trims whole radix-tree
+nodes and so costs nothing per append. Ids returned by :meth:`AuditStreams.read` are the
+entries' stream ids as integers (``ms × 1000 + seq``,
+:func:`~proxy.memory.redis_codec.audit_id`), ordered within the stream read: the user's
+when a user is named, else the tenant's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from proxy.memory.redis_codec import audit_entry, audit_from_entry, audit_id, stream_id
+from proxy.memory.redis_keys import KeyLayout, tenant_token, user_token
+from proxy.memory.store import AuditEvent
+
+# A learning batch writes ~5-20 events: 10k keeps one user's last ~500-2000 batches.
+AUDIT_USER_MAXLEN = 10_000
+# 200k events of a tenant, at ~300 bytes an event, is ~60 MB of Redis memory.
+AUDIT_TENANT_MAXLEN = 200_000
+
+
+class AuditStreams:
+    """Appends to and reads the audit streams under one key layout."""
+
+    def __init__(self, client: Redis, layout: KeyLayout, *,
+                 user_maxlen: int = AUDIT_USER_MAXLEN,
+                 tenant_maxlen: int = AUDIT_TENANT_MAXLEN) -> None:
+        self._redis = client
+        self._keys = layout
+        self._user_maxlen = user_maxlen
+        self._tenant_maxlen = tenant_maxlen
+
+    def queue(self, pipe: Pipeline, events: Sequence[AuditEvent], ns: str) -> None:
+        """Queue on ``pipe`` (a transaction on namespace ``ns``) the events that belong to
+        the user stream of ``ns``."""
+        for event in events:
+            if event.user_id is not None and user_token(event.tenant, event.user_id) == ns:
+                pipe.xadd(self._keys.audit(ns), audit_entry(event),  # type: ignore[arg-type]
+                          maxlen=self._user_maxlen, approximate=True)
+
+    async def append(self, events: Sequence[AuditEvent], *, written_ns: str | None = None
+                     ) -> None:
+        """Append ``events`` to their tenant streams, and to user streams other than
+        ``written_ns`` (whose events :meth:`queue` already wrote)."""
+        if not events:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for event in events:
+                entry = audit_entry(event)
+                if event.user_id is not None:
+                    ns = user_token(event.tenant, event.user_id)
+                    if ns != written_ns:
+                        pipe.xadd(self._keys.audit(ns), entry,  # type: ignore[arg-type]
+                                  maxlen=self._user_maxlen, approximate=True)
+                pipe.xadd(self._keys.audit(tenant_token(event.tenant)),
+                          entry,  # type: ignore[arg-type]
+                          maxlen=self._tenant_maxlen, approximate=True)
+            await pipe.execute()
+
+    async def read(self, tenant: str, user: str | None, *, limit: int,
+                   before_id: int | None) -> list[tuple[int, AuditEvent]]:
+        """Newest first, at most ``limit``, only ids below ``before_id`` when given."""
+        if limit <= 0:
+            return []
+        token = tenant_token(tenant) if user is None else user_token(tenant, user)
+        newest = "+" if before_id is None else "(" + stream_id(before_id)
+        entries: list[tuple[bytes, dict[bytes | str, bytes | str]]] = \
+            await self._redis.xrevrange(self._keys.audit(token), newest, "-",
+                                        count=limit)  # type: ignore[assignment]
+        return [(audit_id(entry_id), audit_from_entry(fields)) for entry_id, fields in entries]

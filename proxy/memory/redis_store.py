@@ -1,0 +1,665 @@
+""":class:`~proxy.memory.store.MemoryStore` on Redis 8 / Redis Stack (RediSearch + RedisVL).
+
+Same semantics as :class:`~proxy.memory.sqlite_store.SqliteMemoryStore` (one contract test
+suite runs against both). Key layout: :mod:`proxy.memory.redis_keys`; hash fields:
+:mod:`proxy.memory.redis_codec`; index schema, versioning and migration:
+:mod:`proxy.memory.redis_index`.
+
+**Atomicity.** Every key of a (tenant, user) shares one Cluster hash tag, so each write is
+one ``MULTI``/``EXEC`` on one slot. Read-then-write operations (``apply``, ``update``,
+``delete``, ``clear``) use optimistic ``WATCH``: they read what they decide on, queue the
+writes, and ``EXEC`` fails if a watched key changed meanwhile, in which case the whole
+operation is retried (:func:`proxy.redis_client.transact`). WATCH rather than a Lua
+script keeps the encoding in typed Python, and conflicts are rare (two writers on the same
+user at the same instant). Nothing a transaction queues can fail at run time (each key has
+one type, values are encoded before ``MULTI``), so an ``EXEC`` applies everything.
+
+**At most once.** ``apply`` watches the namespace's ``batches`` sorted set, returns
+``False`` when the batch key is in it, and adds the key inside the same transaction; a
+concurrent apply of the same batch aborts the ``EXEC`` and, on retry, sees the key. Batch
+keys are kept :data:`APPLIED_BATCH_RETENTION_SECONDS` (SQLite keeps them forever).
+
+**Audit log.** Redis Streams per user and per tenant (:mod:`proxy.memory.redis_audit`): a
+user's events are appended inside the transaction that makes the change, the tenant copy
+right after it.
+
+**Deletion (case B32).** ``delete`` removes the hash (hence its index entries) and its
+evidence, and records a tombstone; ``clear`` removes every memory, evidence set,
+conversation record and the profile listed in the namespace's registries in one
+transaction, then sweeps the index for any memory of the user that escaped the registry.
+
+Every ``redis``/``redisvl`` failure surfaces as
+:class:`~proxy.memory.store.StoreUnavailableError` (memory degrades; chat goes on). Reads
+of the hot path use the search index, so the index must be present: it is created lazily
+on first use (or by :meth:`RedisMemoryStore.prepare` at startup), so the gateway starts
+while Redis is down and recovers when it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import string
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+from redisvl.exceptions import RedisVLError
+from redisvl.query.filter import FilterExpression, Num, Tag
+
+from proxy.memory.records import (
+    ConversationRecord,
+    Memory,
+    Profile,
+    from_iso,
+    to_iso,
+    utcnow,
+)
+from proxy.memory.redis_audit import AuditStreams
+from proxy.memory.redis_codec import memory_from_hash, memory_to_hash, stored_norm
+from proxy.memory.redis_index import (
+    INDEX_BUILD_WAIT_SECONDS,
+    IndexMismatchError,
+    MemoryIndex,
+    active_filter,
+    all_of,
+    channel_filter,
+    namespace_filter,
+    tag_is,
+)
+from proxy.memory.redis_keys import (
+    SHARED_USER,
+    KeyLayout,
+    channel_token,
+    namespace_token,
+    shared_token,
+    tenant_token,
+    user_token,
+)
+from proxy.memory.redis_user import UserRecords
+from proxy.memory.store import (
+    AuditEvent,
+    Candidate,
+    ChangeSet,
+    ListQuery,
+    PromptVersion,
+    ScanQuery,
+    SearchQuery,
+    StoreUnavailableError,
+    UserSettings,
+)
+from proxy.memory.text import normalize, query_terms
+from proxy.redis_client import multi, require_resp2_bytes, transact
+
+log = structlog.get_logger("proxy.memory.redis")
+
+# Batch keys are redelivered only while their learning job lives: at most
+# ``learning.max_attempts`` leases of ``learning.lease_seconds`` plus backoff — minutes.
+# 30 days matches the default ``learning.seen_message_ttl_days``, after which the queue
+# forgets messages anyway.
+APPLIED_BATCH_RETENTION_SECONDS = 30 * 86400
+LIST_SCAN_PAGE = 1_000  # rows per FT.SEARCH page when a text filter is applied in Python
+
+# access_count += n only if the memory still exists: a bare HINCRBY on a memory deleted
+# meanwhile would create a stray hash that no registry lists.
+_RECORD_ACCESS_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'access_count', ARGV[1])
+  redis.call('HSET', KEYS[1], 'last_access_at', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+@contextlib.contextmanager
+def _unavailable(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (RedisError, RedisVLError, IndexMismatchError) as exc:
+        raise StoreUnavailableError(f"redis store {operation} failed: {exc}") from exc
+
+
+def _like(haystack: str, needle: str) -> bool:
+    """SQLite ``haystack LIKE '%needle%'``: substring, case-insensitive for ASCII only."""
+    return needle.translate(_ASCII_FOLD) in haystack.translate(_ASCII_FOLD)
+
+
+class RedisMemoryStore:
+    """:class:`~proxy.memory.store.MemoryStore` on one ``redis.asyncio`` client (RESP2,
+    bytes — see :func:`proxy.redis_client.connect`), which the caller owns and closes.
+
+    ``key_prefix`` starts every key (``storage.key_prefix``); ``vector_dim`` is the
+    embedding dimension of the vector index (``None``: keyword search only).
+    """
+
+    def __init__(self, client: Redis, *, key_prefix: str = "mp",
+                 vector_dim: int | None = None,
+                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS) -> None:
+        require_resp2_bytes(client)
+        self._redis = client
+        self._keys = KeyLayout(key_prefix)
+        self._index = MemoryIndex(client, self._keys, vector_dim,
+                                  build_wait_seconds=index_build_wait_seconds)
+        self._audit = AuditStreams(client, self._keys)
+        self._users = UserRecords(client, self._keys)
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+        self._touch = client.register_script(_RECORD_ACCESS_LUA)
+
+    @property
+    def index_name(self) -> str:
+        """The configured index (``<prefix>_mem_v<version>_d<dim>``)."""
+        return self._index.name
+
+    @property
+    def serving_index(self) -> str:
+        """The index queries use now: the configured one, or its predecessor while the
+        configured one is being built."""
+        return self._index.serving
+
+    async def prepare(self) -> None:
+        """Create or migrate the search index now (see :mod:`proxy.memory.redis_index`).
+        Raises :class:`StoreUnavailableError` when Redis is unreachable or refuses."""
+        with _unavailable("index setup"):
+            await self._ensure_index()
+
+    async def _ensure_index(self) -> None:
+        if self._ready:
+            await self._index.maintain()
+            return
+        async with self._ready_lock:
+            if not self._ready:
+                await self._index.ensure()
+                self._ready = True
+
+    async def ping(self) -> None:
+        with _unavailable("ping"):
+            await self._redis.ping()
+            await self._ensure_index()
+
+    # helpers ---------------------------------------------------------------------------
+    async def _fetch(self, keys: Sequence[str]) -> list[Memory | None]:
+        """The memories at ``keys``, aligned with them; ``None`` where a key was deleted
+        meanwhile (or holds no readable memory — logged)."""
+        if not keys:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            raw: list[dict[bytes | str, bytes | str]] = await pipe.execute()
+        out: list[Memory | None] = []
+        for key, data in zip(keys, raw, strict=True):
+            memory = None
+            if data:
+                try:
+                    memory = memory_from_hash(data)
+                except (ValueError, KeyError) as exc:
+                    log.warning("redis_memory_unreadable", key=key, error=str(exc))
+            out.append(memory)
+        return out
+
+    async def _load(self, keys: Sequence[str]) -> list[Memory]:
+        return [m for m in await self._fetch(keys) if m is not None]
+
+    def _queue_upsert(self, pipe: Pipeline, memory: Memory) -> None:
+        ns = namespace_token(memory.tenant, memory.user_id)
+        key = self._keys.memory(ns, memory.id)
+        pipe.delete(key)  # replaces the whole record: no stale optional or vector field
+        pipe.hset(key, mapping=memory_to_hash(memory))  # type: ignore[arg-type]
+        pipe.sadd(self._keys.ids(ns), memory.id)
+
+    # hot path --------------------------------------------------------------------------
+    async def search(self, query: SearchQuery) -> list[Candidate]:
+        tokens = [user_token(query.tenant, query.user)]
+        if query.include_shared:
+            tokens.append(shared_token(query.tenant))
+        where = all_of(namespace_filter(tokens), active_filter(),
+                       channel_filter(query.channels))
+        vector = query.embedding
+        use_vector = (vector is not None and self._index.vector_dim is not None
+                      and len(vector) == self._index.vector_dim
+                      and math.hypot(*vector) > 0)
+        with _unavailable("search"):
+            await self._ensure_index()
+            keyword_task = self._index.keyword(query.terms, where, query.limit) \
+                if query.terms and query.limit > 0 else _nothing()
+            vector_task = self._index.nearest(vector, where, query.limit) \
+                if use_vector and vector is not None and query.limit > 0 else _nothing()
+            keyword, nearest = await asyncio.gather(keyword_task, vector_task)
+            keys = list(dict.fromkeys([h.key for h in keyword] + [h.key for h in nearest]))
+            memories = dict(zip(keys, await self._fetch(keys), strict=True))
+        found: dict[str, Candidate] = {}
+        for rank, hit in enumerate(keyword, start=1):
+            memory = memories.get(hit.key)
+            if memory is not None:
+                found[memory.id] = Candidate(memory, keyword_rank=rank,
+                                             keyword_score=hit.score)
+        for rank, hit in enumerate(nearest, start=1):
+            memory = memories.get(hit.key)
+            if memory is None:
+                continue
+            previous = found.get(memory.id)
+            found[memory.id] = Candidate(
+                memory,
+                keyword_rank=previous.keyword_rank if previous else None,
+                keyword_score=previous.keyword_score if previous else None,
+                vector_rank=rank, vector_score=hit.score,
+            )
+        return list(found.values())
+
+    async def resident(
+        self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
+    ) -> list[Memory]:
+        if limit <= 0:
+            return []
+        where = all_of(namespace_filter([user_token(tenant, user)]), active_filter(),
+                       tag_is("ix_about", "1"), channel_filter(channels))
+        with _unavailable("resident"):
+            await self._ensure_index()
+            return await self._load(await self._index.top_by_evidence(where, limit))
+
+    async def get_profile(self, tenant: str, user: str) -> Profile | None:
+        with _unavailable("get_profile"):
+            return await self._users.get_profile(tenant, user)
+
+    async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
+        if not counts:
+            return
+        stamp = to_iso(at) or ""
+        ids = list(counts)
+        where = tag_is("ix_tenant", tenant_token(tenant)) & tag_is("ix_id", ids)
+        with _unavailable("record_access"):
+            await self._ensure_index()
+            rows = await self._index.find(where, offset=0, limit=2 * len(ids))
+            if not rows:
+                return
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for row in rows:
+                    await self._touch(keys=[row["id"]], args=[counts[row["ix_id"]], stamp],
+                                      client=pipe)
+                await pipe.execute()
+
+    # management ------------------------------------------------------------------------
+    async def get(self, tenant: str, user: str | None, memory_id: str) -> Memory | None:
+        key = self._keys.memory(namespace_token(tenant, user), memory_id)
+        with _unavailable("get"):
+            found = await self._load([key])
+        if not found or found[0].tenant != tenant or found[0].user_id != user:
+            return None
+        return found[0]
+
+    async def list_memories(self, query: ListQuery) -> list[Memory]:
+        if query.limit <= 0:
+            return []
+        where = namespace_filter([user_token(query.tenant, query.user)])
+        if not query.include_retired:
+            where = where & tag_is("ix_retired", "0")
+        if not query.include_disabled:
+            where = where & tag_is("enabled", "1")
+        if query.category:
+            where = where & tag_is("category", query.category)
+        with _unavailable("list"):
+            await self._ensure_index()
+            if not query.text:
+                rows = await self._index.find(where, offset=query.offset, limit=query.limit)
+                return await self._load([r["id"] for r in rows])
+            terms = [t.lower() for t in query_terms(query.text, limit=8) or [query.text]]
+            keys: list[str] = []
+            offset = 0
+            while True:
+                rows = await self._index.find(where, offset=offset, limit=LIST_SCAN_PAGE,
+                                              fields=("ix_id", "norm", "title"))
+                for row in rows:
+                    norm, title = str(row.get("norm", "")), str(row.get("title", ""))
+                    if all(_like(norm, t) or _like(title, t) for t in terms):
+                        keys.append(row["id"])
+                if len(rows) < LIST_SCAN_PAGE:
+                    break
+                offset += LIST_SCAN_PAGE
+            return await self._load(keys[query.offset:query.offset + query.limit])
+
+    async def count(self, tenant: str, user: str) -> dict[str, int]:
+        counts = {"total": 0, "retired": 0, "disabled": 0}
+        with _unavailable("count"):
+            await self._ensure_index()
+            groups = await self._index.state_counts(
+                namespace_filter([user_token(tenant, user)]))
+        for category, enabled, retired, n in groups:
+            if retired:
+                counts["retired"] += n
+            elif not enabled:
+                counts["disabled"] += n
+            else:
+                counts["total"] += n
+                counts[category] = counts.get(category, 0) + n
+        return counts
+
+    async def add(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        ns = namespace_token(memory.tenant, memory.user_id)
+        events = [audit] if audit is not None else []
+        with _unavailable("add"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                self._queue_upsert(pipe, memory)
+                self._audit.queue(pipe, events, ns)
+                await pipe.execute()
+            await self._audit.append(events, written_ns=ns)
+        return memory
+
+    async def update(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        ns = namespace_token(memory.tenant, memory.user_id)
+        key = self._keys.memory(ns, memory.id)
+        events = [audit] if audit is not None else []
+
+        async def body(pipe: Pipeline) -> None:
+            if not await pipe.exists(key):
+                raise KeyError(memory.id)
+            multi(pipe)
+            self._queue_upsert(pipe, memory)
+            self._audit.queue(pipe, events, ns)
+            await pipe.execute()
+
+        with _unavailable("update"):
+            await transact(self._redis, [key], body)
+            await self._audit.append(events, written_ns=ns)
+        return memory
+
+    async def delete(
+        self, tenant: str, user: str, memory_id: str, *, audit: AuditEvent | None = None
+    ) -> bool:
+        ns = user_token(tenant, user)
+        key = self._keys.memory(ns, memory_id)
+        events = [audit] if audit is not None else []
+        now = utcnow()
+
+        async def body(pipe: Pipeline) -> bool:
+            data = await pipe.hgetall(key)
+            norm = stored_norm(data) if data else None
+            if norm is None:
+                return False
+            multi(pipe)
+            pipe.delete(key, self._keys.evidence(ns, memory_id))
+            pipe.srem(self._keys.ids(ns), memory_id)
+            self._users.queue_tombstone(pipe, ns, norm, now)
+            self._audit.queue(pipe, events, ns)
+            await pipe.execute()
+            return True
+
+        with _unavailable("delete"):
+            deleted = await transact(self._redis, [key], body)
+            if deleted:
+                await self._audit.append(events, written_ns=ns)
+        return deleted
+
+    async def clear(self, tenant: str, user: str, *, audit: AuditEvent | None = None) -> int:
+        ns = user_token(tenant, user)
+        ids_key, convs_key = self._keys.ids(ns), self._keys.conversations(ns)
+        events = [audit] if audit is not None else []
+        now = utcnow()
+
+        async def body(pipe: Pipeline) -> int:
+            ids = [_text(i) for i in await pipe.smembers(ids_key)]
+            conversations = [_text(c) for c in await pipe.smembers(convs_key)]
+            multi(pipe)
+            doomed = [self._keys.profile(ns), ids_key, convs_key]
+            doomed += [self._keys.memory(ns, i) for i in ids]
+            doomed += [self._keys.evidence(ns, i) for i in ids]
+            doomed += [self._keys.conversation(ns, c) for c in conversations]
+            pipe.unlink(*doomed)
+            self._users.queue_cleared(pipe, ns, now)
+            self._audit.queue(pipe, events, ns)
+            await pipe.execute()
+            return len(ids)
+
+        with _unavailable("clear"):
+            removed = await transact(self._redis, [ids_key, convs_key], body)
+            await self._audit.append(events, written_ns=ns)
+            removed += await self._sweep(ns)
+        return removed
+
+    async def _sweep(self, ns: str) -> int:
+        """Delete memories of ``ns`` that the index has but the id registry does not list
+        (none, unless something wrote memory hashes behind the store's back). Registered
+        ones — e.g. added right after the clear — are left alone."""
+        await self._ensure_index()
+        found = await self._index.find(namespace_filter([ns]), offset=0,
+                                       limit=LIST_SCAN_PAGE)
+        if not found:
+            return 0
+        ids_key = self._keys.ids(ns)
+        ids = [str(r["ix_id"]) for r in found]
+
+        async def body(pipe: Pipeline) -> int:
+            registered = await pipe.smismember(ids_key, ids)
+            stray = [i for i, known in zip(ids, registered, strict=True) if not known]
+            if not stray:
+                return 0
+            multi(pipe)
+            pipe.unlink(*(self._keys.memory(ns, i) for i in stray),
+                        *(self._keys.evidence(ns, i) for i in stray))
+            await pipe.execute()
+            log.warning("redis_clear_swept_unregistered", count=len(stray))
+            return len(stray)
+
+        return await transact(self._redis, [ids_key], body)
+
+    # learning --------------------------------------------------------------------------
+    async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
+        if limit <= 0:
+            return []
+        found = await self.search(SearchQuery(
+            tenant=tenant, user=user, terms=tuple(query_terms(text)), limit=limit,
+            include_shared=False,
+        ))
+        memories = [c.memory for c in sorted(found, key=lambda c: c.keyword_rank or 0)]
+        if len(memories) < limit:
+            seen = {m.id for m in memories}
+            for memory in await self.resident(tenant, user, limit=limit, channels=None):
+                if memory.id not in seen and len(memories) < limit:
+                    memories.append(memory)
+        return memories
+
+    async def apply(self, changes: ChangeSet) -> bool:
+        _check_namespace(changes)
+        ns = user_token(changes.tenant, changes.user_id)
+        batches, ids_key = self._keys.batches(ns), self._keys.ids(ns)
+        now = utcnow().timestamp()
+        upserted = {m.id for m in changes.upserts}
+
+        settings_key, tombs_key = self._keys.settings(ns), self._keys.tombstones(ns)
+
+        async def body(pipe: Pipeline) -> bool:
+            if await pipe.zscore(batches, changes.batch_key) is not None:
+                return False
+            upserts = await self._still_wanted(pipe, changes, ns)
+            if upserts is None:
+                return False
+            # Evidence counts only for memories of this namespace (stored or written now).
+            others = sorted({mid for mid, _ in changes.evidence} - upserted)
+            known = set(upserted)
+            if others:
+                flags = await pipe.smismember(ids_key, others)
+                known |= {mid for mid, flag in zip(others, flags, strict=True) if flag}
+            multi(pipe)
+            pipe.zadd(batches, {changes.batch_key: now})
+            pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
+            for memory in upserts:
+                self._queue_upsert(pipe, memory)
+            for memory_id, evidence_key in changes.evidence:
+                if memory_id in known:
+                    pipe.sadd(self._keys.evidence(ns, memory_id), evidence_key)
+            for memory_id in changes.deletes:
+                pipe.delete(self._keys.memory(ns, memory_id),
+                            self._keys.evidence(ns, memory_id))
+                pipe.srem(ids_key, memory_id)
+            if changes.profile is not None:
+                self._users.queue_profile(pipe, changes.profile)
+            if changes.conversation is not None:
+                self._users.queue_conversation(pipe, changes.conversation)
+            self._audit.queue(pipe, changes.audit, ns)
+            await pipe.execute()
+            return True
+
+        with _unavailable("apply"):
+            applied = await transact(self._redis, [batches, ids_key, settings_key, tombs_key],
+                                     body)
+            if applied:
+                await self._audit.append(changes.audit, written_ns=ns)
+        return applied
+
+    async def _still_wanted(self, pipe: Pipeline, changes: ChangeSet,
+                            ns: str) -> list[Memory] | None:
+        """The upserts that may still be written given deletions since ``learned_from``
+        (``None``: the user cleared their memory since) — read under WATCH, so a deletion
+        racing this apply aborts and retries it (case B32)."""
+        if changes.learned_from is None:
+            return list(changes.upserts)
+        since = changes.learned_from
+        cleared = from_iso(_opt_text(await pipe.hget(self._keys.settings(ns), "cleared_at")))
+        if cleared is not None and cleared >= since:
+            return None
+        fresh = [m for m in changes.upserts
+                 if not await pipe.sismember(self._keys.ids(ns), m.id)]
+        if not fresh:
+            return list(changes.upserts)
+        norms = [normalize(m.content) for m in fresh]
+        deleted = await self._users.tombstoned_in(pipe, ns, norms)
+        dropped = {m.id for m, n in zip(fresh, norms, strict=True)
+                   if n in deleted and deleted[n] >= since}
+        return [m for m in changes.upserts if m.id not in dropped]
+
+    async def scan(self, query: ScanQuery) -> list[Memory]:
+        parts: list[FilterExpression] = [Tag("ix_user") != SHARED_USER]
+        if query.tenant is not None:
+            parts.append(tag_is("ix_tenant", tenant_token(query.tenant)))
+        if query.user is not None and query.tenant is not None:
+            parts.append(namespace_filter([user_token(query.tenant, query.user)]))
+        if query.channel is not None:
+            parts.append(tag_is("ix_chan", channel_token(query.channel)))
+        if query.created_before is not None:
+            parts.append(Num("ix_created") < query.created_before.timestamp())
+        with _unavailable("scan"):
+            await self._ensure_index()
+            rows = await self._index.find(all_of(*parts), offset=0, limit=query.limit,
+                                          oldest_first=True)
+            memories = await self._load([r["id"] for r in rows])
+        if query.user is not None:
+            memories = [m for m in memories if m.user_id == query.user]
+        if query.never_accessed:
+            memories = [m for m in memories if m.access_count == 0]
+        # Ids are ULIDs (creation order) for everything the gateway writes; created_at
+        # decides for records imported with their own times.
+        return sorted(memories, key=lambda m: (m.created_at, m.id))
+
+    async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
+        keys = {normalize(n) for n in names if normalize(n)}
+        if not keys:
+            return
+        with _unavailable("bind_names"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.sadd(self._keys.names(tenant_token(tenant), key), user)
+                await pipe.execute()
+
+    async def users_named(self, tenant: str, name: str) -> list[str]:
+        key = normalize(name)
+        if not key:
+            return []
+        with _unavailable("users_named"):
+            members = await self._redis.smembers(self._keys.names(tenant_token(tenant), key))
+        return sorted(_text(m) for m in members)
+
+    async def save_prompt(self, tenant: str, kind: str, text: str, actor: str,
+                          at: datetime) -> PromptVersion:
+        entry = orjson.dumps({"text": text, "actor": actor, "at": to_iso(at)})
+        with _unavailable("save_prompt"):
+            version = await self._redis.rpush(self._keys.prompts(tenant_token(tenant), kind),
+                                              entry)
+        return PromptVersion(tenant=tenant, kind=kind, version=int(version),  # type: ignore[arg-type]
+                             text=text, actor=actor, at=at)
+
+    async def prompt_versions(self, tenant: str, kind: str, *,
+                              limit: int = 20) -> list[PromptVersion]:
+        key = self._keys.prompts(tenant_token(tenant), kind)
+        with _unavailable("prompt_versions"):
+            total = int(await self._redis.llen(key))
+            raw = await self._redis.lrange(key, max(0, total - limit), total - 1)
+        out = []
+        for offset, item in enumerate(raw):
+            data = orjson.loads(item)
+            at = from_iso(data["at"])
+            assert at is not None
+            out.append(PromptVersion(tenant=tenant, kind=kind,  # type: ignore[arg-type]
+                                     version=max(0, total - limit) + offset + 1,
+                                     text=data["text"], actor=data["actor"], at=at))
+        return out[::-1]
+
+    async def tombstoned(
+        self, tenant: str, user: str, norms: Sequence[str]
+    ) -> dict[str, datetime]:
+        with _unavailable("tombstoned"):
+            return await self._users.tombstoned(tenant, user, norms)
+
+    async def put_profile(self, profile: Profile) -> None:
+        with _unavailable("put_profile"):
+            await self._users.put_profile(profile)
+
+    async def get_conversation(
+        self, tenant: str, user: str, conversation_id: str
+    ) -> ConversationRecord | None:
+        with _unavailable("get_conversation"):
+            return await self._users.get_conversation(tenant, user, conversation_id)
+
+    async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
+        with _unavailable("get_user_settings"):
+            return await self._users.get_settings(tenant, user)
+
+    async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None:
+        with _unavailable("put_user_settings"):
+            await self._users.put_settings(tenant, user, settings)
+
+    async def audit(self, events: Sequence[AuditEvent]) -> None:
+        with _unavailable("audit"):
+            await self._audit.append(events)
+
+    async def audit_log(
+        self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
+    ) -> list[tuple[int, AuditEvent]]:
+        with _unavailable("audit_log"):
+            return await self._audit.read(tenant, user, limit=limit, before_id=before_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _opt_text(value: bytes | str | None) -> str | None:
+    return None if value is None else _text(value)
+
+
+async def _nothing() -> list[Any]:
+    return []
+
+
+def _check_namespace(changes: ChangeSet) -> None:
+    """Raise ``ValueError`` (before anything is written) when a change set touches
+    another namespace than its own."""
+    def mismatch(tenant: str, user: str | None) -> bool:
+        return tenant != changes.tenant or user != changes.user_id
+
+    if any(mismatch(m.tenant, m.user_id) for m in changes.upserts) or (
+        changes.profile is not None
+        and mismatch(changes.profile.tenant, changes.profile.user_id)
+    ) or (
+        changes.conversation is not None
+        and mismatch(changes.conversation.tenant, changes.conversation.user_id)
+    ):
+        raise ValueError("a change set may only touch its own namespace")

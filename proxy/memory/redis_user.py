@@ -1,0 +1,126 @@
+"""A user's records besides memories, on Redis: profile, conversation records, settings
+and tombstones (digests of deleted contents, never the text) — all in the user's hash
+slot (:mod:`proxy.memory.redis_keys`).
+
+``queue_*`` methods add commands to a transaction the caller runs (``apply``, ``clear``);
+the others are single commands. Errors are the caller's to translate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from proxy.memory.records import (
+    ConversationRecord,
+    Profile,
+    from_iso,
+    profile_from_json,
+    profile_to_json,
+    to_iso,
+)
+from proxy.memory.redis_codec import (
+    conversation_fields,
+    conversation_from_hash,
+    settings_fields,
+    settings_from_hash,
+)
+from proxy.memory.redis_keys import KeyLayout, user_token
+from proxy.memory.store import UserSettings
+
+
+class UserRecords:
+    """Profile, conversation records, settings and tombstones of users."""
+
+    def __init__(self, client: Redis, layout: KeyLayout) -> None:
+        self._redis = client
+        self._keys = layout
+
+    # profile ---------------------------------------------------------------------------
+    async def get_profile(self, tenant: str, user: str) -> Profile | None:
+        raw = await self._redis.get(self._keys.profile(user_token(tenant, user)))
+        return None if raw is None else profile_from_json(tenant, user, raw)
+
+    async def put_profile(self, profile: Profile) -> None:
+        key = self._keys.profile(user_token(profile.tenant, profile.user_id))
+        await self._redis.set(key, profile_to_json(profile))
+
+    def queue_profile(self, pipe: Pipeline, profile: Profile) -> None:
+        key = self._keys.profile(user_token(profile.tenant, profile.user_id))
+        pipe.set(key, profile_to_json(profile))
+
+    # conversation records --------------------------------------------------------------
+    async def get_conversation(self, tenant: str, user: str,
+                               conversation_id: str) -> ConversationRecord | None:
+        key = self._keys.conversation(user_token(tenant, user), conversation_id)
+        data = await self._redis.hgetall(key)
+        return conversation_from_hash(tenant, user, conversation_id, data) if data else None
+
+    def queue_conversation(self, pipe: Pipeline, record: ConversationRecord) -> None:
+        """Overwrite score, dimensions, reason, updated_at; add learned_messages."""
+        ns = user_token(record.tenant, record.user_id)
+        key = self._keys.conversation(ns, record.conversation_id)
+        pipe.hset(key, mapping=conversation_fields(record))  # type: ignore[arg-type]
+        pipe.hincrby(key, "learned_messages", record.learned_messages)
+        pipe.sadd(self._keys.conversations(ns), record.conversation_id)
+
+    # settings --------------------------------------------------------------------------
+    async def get_settings(self, tenant: str, user: str) -> UserSettings:
+        return settings_from_hash(
+            await self._redis.hgetall(self._keys.settings(user_token(tenant, user))))
+
+    async def put_settings(self, tenant: str, user: str, settings: UserSettings) -> None:
+        key = self._keys.settings(user_token(tenant, user))
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=settings_fields(settings))  # type: ignore[arg-type]
+            if settings.cleared_at is None:
+                pipe.hdel(key, "cleared_at")
+            else:
+                pipe.hset(key, "cleared_at", to_iso(settings.cleared_at) or "")
+            await pipe.execute()
+
+    def queue_cleared(self, pipe: Pipeline, ns: str, at: datetime) -> None:
+        """Stamp ``cleared_at``, keeping the user's switches."""
+        pipe.hset(self._keys.settings(ns), "cleared_at", to_iso(at) or "")
+
+    # tombstones ------------------------------------------------------------------------
+    # A tombstone is keyed by the SHA-256 of the deleted memory's normalised content: it
+    # must recognise the fact if learning brings it back, but must not keep the text the
+    # user asked to delete.
+    def queue_tombstone(self, pipe: Pipeline, ns: str, norm: str, at: datetime) -> None:
+        pipe.hset(self._keys.tombstones(ns), _digest(norm), to_iso(at) or "")
+
+    async def tombstoned(self, tenant: str, user: str,
+                         norms: Sequence[str]) -> dict[str, datetime]:
+        if not norms:
+            return {}
+        values = await self._redis.hmget(self._keys.tombstones(user_token(tenant, user)),
+                                         [_digest(n) for n in norms])
+        out: dict[str, datetime] = {}
+        for norm, raw in zip(norms, values, strict=True):
+            at = from_iso(raw.decode() if isinstance(raw, bytes) else raw)
+            if at is not None:
+                out[norm] = at
+        return out
+
+
+    async def tombstoned_in(self, pipe: Pipeline, ns: str,
+                            norms: Sequence[str]) -> dict[str, datetime]:
+        """:meth:`tombstoned` through a pipeline in WATCH mode (immediate reads)."""
+        if not norms:
+            return {}
+        values = await pipe.hmget(self._keys.tombstones(ns), [_digest(n) for n in norms])
+        out: dict[str, datetime] = {}
+        for norm, raw in zip(norms, values, strict=True):
+            at = from_iso(raw.decode() if isinstance(raw, bytes) else raw)
+            if at is not None:
+                out[norm] = at
+        return out
+
+
+def _digest(norm: str) -> str:
+    return hashlib.sha256(norm.encode()).hexdigest()
