@@ -194,8 +194,7 @@ async def main() -> None:
 
     from proxy.memory.redis_store import RedisMemoryStore
     from proxy.redis_client import connect
-    from tests.conftest import purge_prefix
-    from tests.redis_server import RedisServer
+    from tests.redis_server import RedisServer, purge_prefix
 
     server = None if args.redis_url else RedisServer().start()
     url = args.redis_url or (server.url if server else "")

@@ -16,6 +16,7 @@ import pytest
 
 from proxy.settings import Settings
 from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
+from tests.redis_server import RedisServer, RedisServerError, purge_prefix
 
 
 @pytest.fixture
@@ -91,7 +92,6 @@ def redis_url() -> Iterator[str]:
     if given:
         yield given
         return
-    from tests.redis_server import RedisServer, RedisServerError
 
     server = RedisServer()
     try:
@@ -113,19 +113,3 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
     prefix = "t" + uuid.uuid4().hex[:12]
     yield prefix
     purge_prefix(redis_url, prefix)
-
-
-def purge_prefix(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url, protocol=2)
-    try:
-        for name in client.execute_command("FT._LIST"):
-            text = name.decode() if isinstance(name, bytes) else str(name)
-            if text.startswith(f"{prefix}_"):
-                client.execute_command("FT.DROPINDEX", text)
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        for start in range(0, len(keys), 500):
-            client.unlink(*keys[start:start + 500])
-    finally:
-        client.close()

@@ -135,3 +135,19 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def purge_prefix(url: str, prefix: str) -> None:
+    """Drop the indexes named ``<prefix>_…`` (keeping nothing else) and delete every key
+    starting with ``<prefix>:`` on the Redis at ``url``."""
+    client = redis.Redis.from_url(url, protocol=2)
+    try:
+        for name in client.execute_command("FT._LIST"):
+            text = name.decode() if isinstance(name, bytes) else str(name)
+            if text.startswith(f"{prefix}_"):
+                client.execute_command("FT.DROPINDEX", text)
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.unlink(*keys[start:start + 500])
+    finally:
+        client.close()
