@@ -245,6 +245,9 @@ class SqliteDatabase:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
+        # Deleted memories are overwritten on disk, not left in free pages: "delete" means
+        # gone from the file too (SPEC §6: users delete what was learned about them).
+        conn.execute("PRAGMA secure_delete=ON")
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
         if migrate:
             _migrate(conn)

@@ -51,6 +51,12 @@ _COLUMNS = (
 _ACTIVE = "m.enabled = 1 AND m.superseded_at IS NULL"
 
 
+def content_digest(norm: str) -> str:
+    """What a tombstone keeps of deleted content: its SHA-256, never the text the user
+    asked to delete (it only has to recognise the fact if learning brings it back)."""
+    return hashlib.sha256(norm.encode()).hexdigest()
+
+
 def user_token(tenant: str, user: str) -> str:
     """Namespace token of a user's memories in the keyword index."""
     return "u" + hashlib.sha256(f"{tenant}\x1f{user}".encode()).hexdigest()[:24]
@@ -183,7 +189,7 @@ def _still_wanted(conn: sqlite3.Connection, changes: ChangeSet) -> list[Memory] 
         f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(changes.upserts))})",
         tuple(m.id for m in changes.upserts))} if changes.upserts else set()
     return [m for m in changes.upserts
-            if m.id in stored or normalize(m.content) not in deleted]
+            if m.id in stored or content_digest(normalize(m.content)) not in deleted]
 
 
 def _channel_clause(channels: tuple[str | None, ...] | None) -> tuple[str, list[Any]]:
@@ -429,7 +435,7 @@ class SqliteMemoryStore:
             conn.execute(
                 "INSERT OR REPLACE INTO memory_tombstones (tenant, user_id, norm, deleted_at) "
                 "VALUES (?, ?, ?, ?)",
-                (tenant, user, row[0], to_iso(utcnow())),
+                (tenant, user, content_digest(row[0]), to_iso(utcnow())),
             )
             if audit is not None:
                 _insert_audit(conn, [audit])
@@ -556,13 +562,15 @@ class SqliteMemoryStore:
         if not norms:
             return {}
 
+        by_digest = {content_digest(n): n for n in norms}
+
         def run(conn: sqlite3.Connection) -> dict[str, datetime]:
             rows = conn.execute(
                 "SELECT norm, deleted_at FROM memory_tombstones WHERE tenant = ? AND "
-                f"user_id = ? AND norm IN ({', '.join('?' * len(norms))})",
-                (tenant, user, *norms),
+                f"user_id = ? AND norm IN ({', '.join('?' * len(by_digest))})",
+                (tenant, user, *by_digest),
             ).fetchall()
-            return {r[0]: _dt(r[1]) for r in rows}
+            return {by_digest[r[0]]: _dt(r[1]) for r in rows}
 
         result: dict[str, datetime] = await self._read(run)
         return result

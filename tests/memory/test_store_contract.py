@@ -805,3 +805,20 @@ async def test_apply_skips_new_memories_deleted_since(store: MemoryStore) -> Non
     stored = {m.content: m.hits for m in await store.list_memories(
         ListQuery(tenant="t1", user="u1"))}
     assert stored == {"Keeps bees": 2, "Grows basil": 1}
+
+
+async def test_tombstones_keep_no_deleted_text(store: MemoryStore, tmp_path: Path) -> None:
+    """After a deletion the store still recognises the fact, but holds no copy of its text
+    (SQLite: nowhere in the database file)."""
+    secret = mem("Secretly plans to move to Reykjavik")
+    await store.add(secret)
+    await store.delete("t1", "u1", secret.id)
+    assert normalize(secret.content) in await store.tombstoned(
+        "t1", "u1", [normalize(secret.content)])
+    if isinstance(store, SqliteMemoryStore):
+        import sqlite3
+
+        conn = sqlite3.connect(tmp_path / "memory.db")
+        dump = "\n".join(conn.iterdump())
+        conn.close()
+        assert "reykjavik" not in dump.lower()
