@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from proxy.models import Route
 
@@ -52,6 +52,15 @@ class ChunkStream(Protocol):
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class BufferedChunkStream(ChunkStream, Protocol):
+    """A :class:`ChunkStream` that tells how many payloads it holds already received:
+    the forwarder writes those together instead of one write per event."""
+
+    @property
+    def ready(self) -> int: ...
 
 
 class Upstream(Protocol):

@@ -8,11 +8,11 @@ path and litellm is kept for providers that need translation.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import httpx
 import orjson
-from httpx_sse import EventSource
 
 from proxy.errors import (
     ProxyError,
@@ -23,6 +23,8 @@ from proxy.errors import (
 )
 from proxy.settings import UpstreamSettings
 from proxy.upstream.base import Completion, UpstreamCall, forwardable_headers
+from proxy.upstream.sse import Event, SSEDecoder
+from proxy.upstream.transport import relay_transport
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
@@ -37,41 +39,64 @@ def translate_transport_error(exc: httpx.HTTPError, *, where: str) -> ProxyError
 
 
 class _RelayStream:
-    """Async iterator over the JSON payloads of an upstream SSE response."""
+    """Async iterator over the JSON payloads of an upstream SSE response.
+
+    Events are decoded from the response bytes (:mod:`proxy.upstream.sse`); all payloads
+    completed by one network read are queued, and :attr:`ready` tells how many can be had
+    without waiting, so the forwarder writes them to the client together.
+    """
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.headers = forwardable_headers(response.headers)
-        self._events = EventSource(response).aiter_sse()
+        self._chunks = response.aiter_bytes()
+        self._decoder = SSEDecoder()
+        self._ready: deque[bytes] = deque()
+        self._ended = False  # [DONE], an error event, or the end of the body was seen
         self._finished = False
+
+    @property
+    def ready(self) -> int:
+        """Payloads available now, without reading from the network."""
+        return len(self._ready)
 
     def __aiter__(self) -> _RelayStream:
         return self
 
     async def __anext__(self) -> bytes:
-        while not self._finished:
+        while not self._ready:
+            if self._ended:
+                self._finished = True
+                raise StopAsyncIteration
             try:
-                event = await anext(self._events)
+                chunk = await anext(self._chunks)
             except StopAsyncIteration:
-                self._finished = True
-                break
+                self._queue(self._decoder.flush())
+                self._ended = True
+                continue
             except httpx.HTTPError as exc:
-                self._finished = True
+                self._ended = self._finished = True
                 raise translate_transport_error(exc, where="while streaming") from exc
+            self._queue(self._decoder.feed(chunk))
+        return self._ready.popleft()
+
+    def _queue(self, events: list[Event]) -> None:
+        for event in events:
+            if self._ended:
+                return
             data = event.data
-            if data == "[DONE]":
-                self._finished = True
-                break
-            if event.event == "error":
-                self._finished = True
-                return (data or '{"error": {"message": "upstream stream error"}}').encode()
-            if data:
-                return data.encode()
-        raise StopAsyncIteration
+            if data == b"[DONE]":
+                self._ended = True
+            elif event.event == "error":
+                self._ended = True
+                self._ready.append(data or b'{"error": {"message": "upstream stream error"}}')
+            elif data:
+                self._ready.append(data)
 
     async def aclose(self) -> None:
-        self._finished = True
-        await self._events.aclose()
+        self._finished = self._ended = True
+        self._ready.clear()
+        await self._chunks.aclose()  # type: ignore[attr-defined]
         await self._response.aclose()
 
 
@@ -80,11 +105,12 @@ class RelayUpstream:
 
     def __init__(self, settings: UpstreamSettings, client: httpx.AsyncClient | None = None):
         self._settings = settings
+        limits = httpx.Limits(max_connections=settings.max_connections,
+                              max_keepalive_connections=settings.max_connections)
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(settings.timeout_seconds,
                                   connect=settings.connect_timeout_seconds),
-            limits=httpx.Limits(max_connections=settings.max_connections,
-                                max_keepalive_connections=settings.max_connections),
+            limits=limits, transport=relay_transport(limits),
         )
 
     async def aclose(self) -> None:
