@@ -43,7 +43,7 @@ from proxy.learning.prompts import (
 from proxy.learning.queue import Batch, Job, LearningQueue, batch_sizes
 from proxy.memory.records import ConversationRecord, utcnow
 from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore, StoreUnavailableError
-from proxy.memory.text import has_cjk, normalize
+from proxy.memory.text import has_cjk, load_segmenter_for, normalize
 from proxy.metrics import Metrics
 from proxy.settings import LearningSettings
 
@@ -243,6 +243,8 @@ class Worker:
                                          override=self._settings.extraction_prompt),
         ))
         names = {user, *(m.name for m in batch.user_messages if m.name)}
+        await load_segmenter_for(user_text, *(f"{f.title}\n{f.content}"
+                                              for f in extraction.facts))
         facts_filter = FactFilter(user_text=user_text, scrubber=self._scrubber,
                                   user_names=names)
         accepted, rejected = facts_filter.split(extraction.facts)

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 from proxy.memory.records import CATEGORIES, Memory, Profile, ScoredTag
@@ -46,9 +47,11 @@ _BLOCK = re.compile(re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END), re.D
 Position = Literal["system", "before_last_user"]
 
 
+@lru_cache(maxsize=4096)
 def sanitize(text: str, *, max_chars: int = MAX_LINE_CHARS) -> str:
     """One safe line: markers and control tokens removed, whitespace collapsed, leading
-    Markdown structure stripped, cut to ``max_chars`` characters."""
+    Markdown structure stripped, cut to ``max_chars`` characters. Memoised: the lines of
+    a user's block repeat from request to request."""
     cleaned = _MARKERS.sub(" ", text)
     cleaned = _SPACE.sub(" ", cleaned).strip().lstrip("#>*-+=| ").strip()
     if len(cleaned) > max_chars:

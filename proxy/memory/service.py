@@ -22,7 +22,7 @@ from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct, rank
 from proxy.memory.records import Memory, Profile, utcnow
 from proxy.memory.store import MemoryStore, SearchQuery, StoreUnavailableError
-from proxy.memory.text import query_terms
+from proxy.memory.text import load_segmenter_for, query_terms
 from proxy.models import Route
 from proxy.request import ChatRequest, Message, message_text
 from proxy.settings import MemorySettings
@@ -175,6 +175,7 @@ class MemoryService:
         assert identity.user is not None
         channels = None if identity.channel == "private" else (f"group:{identity.group}",)
         text = recall_query(request.messages, context_turns=self._settings.query_context_turns)
+        await load_segmenter_for(text)
         embedding = None
         if self._embedder is not None and text.strip():
             embedding = await self._embedder.embed_query(text)
@@ -190,6 +191,8 @@ class MemoryService:
         profile, candidates, resident = await asyncio.gather(
             profile_task, self._store.search(query), resident_task
         )
+        await load_segmenter_for(*(c.memory.content for c in candidates),
+                                 *(m.content for m in resident))
         ranked = rank(candidates, now=self._clock(), weights=self._weights,
                       limit=self._settings.injection_count)
         return profile, [r.memory for r in ranked], resident

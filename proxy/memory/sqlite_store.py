@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import orjson
 
 from proxy.memory.records import (
@@ -37,7 +36,7 @@ from proxy.memory.store import (
     StoreUnavailableError,
     UserSettings,
 )
-from proxy.memory.text import index_terms, normalize, query_terms
+from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
 from proxy.sqlite import SqliteDatabase
 
 _COLUMNS = (
@@ -71,6 +70,13 @@ def _fts_query(tokens: Sequence[str], terms: Sequence[str]) -> str:
     return f"ns:({ns}) AND terms:({words})"
 
 
+def _np() -> Any:
+    """numpy, imported on first use: only stores holding embeddings need it (~15 MB)."""
+    import numpy
+
+    return numpy
+
+
 def _memory_from_row(row: Sequence[Any]) -> Memory:
     """A :class:`Memory` from a row whose first columns are :data:`_COLUMNS` (by position:
     ~3× cheaper than by name)."""
@@ -90,7 +96,8 @@ def _memory_from_row(row: Sequence[Any]) -> Memory:
         source_conversation_id=row[11],
         source_channel=row[12],
         score=row[13],
-        embedding=None if blob is None else tuple(np.frombuffer(blob, dtype=np.float32).tolist()),
+        embedding=None if blob is None else tuple(
+            _np().frombuffer(blob, dtype=_np().float32).tolist()),
         enabled=bool(row[15]),
         hits=row[16],
         created_at=_dt(row[17]),
@@ -161,7 +168,8 @@ def _dt(value: str) -> datetime:
 
 
 def _row_values(m: Memory) -> tuple[Any, ...]:
-    embedding = None if m.embedding is None else np.asarray(m.embedding, np.float32).tobytes()
+    np = _np() if m.embedding is not None else None
+    embedding = None if np is None else np.asarray(m.embedding, np.float32).tobytes()
     return (
         m.id, m.tenant, m.user_id, m.scope, m.category, m.subcategory, m.title, m.content,
         orjson.dumps(list(m.tags)).decode(), m.subject, m.source, m.source_conversation_id,
@@ -343,6 +351,7 @@ class SqliteMemoryStore:
         ).fetchall()
         if not rows:
             return
+        np = _np()
         matrix = np.vstack([np.frombuffer(r["embedding"], dtype=np.float32) for r in rows])
         vector = np.asarray(query.embedding, dtype=np.float32)
         if matrix.shape[1] != vector.shape[0]:
@@ -424,6 +433,7 @@ class SqliteMemoryStore:
             where.append("m.category = ?")
             args.append(query.category)
         if query.text:
+            await load_segmenter_for(query.text)
             for term in query_terms(query.text, limit=8) or [query.text]:
                 where.append("(m.norm LIKE ? OR lower(m.title) LIKE ?)")
                 pattern = f"%{term.lower()}%"
@@ -533,6 +543,7 @@ class SqliteMemoryStore:
     async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
         if limit <= 0:
             return []
+        await load_segmenter_for(text)
         found = await self.search(SearchQuery(
             tenant=tenant, user=user, terms=tuple(query_terms(text)), limit=limit,
             include_shared=False,

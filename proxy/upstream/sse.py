@@ -4,10 +4,10 @@ The same state machine as httpx-sse's ``SSEDecoder`` (lines end in CRLF, LF or C
 the end of a chunk waits for the next one; a blank line dispatches an event when an event
 type, data, an id or a retry was seen; ``:`` starts a comment; one space after the colon
 is dropped; data lines are joined with LF; at the end of the stream (:meth:`flush`) a
-pending line is read but an event is dispatched only by a blank line) — but on bytes, with every complete event of a chunk returned at once. The
-relay so skips the text decoding and three async-generator layers per event, and the
-forwarder can write all events of one network read in one go (bench/gateway: streaming
-cost ~40 µs per relayed event before).
+pending line is read, but only a blank line dispatches an event) — on bytes, and every
+event completed by a chunk returned at once. The relay so skips text decoding and three
+async-generator layers per event, and the forwarder can write all events of one network
+read in one go (bench/gateway: streaming cost ~40 µs per relayed event before).
 
 Data is returned as UTF-8 bytes; invalid UTF-8 is replaced (U+FFFD) as httpx's text
 decoding did, so the bytes forwarded are what they were before.
