@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,28 @@ class Target:
     report: TargetReport = field(init=False)
 
     def __post_init__(self) -> None:
-        self.report = TargetReport(self.key, LABELS[self.key])
+        self.report = TargetReport(self.key, label(self.key))
+
+
+def label(key: str) -> str:
+    """Column title: the fixed targets' names; ``NAME-on`` / ``NAME-off`` for variants."""
+    if key in LABELS:
+        return LABELS[key]
+    name, _, memory = key.rpartition("-")
+    return f"{name} mem-{memory}"
+
+
+def variants(args: argparse.Namespace) -> dict[str, Path]:
+    """``--variant NAME=DIR`` options: gateway source trees to run beside this one."""
+    out = {}
+    for spec in args.variant:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or name in ("gw", "litellm", "direct"):
+            raise SystemExit(f"--variant wants NAME=DIR, got {spec!r}")
+        if not (Path(path) / "proxy" / "cli.py").is_file():
+            raise SystemExit(f"--variant {name}: {path} holds no proxy/ package")
+        out[name] = Path(path).resolve()
+    return out
 
 
 async def wait_first_reply(proc: procs.Proc, payload: bytes, *, within: float) -> float:
@@ -147,6 +169,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="instead of the table: N mixed requests, memory on, sampling "
                              "RSS, fds, threads and asyncio tasks")
     parser.add_argument("--soak-concurrency", type=int, default=32)
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                        help="also run the gateway from the source tree DIR (e.g. a `git "
+                             "archive` of an older commit) as targets NAME-off, NAME-on")
     parser.add_argument("--profile", default="", metavar="TARGETS",
                         help="comma-separated targets to sample with py-spy during the "
                              "measured load (collapsed stacks + summary in the run directory)")
@@ -160,7 +185,10 @@ async def run(args: argparse.Namespace) -> int:
     logs = workdir / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
     keys = [k.strip() for k in args.targets.split(",") if k.strip()]
-    unknown = set(keys) - set(TARGET_KEYS)
+    trees = variants(args)
+    extra = [f"{name}-{memory}" for name in trees for memory in ("off", "on")]
+    keys += [k for k in extra if k not in keys]
+    unknown = set(keys) - set(TARGET_KEYS) - set(extra)
     if unknown:
         raise SystemExit(f"unknown targets: {', '.join(sorted(unknown))}")
     if args.soak:
@@ -168,8 +196,8 @@ async def run(args: argparse.Namespace) -> int:
     litellm_version = ""
     if "litellm" in keys:
         litellm_version = targets.ensure_litellm(args.litellm_venv, args.litellm_spec)
-    if "gw-on" in keys:
-        stored = await seed.seed_store(workdir / "gw-on.db", count=args.memories)
+    if any(k.endswith("-on") for k in keys):
+        stored = await seed.seed_store(workdir / "seeded.db", count=args.memories)
         print(f"seeded {stored} memories for {seed.USER} through the store API", flush=True)
 
     started: list[procs.Proc] = []
@@ -183,7 +211,8 @@ async def run(args: argparse.Namespace) -> int:
         table: list[Target] = []
         for key in keys:
             target = await start_target(key, args, workdir=workdir, logs=logs,
-                                        upstream=upstream, started=started)
+                                        upstream=upstream, started=started,
+                                        src=trees.get(key.rpartition("-")[0]))
             if key == "direct":
                 target.report.startup = upstream_startup
             table.append(target)
@@ -202,8 +231,10 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, logs: Path,
-                       upstream: procs.Proc, started: list[procs.Proc]) -> Target:
-    """Start one server (others paused), time its first reply, read its idle RSS."""
+                       upstream: procs.Proc, started: list[procs.Proc],
+                       src: Path | None = None) -> Target:
+    """Start one server (others paused), time its first reply, read its idle RSS.
+    ``src``: run the gateway's code from that source tree (``PYTHONPATH``)."""
     if key == "direct":
         target = Target(key, upstream.port, None, upstream, payloads(upstream.port, user=None))
         target.report.idle_rss_kb = procs.status_kb(upstream.pid, "VmRSS")
@@ -218,18 +249,23 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
                            env=targets.LITELLM_ENV, cwd=workdir)
     else:
         db = workdir / f"{key}.db"
+        if key.endswith("-on"):
+            shutil.copyfile(workdir / "seeded.db", db)
         config = targets.gateway_config(workdir / f"{key}.yaml", port=port,
                                         upstream_port=upstream.port, db=db)
+        env = dict(targets.BASE_ENV)
+        if src is not None:
+            env["PYTHONPATH"] = str(src)
         proc = procs.start(key, targets.gateway_argv(config), core=args.server_core, port=port,
-                           logs=logs, env=targets.BASE_ENV, cwd=workdir)
+                           logs=logs, env=env, cwd=workdir)
     started.append(proc)
-    user = seed.USER if key == "gw-on" else None
+    user = seed.USER if key.endswith("-on") else None
     target = Target(key, port, proc, proc, payloads(port, user=user))
     target.report.startup = await wait_first_reply(
         proc, target.payloads["json"][0], within=180 if key == "litellm" else 60)
     await asyncio.sleep(2.0)
     target.report.idle_rss_kb = procs.status_kb(proc.pid, "VmRSS")
-    print(f"{LABELS[key]}: first reply after {target.report.startup:.2f} s, idle RSS "
+    print(f"{label(key)}: first reply after {target.report.startup:.2f} s, idle RSS "
           f"{target.report.idle_rss_kb / 1024:.0f} MB (pid {proc.pid}, core {args.server_core})",
           flush=True)
     proc.pause()
