@@ -35,10 +35,16 @@ Targets (columns):
     The same 48 conversations go to every target; only the user header differs.
 
 Scenarios: concurrency 1 and 32 (``--concurrency``), non-streaming (``json``) and
-streaming (``stream``). Every round runs every scenario on every target, the target order
-reversed on odd rounds (A/B/A/B); figures pool all rounds. Each measurement is preceded by
-100 discarded warm-up requests and is bounded by ``--requests`` (1000 at c=1, 3000 at
-c=32) and ``--seconds`` (10 s), whichever comes first.
+streaming with the whole stream in one burst (``stream``), plus at c=32 ``paced``: streams
+whose 20 events come ~10 ms apart (``--paced-ms``, ×0.5–1.5 per stream), as a real model
+streams. A closed loop of 32 clients with burst streams keeps the server saturated, so its
+TTFT is mostly queueing (Little's law: ~32 × CPU per request); ``paced`` is the scenario
+in which 32 concurrent streams overlap without saturating it. Every round runs every
+scenario on every target, the target order reversed on odd rounds (A/B/A/B); figures pool
+all rounds. Each measurement is preceded by 100 discarded warm-up requests and is bounded
+by ``--requests`` (1000 at c=1, 3000 at c=32) and ``--seconds`` (10 s), whichever comes
+first. The machine may be shared: a measurement during which other processes took more
+than ``--quiet`` (15 %) of the cores in use is taken again, up to ``--retries`` (2) times.
 
 Rows:
     added TTFT p50/p99 ms  the target's time to first body byte (first SSE ``data:`` line
@@ -53,6 +59,9 @@ Rows:
                   ledger flushes and logging callbacks is charged), ÷ requests. Each
                   figure spans seconds of CPU, so the 10 ms clock tick is well below 1 %.
                   Direct: the fake upstream's own CPU.
+    other processes on our cores %  CPU that processes outside the benchmark took on the
+                  cores in use during the measurements (``/proc/stat`` minus ours), as a
+                  share of wall time: how far the figures may be off a quiet machine.
     requests measured / errors  pooled counts; an error is a failed connection, a status
                   other than 200, a stream without ``data: [DONE]``, a JSON reply without
                   ``choices``, or a timeout (30 s).
@@ -64,6 +73,12 @@ Rows:
     mem-on÷LiteLLM  the gateway with memory on divided by LiteLLM (× for requests/s).
 
 The issue's targets are printed under the table with met / NOT met.
+
+Other options: ``--profile gw-on`` samples that target with py-spy during the measured
+load (collapsed stacks and a summary per scenario in the run directory); ``--variant
+NAME=DIR`` also runs the gateway from the source tree DIR (``git archive <commit> proxy |
+tar -x -C DIR``) as targets ``NAME-off`` / ``NAME-on``, for before/after figures from one
+run; ``--targets`` picks columns; ``--concurrency`` the levels.
 
 ``--soak N`` starts only the gateway (memory on) and sends N requests — non-streaming and
 streaming segments alternating, 1 in 50 streams dropped by the client after the first

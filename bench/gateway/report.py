@@ -129,7 +129,7 @@ def render(reports: Sequence[TargetReport], scenarios: Sequence[Scenario],
         row(f"CPU ms/request         {s.name}",
             [_f(c.cells[s].cpu_ms, 2) if s in c.cells else "—" for c in columns],
             cell_ratio(s, lambda cell: cell.cpu_ms, "{:.2f}"))
-    row("other processes on server core %",
+    row("other processes on our cores %",
         [_f(100 * sum(cell.foreign for cell in c.cells.values())
             / max(1e-9, sum(cell.wall for cell in c.cells.values())), 0) for c in columns])
     row("requests measured (all scenarios)",

@@ -56,8 +56,9 @@ class ChunkStream(Protocol):
 
 @runtime_checkable
 class BufferedChunkStream(ChunkStream, Protocol):
-    """A :class:`ChunkStream` that tells how many payloads it holds already received:
-    the forwarder writes those together instead of one write per event."""
+    """A :class:`ChunkStream` that tells how many steps of iteration (payloads already
+    received, and the end once known) need no waiting: the forwarder writes their frames
+    together instead of one write per event."""
 
     @property
     def ready(self) -> int: ...

@@ -42,8 +42,8 @@ class _RelayStream:
     """Async iterator over the JSON payloads of an upstream SSE response.
 
     Events are decoded from the response bytes (:mod:`proxy.upstream.sse`); all payloads
-    completed by one network read are queued, and :attr:`ready` tells how many can be had
-    without waiting, so the forwarder writes them to the client together.
+    completed by one network read are queued, and :attr:`ready` tells how many steps can
+    be taken without waiting, so the forwarder writes them to the client together.
     """
 
     def __init__(self, response: httpx.Response) -> None:
@@ -57,8 +57,9 @@ class _RelayStream:
 
     @property
     def ready(self) -> int:
-        """Payloads available now, without reading from the network."""
-        return len(self._ready)
+        """Payloads available now without reading from the network, plus one for the end
+        of the stream once it is known ([DONE] came in the same read)."""
+        return len(self._ready) + (1 if self._ended and not self._finished else 0)
 
     def __aiter__(self) -> _RelayStream:
         return self
