@@ -14,7 +14,8 @@ Events are held back only until the first substantive chunk (content, tool call 
 so that an error the upstream reports inside the stream before any content becomes a proper
 HTTP error (case B04); after that, an error ends the stream with an error event.
 
-Frames of events that arrived together (one network read, as the upstream's
+After the first frames (written at once: time to first byte), frames of events that
+arrived together (one network read, as the upstream's
 :class:`~proxy.upstream.base.BufferedChunkStream` reports) are written to the client in one
 body message — never waiting for more: the bytes are the same, the writes fewer.
 """
@@ -133,11 +134,11 @@ class StreamForwarder:
         with an error event when the upstream fails mid-stream."""
         upstream = self._upstream
         buffered = upstream if isinstance(upstream, BufferedChunkStream) else None
-        batch, self._held = self._held, []
+        held, self._held = self._held, []
+        if held:  # the first bytes go out at once, not after the rest of a burst
+            yield b"".join(held)
+        batch: list[bytes] = []
         try:
-            if batch and (buffered is None or not buffered.ready):
-                yield b"".join(batch)
-                batch = []
             async for payload in upstream:
                 out = self._process(payload)
                 if self.error is not None:
