@@ -157,6 +157,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--targets", default=",".join(TARGET_KEYS),
                         help=f"comma-separated subset of {','.join(TARGET_KEYS)}")
     parser.add_argument("--concurrency", default="1,32", help="comma-separated levels")
+    parser.add_argument("--kinds", default="json,stream,paced",
+                        help="scenario kinds: json, stream, paced (paced only at c > 1)")
     parser.add_argument("--chunks", type=int, default=20, help="events per streamed reply")
     parser.add_argument("--usage", choices=("auto", "always", "never"), default="auto",
                         help="upstream usage chunk: when asked (auto), always, never")
@@ -297,8 +299,10 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
         settle=0.5 if quick else 1.0,
     )
     levels = [int(c) for c in args.concurrency.split(",")]
-    scenarios = [Scenario(c, kind) for c in levels for kind in ("json", "stream")]
-    scenarios += [Scenario(c, "paced") for c in levels if c > 1]
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    scenarios = [Scenario(c, kind) for c in levels for kind in ("json", "stream")
+                 if kind in kinds]
+    scenarios += [Scenario(c, "paced") for c in levels if c > 1 and "paced" in kinds]
     for c in levels:
         plan.requests.setdefault(c, base * 3)
     profiled = {k.strip() for k in args.profile.split(",") if k.strip()}

@@ -73,7 +73,7 @@ async def load_segmenter_for(*texts: str) -> None:
     """Load the Chinese dictionary in a worker thread when one of ``texts`` holds CJK and
     it is not loaded yet; returns at once otherwise. Await it on the event loop before
     :func:`tokens` & co. may meet CJK text."""
-    if _jieba is None and any(has_cjk(t) for t in texts):
+    if _jieba is None and has_cjk("\n".join(texts)):
         await asyncio.to_thread(_segmenter)
 
 

@@ -3,7 +3,9 @@
 
 Measured on this machine (DEVELOPERS.md): a plain httpx relay costs ~2 ms CPU per call,
 litellm's completion path ~8 ms (16 ms streamed), so OpenAI-compatible upstreams take this
-path and litellm is kept for providers that need translation.
+path and litellm is kept for providers that need translation. The client's wire is
+:mod:`proxy.upstream.transport` (httpcore's pool cost more than the rest of the gateway)
+and SSE is decoded from bytes (:mod:`proxy.upstream.sse`); bench/gateway has the figures.
 """
 
 from __future__ import annotations
