@@ -2,8 +2,8 @@
 
 Command (from the repository root, after ``scripts/bootstrap test``)::
 
-    .venv/bin/python -m bench.gateway            # full run: 3 A/B rounds, ~10 min
-    .venv/bin/python -m bench.gateway --quick    # sanity run: 1 round, short, ~2 min
+    .venv/bin/python -m bench.gateway            # full run: 3 A/B rounds, ~12 min
+    .venv/bin/python -m bench.gateway --quick    # sanity run: 1 round, short, ~3 min
     .venv/bin/python -m bench.gateway --soak 20000   # leak soak instead of the table
 
 Everything it needs comes from PyPI through pip: LiteLLM's proxy is installed on first use
