@@ -23,7 +23,6 @@ from starlette.routing import Route
 
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
-from proxy.memory import text
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
 from proxy.routes import admin, chat, health, memories, models
@@ -78,7 +77,7 @@ async def _warm_up(res: Resources) -> None:
     """Load what the first request would otherwise pay for, off the event loop."""
     tokenizers = {route.tokenizer for name in res.registry.names
                   for route in res.registry.routes(name)}
-    await asyncio.to_thread(text.warm_up)
+    # jieba is not loaded here: only when CJK text first appears (see proxy.memory.text).
     for name in tokenizers:
         await asyncio.to_thread(res.counter.encoder, name)
     warm = getattr(res.upstream, "warm_up", None)

@@ -35,32 +35,47 @@ async def _disconnected(receive: Receive) -> None:
 
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it and raise
-    :class:`ClientDisconnectedError`. Cancellation of the caller cancels ``work`` too."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request.receive))
+    :class:`ClientDisconnectedError`. Cancellation of the caller cancels ``work`` too.
+
+    ``work`` runs in the caller's task; one watcher task waits for ``http.disconnect`` and
+    cancels the caller (a second task and ``asyncio.wait`` per request cost ~5 % of the
+    gateway's time, bench/gateway)."""
+    current = asyncio.current_task()
+    if current is None:  # pragma: no cover - always called from a task
+        return await work
+    disconnected = False
+
+    async def watch() -> None:
+        nonlocal disconnected
+        await _disconnected(request.receive)
+        disconnected = True
+        current.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        watcher.cancel()
+        result = await work
+    except asyncio.CancelledError:
+        if disconnected and current.uncancel() == 0:
+            raise ClientDisconnectedError from None
         raise
-    if task in done:
-        await _reap(watcher)
-        return task.result()
-    await _reap(task)
-    raise ClientDisconnectedError
+    finally:
+        if not watcher.done():
+            watcher.cancel()
+            await _reap(watcher)
+    if disconnected:  # ``work`` absorbed our cancellation and finished anyway
+        current.uncancel()
+    return result
 
 
 async def _reap(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and wait for it, without swallowing a cancellation of our own."""
-    task.cancel()
+    """Wait for a cancelled ``task``, without swallowing a cancellation of our own."""
     try:
         await task
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
-    except Exception:  # the work's own failure no longer matters: nobody waits for it
+    except Exception:  # the watcher's own failure no longer matters: nobody waits for it
         return
 
 

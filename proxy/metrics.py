@@ -45,6 +45,10 @@ class Metrics:
         self.queue_depth = Gauge(
             "memory_proxy_learning_queue_depth", "Learning jobs by state.", ["state"],
             registry=r)
+        self.event_loop_tasks = Gauge(
+            "memory_proxy_event_loop_tasks",
+            "asyncio tasks alive on the event loop, counted at scrape time (leak check).",
+            registry=r)
         self.sink_dropped = Counter(
             "memory_proxy_learning_sink_dropped_total",
             "Exchanges not queued because the in-process buffer was full.", registry=r)

@@ -143,11 +143,13 @@ class ModelRegistry:
     """Routes by ``model_name``; ``GET /v1/models`` lists the configured names."""
 
     def __init__(self, settings: Settings, model_map: ModelMap | None = None) -> None:
-        self._map = model_map or ModelMap.load()
+        # The map (litellm's whole model list) is needed only to build the routes: not
+        # kept, so its ~10 MB of dicts are freed after startup.
+        model_map = model_map or ModelMap.load()
         force = settings.upstream.transport == "litellm"
         self._routes: dict[str, list[Route]] = {}
         for deployment in settings.model_list:
-            route = build_route(deployment, self._map,
+            route = build_route(deployment, model_map,
                                 default_window=settings.memory.default_context_window,
                                 force_litellm=force)
             self._routes.setdefault(deployment.model_name, []).append(route)

@@ -3,7 +3,11 @@
 Writes run on one dedicated thread and connection (SQLite allows one writer), each call in
 its own ``BEGIN IMMEDIATE`` transaction; reads run on a second thread with its own
 connection, so a long write never stalls the hot path's reads (WAL readers do not block on
-the writer). Schema changes are numbered migrations tracked in ``PRAGMA user_version``.
+the writer). Reads issued in the same event-loop iteration go to the reader thread as one
+batch: a recall's three reads — and those of concurrent requests — cost one thread hop and
+one wake-up of the loop instead of one each (bench/gateway: the reader thread's queue had
+recalls missing their 150 ms deadline at 32 concurrent requests). Schema changes are
+numbered migrations tracked in ``PRAGMA user_version``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 # How long a statement waits for another process's lock before failing (then callers see
@@ -222,6 +226,7 @@ class SqliteDatabase:
         self._reader: ThreadPoolExecutor | None = None
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     async def __aenter__(self) -> SqliteDatabase:
         await self.open()
@@ -265,11 +270,38 @@ class SqliteDatabase:
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the reader connection (autocommit; a consistent WAL snapshot per
-        statement)."""
+        statement), batched with the other reads of this loop iteration."""
         if self._reader is None or self._rconn is None:
             raise sqlite3.ProgrammingError("database is not open")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if not self._batch:
+            loop.call_soon(self._submit_batch, loop)
+        self._batch.append((fn, future))
+        return await future
+
+    def _submit_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch, self._batch = self._batch, []
+        if self._reader is None or self._rconn is None:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(sqlite3.ProgrammingError("database is not open"))
+            return
         conn = self._rconn
-        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, conn)
+
+        def run() -> None:
+            outcomes: list[tuple[bool, Any]] = []
+            for fn, future in batch:
+                if future.cancelled():
+                    outcomes.append((True, None))
+                    continue
+                try:
+                    outcomes.append((True, fn(conn)))
+                except BaseException as exc:  # handed to the awaiting caller
+                    outcomes.append((False, exc))
+            loop.call_soon_threadsafe(_settle, batch, outcomes)
+
+        self._reader.submit(run)
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any
@@ -289,6 +321,17 @@ class SqliteDatabase:
             return result
 
         return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
+
+def _settle(batch: list[tuple[Any, asyncio.Future[Any]]],
+            outcomes: list[tuple[bool, Any]]) -> None:
+    for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+        if future.done():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

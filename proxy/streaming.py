@@ -127,9 +127,10 @@ class StreamForwarder:
     async def body(self) -> AsyncIterator[bytes]:
         """The client's SSE body. Ends with the usage chunk (when asked) and ``[DONE]``, or
         with an error event when the upstream fails mid-stream."""
-        for held in self._held:
-            yield held
-        self._held.clear()
+        held, self._held = self._held, []
+        if held:  # the frames held before the first content go out in one write
+            yield b"".join(held)
+        batch: list[bytes] = []  # the closing frames, written together
         try:
             async for payload in self._upstream:
                 out = self._process(payload)
@@ -144,13 +145,15 @@ class StreamForwarder:
             self.error = UpstreamError("The upstream stream ended abruptly: no finish_reason "
                                        "and no [DONE].", code="stream_truncated")
         if self.error is not None:
-            yield error_event(self.error)
+            batch.append(error_event(self.error))
+            yield b"".join(batch)
             return
         if self._include_usage:
-            yield frame(self._usage_payload())
+            batch.append(frame(self._usage_payload()))
         # A reply without finish_reason is forwarded, but not learned from (not complete).
         self.completed = self.assembler.finished
-        yield DONE
+        batch.append(DONE)
+        yield b"".join(batch)
 
     def _usage_payload(self) -> bytes:
         chunk, raw = self._usage_chunk, self._usage_raw

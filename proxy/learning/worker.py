@@ -66,7 +66,7 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
 )
-from proxy.memory.text import has_cjk, normalize
+from proxy.memory.text import has_cjk, load_segmenter_for, normalize
 from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.metrics import Metrics
 from proxy.settings import LearningSettings
@@ -256,6 +256,7 @@ class Worker:
             return
         group = is_group_namespace(batch.user)
         user_text = "\n".join(m.text for m in batch.user_messages)
+        await load_segmenter_for(user_text)
         language: Language = "zh" if has_cjk(user_text) else "en"
         related, known, known_text = await self._known(batch, owners)
         scored = await self._score(job, batch, known_text, language)
@@ -466,6 +467,8 @@ class Worker:
     ) -> ChangeSet:
         """Filter one owner's facts against their own words and consolidate them."""
         tenant = batch.tenant
+        await load_segmenter_for(*(f"{f.title}\n{f.content}" for f in (*facts, *image_facts)),
+                                 *(m.content for m in related))
         scrubber = self._scrubbers.for_tenant(tenant)
         facts_filter = FactFilter(user_text="\n".join(m.text for m in lines),
                                   scrubber=scrubber, user_names=names)

@@ -24,6 +24,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 from proxy.memory.records import CATEGORIES, Memory, Profile, ScoredTag
@@ -47,11 +48,13 @@ _BLOCK = re.compile(re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END), re.D
 Position = Literal["system", "before_last_user"]
 
 
+@lru_cache(maxsize=4096)
 def sanitize(text: str, *, max_chars: int = MAX_LINE_CHARS) -> str:
     """One safe line: NFKC-folded (so fullwidth look-alikes such as ``＜/user_memory＞``
     become plain ASCII first), invisible format characters (soft hyphen, zero-width and
     bidi controls) and control characters dropped, markers and control tokens removed,
-    whitespace collapsed, leading Markdown structure stripped, cut to ``max_chars``."""
+    whitespace collapsed, leading Markdown structure stripped, cut to ``max_chars``.
+    Memoised: the lines of a user's block repeat from request to request."""
     folded = unicodedata.normalize("NFKC", text)
     visible = "".join(
         ch for ch in folded

@@ -54,6 +54,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -279,18 +280,24 @@ def diverse(ranked: Sequence[Ranked], *, limit: int) -> list[Ranked]:
     return [ranked[i] for i in keep]
 
 
+@lru_cache(maxsize=4096)
+def dedup_key(content: str) -> tuple[str, frozenset[str]]:
+    """Normalised text and content terms of a memory (memoised: the same user's memories
+    come back request after request; bench/gateway: ~4 % of the gateway's time)."""
+    return normalize(content), frozenset(content_terms(content))
+
+
 def distinct(
     memories: Sequence[Memory], *, limit: int, chosen: Sequence[Memory] = ()
 ) -> list[int]:
     """Indices of ``memories`` picked greedily in order, at most ``limit``, skipping any that
     is a near-duplicate of one in ``chosen`` or of one picked before it."""
     picked: list[int] = []
-    keys = [(normalize(m.content), frozenset(content_terms(m.content))) for m in chosen]
+    keys = [dedup_key(m.content) for m in chosen]
     for index, memory in enumerate(memories):
         if len(picked) >= limit:
             break
-        norm = normalize(memory.content)
-        terms = frozenset(content_terms(memory.content))
+        norm, terms = dedup_key(memory.content)
         if any(_near(norm, terms, other_norm, other_terms) for other_norm, other_terms in keys):
             continue
         picked.append(index)

@@ -30,7 +30,7 @@ import structlog
 from proxy.memory.embed import Embedder, EmbedderError, Vector
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
-from proxy.memory.text import query_terms
+from proxy.memory.text import load_segmenter_for, query_terms
 from proxy.memory.when import Period
 from proxy.request import Message, message_text
 
@@ -142,6 +142,7 @@ class Retriever:
             embedding = asyncio.create_task(self._embedder.embed_queries(
                 [q.text[-MAX_EMBED_CHARS:] for q in queries]))
         try:
+            await load_segmenter_for(*(q.text for q in queries))
             terms = [tuple(query_terms(q.text)) for q in queries]
             keyword = await asyncio.gather(*(
                 self._store.search(search(t)) for t in terms if t
@@ -161,6 +162,10 @@ class Retriever:
         if vectors is not None:
             found = await asyncio.gather(*(self._store.search(search((), v)) for v in vectors))
             vector_hits = [list(f) for f in found]
+        # Ranking tokenises the candidates (near-duplicate check): their CJK, if any, needs
+        # the dictionary loaded off the loop first.
+        await load_segmenter_for(*(c.memory.content for found in (*keyword_hits, *vector_hits)
+                                   for c in found))
         hits = [
             QueryHits(_merge(kw, vec), vector=None if vectors is None else vectors[i],
                       weight=q.weight)

@@ -23,6 +23,7 @@ from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
 from proxy.memory.retrieve import Retriever, plan_queries
 from proxy.memory.store import MemoryStore, StoreUnavailableError
+from proxy.memory.text import load_segmenter_for
 from proxy.memory.when import mentioned_periods
 from proxy.models import Route
 from proxy.request import ChatRequest, Message, message_text
@@ -204,6 +205,7 @@ class MemoryService:
         profile, recalled, resident = await asyncio.gather(
             profile_task, recall_task, resident_task
         )
+        await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
         return profile, [r.memory for r in recalled.ranked], resident, recalled.degraded
 
     async def _budget(self, request: ChatRequest, route: Route) -> int:

@@ -1,13 +1,17 @@
 """Text normalisation and keyword terms, the same at write and at query time.
 
 Chinese (and other CJK) runs are segmented with jieba's search mode; everything else is
-split on word characters and lower-cased. The result is a space-joined string that an
+split on word characters and lower-cased. jieba's dictionary (~0.7 s, ~67 MB) is loaded
+only when CJK text first appears: code on the event loop awaits
+:func:`load_segmenter_for` before tokenizing text that may hold CJK, so the load happens in
+a worker thread, never on the loop. The result is a space-joined string that an
 FTS5 ``porter unicode61`` tokenizer (SQLite) or a RediSearch TEXT field indexes as is, so
 both backends see identical terms. Stemming of Latin words is left to the index.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import unicodedata
@@ -59,8 +63,20 @@ def _segmenter() -> Any:
 
 
 def warm_up() -> None:
-    """Load the Chinese dictionary now (call off the event loop at startup)."""
+    """Load the Chinese dictionary now (blocking: call it off the event loop)."""
     _segmenter()
+
+
+def segmenter_loaded() -> bool:
+    return _jieba is not None
+
+
+async def load_segmenter_for(*texts: str) -> None:
+    """Load the Chinese dictionary in a worker thread when one of ``texts`` holds CJK and
+    it is not loaded yet; returns at once otherwise. Await it on the event loop before
+    :func:`tokens` & co. may meet CJK text."""
+    if _jieba is None and has_cjk("\n".join(texts)):
+        await asyncio.to_thread(_segmenter)
 
 
 def has_cjk(text: str) -> bool:

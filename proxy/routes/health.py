@@ -55,6 +55,7 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     res: Resources = request.app.state.resources
+    res.metrics.event_loop_tasks.set(len(asyncio.all_tasks()))
     if res.queue is not None:
         try:
             depth = await res.queue.depth()

@@ -1,0 +1,221 @@
+"""Aggregation and the printed table (pure: measurements in, text out)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Concurrency and kind: ``json`` (non-streaming), ``stream`` (the upstream sends
+    the whole stream in one burst) or ``paced`` (streaming, events spaced out)."""
+
+    concurrency: int
+    kind: str
+
+    @property
+    def stream(self) -> bool:
+        return self.kind != "json"
+
+    @property
+    def name(self) -> str:
+        return f"c={self.concurrency} {self.kind}"
+
+
+@dataclass
+class Cell:
+    """Every round of one (target, scenario), pooled."""
+
+    ttft: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    cpu: float = 0.0  # seconds of CPU of the measured process tree
+    requests: int = 0
+    wall: float = 0.0
+    errors: Counter[str] = field(default_factory=Counter)
+    memory_status: Counter[str] = field(default_factory=Counter)
+    aborted: int = 0
+    foreign: float = 0.0  # CPU seconds other processes took on the server's core
+
+    @property
+    def foreign_share(self) -> float:
+        return self.foreign / self.wall if self.wall else math.nan
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.wall if self.wall else math.nan
+
+    @property
+    def cpu_ms(self) -> float:
+        return 1000 * self.cpu / self.requests if self.requests else math.nan
+
+
+@dataclass
+class TargetReport:
+    key: str
+    label: str
+    cells: dict[Scenario, Cell] = field(default_factory=dict)
+    startup: float = math.nan  # seconds, process start → first good reply
+    idle_rss_kb: int = 0
+    peak_rss_kb: int = 0
+    note: str = ""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def added(target: Cell, direct: Cell, q: float) -> float:
+    """Target TTFT percentile minus the direct call's, in ms."""
+    return 1000 * (percentile(target.ttft, q) - percentile(direct.ttft, q))
+
+
+def _f(value: float, digits: int = 1) -> str:
+    return "—" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def render(reports: Sequence[TargetReport], scenarios: Sequence[Scenario],
+           *, header: str) -> str:
+    """One table: a row per figure, a column per target, then mem-on ÷ LiteLLM."""
+    by_key = {r.key: r for r in reports}
+    direct = by_key.get("direct")
+    columns = list(reports)
+    on, lite = by_key.get("gw-on"), by_key.get("litellm")
+    width = 15
+    lines = [header, ""]
+
+    def row(label: str, values: Sequence[str], ratio: str = "") -> None:
+        cells = "".join(f"{v:>{width}}" for v in values)
+        lines.append(f"{label:<34}{cells}{ratio:>{width + 2}}".rstrip())
+
+    def ratio(pick: Callable[[TargetReport], float], fmt: str) -> str:
+        if on is None or lite is None:
+            return ""
+        a, b = pick(on), pick(lite)
+        return fmt.format(a / b) if b and not math.isnan(a / b) else "—"
+
+    def cell_ratio(s: Scenario, pick: Callable[[Cell], float], fmt: str) -> str:
+        if on is None or lite is None or s not in on.cells or s not in lite.cells:
+            return ""
+        return ratio(lambda r: pick(r.cells[s]), fmt)
+
+    row("", [c.label for c in columns], "mem-on÷LiteLLM" if on and lite else "")
+    lines.append("-" * (34 + width * len(columns) + (width + 2 if on and lite else 0)))
+    for s in scenarios:
+        values = []
+        for c in columns:
+            cell = c.cells.get(s)
+            if cell is None or not cell.ttft:
+                values.append("—")
+            elif c.key == "direct" or direct is None or s not in direct.cells:
+                values.append(f"({_f(1000 * percentile(cell.ttft, 50), 2)}/"
+                              f"{_f(1000 * percentile(cell.ttft, 99), 2)})")
+            else:
+                base = direct.cells[s]
+                values.append(f"{_f(added(cell, base, 50), 2)}/{_f(added(cell, base, 99), 2)}")
+        row(f"added TTFT p50/p99 ms  {s.name}", values)
+    for s in scenarios:
+        row(f"requests/s             {s.name}",
+            [_f(c.cells[s].rps, 0) if s in c.cells else "—" for c in columns],
+            cell_ratio(s, lambda cell: cell.rps, "×{:.1f}"))
+    for s in scenarios:
+        row(f"CPU ms/request         {s.name}",
+            [_f(c.cells[s].cpu_ms, 2) if s in c.cells else "—" for c in columns],
+            cell_ratio(s, lambda cell: cell.cpu_ms, "{:.2f}"))
+    row("other processes on our cores %",
+        [_f(100 * sum(cell.foreign for cell in c.cells.values())
+            / max(1e-9, sum(cell.wall for cell in c.cells.values())), 0) for c in columns])
+    row("requests measured (all scenarios)",
+        [str(sum(cell.requests for cell in c.cells.values())) for c in columns])
+    row("errors", [str(sum(sum(cell.errors.values()) for cell in c.cells.values()))
+                   for c in columns])
+    row("memory injected (share of replies)", [_injected(c) for c in columns])
+    row("startup to first reply s", [_f(c.startup, 2) for c in columns],
+        ratio(lambda r: r.startup, "{:.2f}"))
+    row("idle RSS MB (after first reply)", [_f(c.idle_rss_kb / 1024) for c in columns],
+        ratio(lambda r: r.idle_rss_kb, "{:.2f}"))
+    row("peak RSS MB (VmHWM)", [_f(c.peak_rss_kb / 1024) for c in columns],
+        ratio(lambda r: r.peak_rss_kb, "{:.2f}"))
+    notes = [f"  {c.label}: {c.note}" for c in columns if c.note]
+    errors = [f"  {c.label} {s.name}: {dict(cell.errors)}" for c in columns
+              for s, cell in c.cells.items() if cell.errors]
+    if errors:
+        lines += ["", "errors by kind:", *errors]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def _injected(report: TargetReport) -> str:
+    statuses: Counter[str] = Counter()
+    for cell in report.cells.values():
+        statuses.update(cell.memory_status)
+    total = sum(statuses.values())
+    if not total or set(statuses) == {"-"}:
+        return "—"
+    return f"{100 * statuses['injected'] / total:.0f}%"
+
+
+def targets(reports: Sequence[TargetReport], scenarios: Sequence[Scenario]) -> list[str]:
+    """The issue's targets, each with its figure and met / NOT met."""
+    by_key = {r.key: r for r in reports}
+    on, lite, direct = by_key.get("gw-on"), by_key.get("litellm"), by_key.get("direct")
+    out: list[str] = []
+    if on is None or direct is None:
+        return ["(targets need the direct and gw-on columns)"]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    for s in scenarios:
+        if s.concurrency == 1 and s in on.cells and s in direct.cells:
+            value = added(on.cells[s], direct.cells[s], 50)
+            out.append(f"added TTFT p50 ≤ 3 ms, {s.name} (mem-on): {value:6.2f} ms  "
+                       f"{verdict(value <= 3)}")
+    for s in scenarios:
+        if s.concurrency > 1 and s.stream and s in on.cells and s in direct.cells:
+            value = added(on.cells[s], direct.cells[s], 99)
+            note = "" if s.kind == "paced" else " (burst: a saturated closed loop, see doc)"
+            out.append(f"added TTFT p99 ≤ 15 ms, {s.name} (mem-on): {value:6.2f} ms  "
+                       f"{verdict(value <= 15)}{note}")
+    if lite is None:
+        return [*out, "(LiteLLM targets need the litellm column)"]
+    for kind in ("json", "stream"):
+        pairs = [(s, on.cells[s], lite.cells[s]) for s in scenarios
+                 if s.kind == kind and s in on.cells and s in lite.cells]
+        if not pairs:
+            continue
+        ratios = [a.cpu_ms / b.cpu_ms for _, a, b in pairs]
+        shown = ", ".join(f"{s.name}: {a.cpu_ms:.2f} vs {b.cpu_ms:.2f} ms (×{r:.2f})"
+                          for (s, a, b), r in zip(pairs, ratios, strict=True))
+        out.append(f"CPU/request ≤ ¼ LiteLLM, {kind:<6}: {shown}  {verdict(max(ratios) <= 0.25)}")
+        loaded = [(s, a, b) for s, a, b in pairs if s.concurrency > 1]
+        if loaded:
+            s, a, b = loaded[-1]
+            out.append(f"requests/s ≥ 4× LiteLLM on one core, {s.name}: {a.rps:.0f} vs "
+                       f"{b.rps:.0f} (×{a.rps / b.rps:.1f})  {verdict(a.rps >= 4 * b.rps)}")
+    out.append(f"startup to first reply ≤ ½ LiteLLM: {on.startup:.2f} s vs {lite.startup:.2f} s"
+               f"  {verdict(on.startup <= lite.startup / 2)}")
+    rss_ok = on.idle_rss_kb <= lite.idle_rss_kb / 2
+    out.append(f"idle RSS ≤ ½ LiteLLM: {on.idle_rss_kb / 1024:.0f} MB vs "
+               f"{lite.idle_rss_kb / 1024:.0f} MB  {verdict(rss_ok)}")
+    return out
+
+
+def compress(series: Sequence[float], *, points: int = 12, digits: int = 1) -> str:
+    """``points`` evenly spaced values of ``series`` (first and last included)."""
+    if not series:
+        return "—"
+    if len(series) <= points:
+        picked = list(series)
+    else:
+        step = (len(series) - 1) / (points - 1)
+        picked = [series[round(i * step)] for i in range(points)]
+    return " ".join(f"{v:.{digits}f}" for v in picked)

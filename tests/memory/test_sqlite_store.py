@@ -1,0 +1,91 @@
+"""Hot-path reads of the SQLite store: keyword ranking as one query would give it, and
+decoded memories reused only while their stored row is unchanged."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from proxy.memory.records import Memory, new_id, utcnow
+from proxy.memory.sqlite_store import (
+    _ACTIVE,
+    _COLUMNS,
+    SqliteMemoryStore,
+    _fts_query,
+    shared_token,
+    user_token,
+)
+from proxy.memory.store import SearchQuery
+from proxy.memory.text import query_terms
+from proxy.sqlite import SqliteDatabase
+
+WORDS = ("ramen", "lisbon", "kafka", "pipelines", "chess", "sailing", "tea", "rust")
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteMemoryStore]:
+    async with SqliteDatabase(tmp_path / "m.db") as db:
+        store = SqliteMemoryStore(db)
+        now = utcnow()
+        for index in range(60):
+            words = " ".join(WORDS[(index + k) % len(WORDS)] for k in range(index % 4 + 1))
+            await store.add(Memory(
+                id=new_id(), tenant="t", user_id="u" if index % 5 else None,
+                scope="personal" if index % 5 else "shared",
+                content=f"User likes {words}.", hits=index % 3 + 1,
+                last_seen_at=now - timedelta(days=index % 7),
+                source_channel="group:g" if index % 6 == 0 else "private",
+            ))
+        yield store
+
+
+def one_query(path: Path, query: SearchQuery) -> list[tuple[str, float]]:
+    """The ranking as the single join query (all columns through the sorter) gave it."""
+    tokens = [user_token(query.tenant, query.user), shared_token(query.tenant)]
+    sql = (f"SELECT {_COLUMNS}, bm25(memories_fts, 0.0, 1.0) AS rank FROM memories_fts "  # noqa: S608
+           f"JOIN memories m ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ? "
+           f"AND {_ACTIVE} ORDER BY rank LIMIT ?")
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(sql, (_fts_query(tokens, query.terms), query.limit)).fetchall()
+    return [(r[0], -float(r[-1])) for r in rows]
+
+
+@pytest.mark.parametrize("text", ["ramen", "kafka pipelines", "tea rust chess", "lisbon",
+                                  "likes", "sailing ramen kafka tea"])
+@pytest.mark.parametrize("limit", [3, 30])
+async def test_search_ranks_like_the_single_query(
+    store: SqliteMemoryStore, tmp_path: Path, text: str, limit: int
+) -> None:
+    """Ids, order (ties included) and scores equal the one-query ranking."""
+    query = SearchQuery(tenant="t", user="u", terms=tuple(query_terms(text)), limit=limit)
+    found = await store.search(query)
+    assert [(c.memory.id, c.keyword_score) for c in found] == one_query(tmp_path / "m.db",
+                                                                        query)
+    assert [c.keyword_rank for c in found] == list(range(1, len(found) + 1))
+
+
+async def test_an_updated_memory_is_read_fresh(store: SqliteMemoryStore) -> None:
+    """A memory changed after it was read (and cached) comes back changed."""
+    query = SearchQuery(tenant="t", user="u", terms=("ramen",), limit=30)
+    before = {c.memory.id: c.memory for c in await store.search(query)}
+    target = next(iter(before.values()))
+    await store.update(target.with_changes(content="User likes ramen a lot.", hits=9))
+    after = {c.memory.id: c.memory for c in await store.search(query)}
+    assert after[target.id].content == "User likes ramen a lot."
+    assert after[target.id].hits == 9
+    unchanged = [i for i in before if i != target.id and i in after]
+    assert all(after[i] is before[i] for i in unchanged)  # decoded once, reused
+
+
+async def test_resident_orders_by_evidence_then_recency(store: SqliteMemoryStore) -> None:
+    """Top personal memories by (hits, last_seen_at) desc, retired ones left out."""
+    resident = await store.resident("t", "u", limit=10, channels=None)
+    keys = [(m.hits, m.last_seen_at) for m in resident]
+    assert keys == sorted(keys, reverse=True)
+    await store.update(resident[0].with_changes(superseded_at=utcnow()))
+    again = await store.resident("t", "u", limit=10, channels=None)
+    assert resident[0].id not in {m.id for m in again}

@@ -1,0 +1,52 @@
+"""Reads issued together share one trip to the reader thread; each caller still gets its
+own result or its own error."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from proxy.sqlite import SqliteDatabase
+
+
+async def test_concurrent_reads_each_get_their_result(tmp_path: Path) -> None:
+    """Reads gathered in one loop iteration are answered in order, each with its value."""
+    async with SqliteDatabase(tmp_path / "db.sqlite") as db:
+        values = await asyncio.gather(*(
+            db.read(lambda c, n=n: c.execute("SELECT ?", (n,)).fetchone()[0])
+            for n in range(20)
+        ))
+    assert values == list(range(20))
+
+
+async def test_a_failing_read_fails_only_its_caller(tmp_path: Path) -> None:
+    """An error in one read of a batch reaches that caller; the others succeed."""
+    async with SqliteDatabase(tmp_path / "db.sqlite") as db:
+        good, bad, also_good = await asyncio.gather(
+            db.read(lambda c: c.execute("SELECT 1").fetchone()[0]),
+            db.read(lambda c: c.execute("SELECT * FROM missing").fetchone()),
+            db.read(lambda c: c.execute("SELECT 2").fetchone()[0]),
+            return_exceptions=True,
+        )
+    assert (good, also_good) == (1, 2)
+    assert isinstance(bad, sqlite3.OperationalError)
+
+
+async def test_a_cancelled_reader_does_not_break_the_batch(tmp_path: Path) -> None:
+    """A caller that gave up (deadline) leaves the other reads of its batch unharmed."""
+    async with SqliteDatabase(tmp_path / "db.sqlite") as db:
+        doomed = asyncio.ensure_future(db.read(lambda c: c.execute("SELECT 1").fetchone()))
+        kept = asyncio.ensure_future(db.read(lambda c: c.execute("SELECT 3").fetchone()[0]))
+        doomed.cancel()
+        assert await kept == 3
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+
+
+async def test_reading_a_closed_database_raises(tmp_path: Path) -> None:
+    db = SqliteDatabase(tmp_path / "db.sqlite")
+    with pytest.raises(sqlite3.ProgrammingError):
+        await db.read(lambda c: c.execute("SELECT 1"))
