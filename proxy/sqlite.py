@@ -209,6 +209,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, kind, version)
     ) WITHOUT ROWID;
     """,
+    # 5: conversation summaries (medium-term memory, at most 60 per user).
+    """
+    ALTER TABLE conversations ADD COLUMN summary TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 

@@ -187,6 +187,7 @@ class ExtractionResult:
     dropped: int
     truncated: bool = False
     images: tuple[ImageVerdict, ...] = ()
+    summary: str | None = None  # what the new messages were about (medium-term memory)
 
 
 # --------------------------------------------------------------------------------------
@@ -1323,11 +1324,18 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
         )
     profile = None
     images: tuple[ImageVerdict, ...] = ()
+    summary: str | None = None
     if isinstance(found.value, dict):
         profile = _profile(found.value.get("profile"))
         images = _images(found.value.get("images"))
+        summary = _clean_text(found.value.get("summary"))[:_SUMMARY_MAX] or None
+        if summary is not None and _looks_like_json(summary):
+            summary = None
     return ExtractionResult(facts=facts, profile=profile, dropped=dropped, truncated=truncated,
-                            images=images)
+                            images=images, summary=summary)
+
+
+_SUMMARY_MAX = 600  # characters of a conversation summary kept
 
 
 def _images(value: Any) -> tuple[ImageVerdict, ...]:

@@ -83,6 +83,8 @@ user. Otherwise "subject" is "user".
 preference), write the new fact and set "supersedes" to [that id].
 - "profile": update only from clear evidence: "style" (how the user talks), "impression" \
 (one sentence), "traits" and "topics" (short phrases); use null when there is nothing.
+- "summary": one or two sentences, in the user's language, on what the new messages were \
+about (context for later; not facts); null for small talk.
 - If nothing is worth keeping, answer {"memories": [], "profile": null}.
 
 Answer with exactly one JSON object and nothing else. FORMAT EXAMPLE ONLY — it is not about \
@@ -93,7 +95,8 @@ examples", "category": "user_preference", "subcategory": "style", "tags": ["styl
 "Keeps a pet tortoise named Example-Tortoise", "category": "domain", "subcategory": "pets", \
 "tags": ["pet"], "subject": "user", "duplicate_of": null, "supersedes": ["m3"]}], \
 "profile": {"style": "brief, technical", "impression": "A pragmatic developer", \
-"traits": ["pragmatic"], "topics": ["programming"]}}
+"traits": ["pragmatic"], "topics": ["programming"]}, "summary": "Talked about \
+answer formats and a pet."}
 
 Categories: user_preference (style, language, tool, topic), business (rule, process, \
 product, customer), technical (architecture, stack, practice, issue), organizational (team, \
@@ -114,6 +117,7 @@ EXTRACTION_ZH = """你负责维护关于聊天助手某一位用户的长期记�
 与某条矛盾或是其更新（搬家、换工作、改变偏好）时，写出新事实并把 "supersedes" 设为 [该编号]。
 - "profile"：只在有明确依据时更新："style"（说话风格）、"impression"（一句话印象）、\
 "traits" 和 "topics"（短语）；没有就填 null。
+- "summary"：用用户的语言，一两句话概括这些新消息在谈什么（供以后参考，不是事实）；寒暄则填 null。
 - 如果没有值得保留的内容，输出 {"memories": [], "profile": null}。
 
 只输出一个 JSON 对象，不要输出其他内容。以下仅为格式示例，与该用户无关，绝不要照抄其内容：
@@ -122,7 +126,7 @@ EXTRACTION_ZH = """你负责维护关于聊天助手某一位用户的长期记�
 "duplicate_of": null, "supersedes": []}, {"title": "宠物", "content": "养了一只名叫示例龟的乌龟", \
 "category": "domain", "subcategory": "宠物", "tags": ["宠物"], "subject": "user", \
 "duplicate_of": null, "supersedes": ["m3"]}], "profile": {"style": "简短、技术化", \
-"impression": "务实的开发者", "traits": ["务实"], "topics": ["编程"]}}
+"impression": "务实的开发者", "traits": ["务实"], "topics": ["编程"]}, "summary": "聊了回答格式和宠物。"}
 
 分类：user_preference（style、language、tool、topic），business（rule、process、product、customer），\
 technical（architecture、stack、practice、issue），organizational（team、role、project、convention），\
@@ -170,6 +174,7 @@ EXTRACTION_SCHEMA: dict[str, object] = {
             },
             "required": ["image", "tier"],
         }},
+        "summary": {"type": ["string", "null"]},
         "profile": {"type": ["object", "null"], "properties": {
             "style": {"type": ["string", "null"]},
             "impression": {"type": ["string", "null"]},
@@ -271,7 +276,7 @@ skip = 表情包、截图等不必记住的内容。"memory" 是从图片得知�
 
 def extraction_messages(
     *, batch: Batch, known: str, language: Language, override: str | None,
-    group: bool = False, vision: bool = False,
+    group: bool = False, vision: bool = False, earlier: str = "",
 ) -> list[dict[str, Any]]:
     """The extraction call's messages. With ``vision`` the batch's images follow the
     transcript as image parts, and the system prompt asks for a tier per image."""
@@ -284,6 +289,9 @@ def extraction_messages(
     heading = "已有记忆" if language == "zh" else "Existing memories"
     new = "新消息" if language == "zh" else "New messages"
     user = f"{heading}:\n{known}\n\n{new}:\n{render_transcript(batch)}"
+    if earlier:
+        before = "此前本次对话的概要" if language == "zh" else "Earlier in this conversation"
+        user = f"{before}: {earlier}\n\n{user}"
     if not images:
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
     parts: list[dict[str, Any]] = [{"type": "text", "text": user}]

@@ -18,6 +18,7 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -264,6 +265,8 @@ class Worker:
         audit = [self._event(batch, "scored", scored.reason[:500], now,
                              {"score": weighted, "dimensions": scored.dimensions})]
         record = _conversation_record(batch, weighted, scored.dimensions, scored.reason, now)
+        previous = await self._store.get_conversation(batch.tenant, batch.user,
+                                                      batch.conversation)
         if weighted < self._settings.score_threshold:
             audit.append(self._event(batch, "skipped", "score below threshold", now,
                                      {"score": weighted,
@@ -287,8 +290,11 @@ class Worker:
             messages=extraction_messages(batch=batch, known=known_text, language=language,
                                          override=await self._prompt(batch.tenant,
                                                                      "extraction"),
-                                         group=group, vision=vision),
+                                         group=group, vision=vision,
+                                         earlier=previous.summary if previous else ""),
         ))
+        if extraction.summary:
+            record = replace(record, summary=extraction.summary)
         audit.append(self._event(batch, "extracted", "", now, {
             "facts": len(extraction.facts), "unusable": extraction.dropped}))
         per_owner = self._assign(batch, extraction, owners, audit, now)
@@ -316,7 +322,7 @@ class Worker:
                 changes = ChangeSet(
                     tenant=changes.tenant, user_id=changes.user_id, batch_key=key,
                     upserts=changes.upserts, evidence=changes.evidence,
-                    profile=changes.profile, conversation=changes.conversation,
+                    profile=changes.profile, conversation=record,
                     audit=tuple(audit), learned_from=changes.learned_from,
                 )
                 await self._apply(batch, changes)

@@ -210,6 +210,12 @@ class ConversationRecord:
     reason: str = ""
     learned_messages: int = 0
     updated_at: datetime = field(default_factory=utcnow)
+    # Medium-term summary of what the conversation was about (seed 001 §4: 中期摘要), fed
+    # back to the next extraction as context; a user keeps at most MAX_SUMMARIES of them.
+    summary: str = ""
+
+
+MAX_SUMMARIES = 60  # seed 001 §6: 中期摘要 60 per person
 
 
 def profile_to_json(profile: Profile) -> str:

@@ -200,12 +200,15 @@ def stored_norm(data: Hash) -> str | None:
 def conversation_fields(record: ConversationRecord) -> dict[str, Value]:
     """Fields overwritten by a learning batch; ``learned_messages`` is added separately
     (``HINCRBY``) because it accumulates across batches."""
-    return {
+    fields: dict[str, Value] = {
         "score": "" if record.score is None else repr(float(record.score)),
         "dimensions": orjson.dumps(record.dimensions),
         "reason": record.reason,
         "updated_at": to_iso(record.updated_at) or "",
     }
+    if record.summary:  # an empty summary keeps the stored one
+        fields["summary"] = record.summary
+    return fields
 
 
 def conversation_from_hash(tenant: str, user: str, conversation_id: str,
@@ -218,6 +221,7 @@ def conversation_from_hash(tenant: str, user: str, conversation_id: str,
         reason=_required(data, "reason"),
         learned_messages=int(_text(data, "learned_messages") or 0),
         updated_at=_time(data, "updated_at"),
+        summary=_text(data, "summary") or "",
     )
 
 

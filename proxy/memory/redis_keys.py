@@ -12,6 +12,7 @@ key name::
     P:tomb:{ns}                HASH    SHA-256 of deleted normalised content → deletion time
     P:prof:{ns}                STRING  profile JSON
     P:conv:{ns}:<conversation> HASH    conversation record; P:convs:{ns} SET lists them
+    P:sums:{ns}                ZSET    conversations holding a summary → updated_at (cap 60)
     P:settings:{ns}            HASH    per-user switches and cleared_at
     P:batches:{ns}             ZSET    applied learning batch keys → epoch seconds
     P:audit:{ns}               STREAM  the user's learning log
@@ -97,6 +98,9 @@ class KeyLayout:
 
     def conversations(self, ns: str) -> str:
         return f"{self.prefix}:convs:{{{ns}}}"
+
+    def summaries(self, ns: str) -> str:
+        return f"{self.prefix}:sums:{{{ns}}}"
 
     def settings(self, ns: str) -> str:
         return f"{self.prefix}:settings:{{{ns}}}"

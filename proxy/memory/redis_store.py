@@ -409,7 +409,7 @@ class RedisMemoryStore:
             ids = [_text(i) for i in await pipe.smembers(ids_key)]
             conversations = [_text(c) for c in await pipe.smembers(convs_key)]
             multi(pipe)
-            doomed = [self._keys.profile(ns), ids_key, convs_key]
+            doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]
@@ -475,6 +475,7 @@ class RedisMemoryStore:
         upserted = {m.id for m in changes.upserts}
 
         settings_key, tombs_key = self._keys.settings(ns), self._keys.tombstones(ns)
+        summaries_key = self._keys.summaries(ns)
 
         async def body(pipe: Pipeline) -> bool:
             if await pipe.zscore(batches, changes.batch_key) is not None:
@@ -482,6 +483,8 @@ class RedisMemoryStore:
             upserts = await self._still_wanted(pipe, changes, ns)
             if upserts is None:
                 return False
+            dropped = [] if changes.conversation is None else \
+                await self._users.summaries_to_drop(pipe, changes.conversation)
             # Evidence counts only for memories of this namespace (stored or written now).
             others = sorted({mid for mid, _ in changes.evidence} - upserted)
             known = set(upserted)
@@ -503,14 +506,14 @@ class RedisMemoryStore:
             if changes.profile is not None:
                 self._users.queue_profile(pipe, changes.profile)
             if changes.conversation is not None:
-                self._users.queue_conversation(pipe, changes.conversation)
+                self._users.queue_conversation(pipe, changes.conversation, dropped)
             self._audit.queue(pipe, changes.audit, ns)
             await pipe.execute()
             return True
 
         with _unavailable("apply"):
-            applied = await transact(self._redis, [batches, ids_key, settings_key, tombs_key],
-                                     body)
+            applied = await transact(
+                self._redis, [batches, ids_key, settings_key, tombs_key, summaries_key], body)
             if applied:
                 await self._audit.append(changes.audit, written_ns=ns)
         return applied

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from proxy.memory.records import (
+    MAX_SUMMARIES,
     ConversationRecord,
     Profile,
     from_iso,
@@ -60,13 +61,34 @@ class UserRecords:
         data = await self._redis.hgetall(key)
         return conversation_from_hash(tenant, user, conversation_id, data) if data else None
 
-    def queue_conversation(self, pipe: Pipeline, record: ConversationRecord) -> None:
-        """Overwrite score, dimensions, reason, updated_at; add learned_messages."""
+    def queue_conversation(self, pipe: Pipeline, record: ConversationRecord,
+                           dropped_summaries: Sequence[str] = ()) -> None:
+        """Overwrite score, dimensions, reason, updated_at (and the summary when the record
+        has one); add learned_messages; clear the summaries of ``dropped_summaries`` (the
+        oldest beyond :data:`MAX_SUMMARIES`, from :meth:`summaries_to_drop`)."""
         ns = user_token(record.tenant, record.user_id)
         key = self._keys.conversation(ns, record.conversation_id)
         pipe.hset(key, mapping=conversation_fields(record))  # type: ignore[arg-type]
         pipe.hincrby(key, "learned_messages", record.learned_messages)
         pipe.sadd(self._keys.conversations(ns), record.conversation_id)
+        if record.summary:
+            pipe.zadd(self._keys.summaries(ns),
+                      {record.conversation_id: record.updated_at.timestamp()})
+        for conversation_id in dropped_summaries:
+            pipe.hdel(self._keys.conversation(ns, conversation_id), "summary")
+            pipe.zrem(self._keys.summaries(ns), conversation_id)
+
+    async def summaries_to_drop(self, pipe: Pipeline, record: ConversationRecord) -> list[str]:
+        """Conversations whose summary goes when ``record``'s is added (read in WATCH mode:
+        the caller watches :meth:`KeyLayout.summaries`)."""
+        if not record.summary:
+            return []
+        ns = user_token(record.tenant, record.user_id)
+        members = await pipe.zrange(self._keys.summaries(ns), 0, -1)
+        held = [_decode(c) for c in members if isinstance(c, bytes | str)]
+        others = [c for c in held if c != record.conversation_id]
+        excess = len(others) + 1 - MAX_SUMMARIES
+        return others[:excess] if excess > 0 else []
 
     # settings --------------------------------------------------------------------------
     async def get_settings(self, tenant: str, user: str) -> UserSettings:
@@ -120,6 +142,10 @@ class UserRecords:
             if at is not None:
                 out[norm] = at
         return out
+
+
+def _decode(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _digest(norm: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from proxy.memory.records import (
+    MAX_SUMMARIES,
     ConversationRecord,
     Memory,
     Profile,
@@ -583,17 +584,28 @@ class SqliteMemoryStore:
                 record = changes.conversation
                 conn.execute(
                     "INSERT INTO conversations (tenant, user_id, conversation_id, score, "
-                    "dimensions, reason, learned_messages, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "dimensions, reason, learned_messages, updated_at, summary) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(tenant, user_id, conversation_id) DO UPDATE SET "
                     "score = excluded.score, dimensions = excluded.dimensions, "
                     "reason = excluded.reason, "
                     "learned_messages = conversations.learned_messages + "
-                    "excluded.learned_messages, updated_at = excluded.updated_at",
+                    "excluded.learned_messages, updated_at = excluded.updated_at, "
+                    "summary = CASE WHEN excluded.summary != '' THEN excluded.summary "
+                    "ELSE conversations.summary END",
                     (record.tenant, record.user_id, record.conversation_id, record.score,
                      orjson.dumps(record.dimensions).decode(), record.reason,
-                     record.learned_messages, to_iso(record.updated_at)),
+                     record.learned_messages, to_iso(record.updated_at), record.summary),
                 )
+                if record.summary:
+                    conn.execute(
+                        "UPDATE conversations SET summary = '' WHERE tenant = ? AND "
+                        "user_id = ? AND summary != '' AND conversation_id NOT IN (SELECT "
+                        "conversation_id FROM conversations WHERE tenant = ? AND user_id = ? "
+                        "AND summary != '' ORDER BY updated_at DESC LIMIT ?)",
+                        (record.tenant, record.user_id, record.tenant, record.user_id,
+                         MAX_SUMMARIES),
+                    )
             _insert_audit(conn, changes.audit)
             return True
 
@@ -653,7 +665,8 @@ class SqliteMemoryStore:
         self, tenant: str, user: str, conversation_id: str
     ) -> ConversationRecord | None:
         row = await self._read(lambda c: c.execute(
-            "SELECT score, dimensions, reason, learned_messages, updated_at FROM conversations "
+            "SELECT score, dimensions, reason, learned_messages, updated_at, summary "
+            "FROM conversations "
             "WHERE tenant = ? AND user_id = ? AND conversation_id = ?",
             (tenant, user, conversation_id),
         ).fetchone())
@@ -662,7 +675,7 @@ class SqliteMemoryStore:
         return ConversationRecord(
             tenant=tenant, user_id=user, conversation_id=conversation_id, score=row[0],
             dimensions=orjson.loads(row[1]), reason=row[2], learned_messages=row[3],
-            updated_at=_dt(row[4]),
+            updated_at=_dt(row[4]), summary=row[5],
         )
 
     async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:

@@ -566,3 +566,28 @@ async def add_manual(gateway: Gateway, content: str) -> None:
     async with gateway.client(headers={"X-User-Id": "u1"}) as client:
         response = await client.post("/v1/memories", json={"content": content})
         assert response.status_code == 201
+
+
+async def test_conversation_summary_is_kept_and_fed_back(
+    tmp_path: Any, upstream: FakeUpstream
+) -> None:
+    """The extraction's summary is stored on the conversation and shown to the next
+    extraction of that conversation as context."""
+    from tests.fakes import make_settings, running_gateway
+
+    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1})
+    async with running_gateway(settings, upstream) as gateway:
+        upstream.extract = lambda body: {"memories": [], "summary": "Planning a trip to Oslo."}
+        first = await say(gateway, "Help me plan a trip to Oslo.",
+                          headers={"X-Conversation-Id": "trip"})
+        await gateway.settle()
+        record = await gateway.res.store.get_conversation("default", "u1", "trip")
+        assert record is not None
+        assert record.summary == "Planning a trip to Oslo."
+        await say(gateway, "What about museums there?",
+                  headers={"X-Conversation-Id": "trip"})
+        await gateway.settle()
+        extract = [body for kind, body in upstream.learning_calls if kind == "extract"][-1]
+        assert "Earlier in this conversation: Planning a trip to Oslo." in \
+            extract["messages"][1]["content"]
+        del first

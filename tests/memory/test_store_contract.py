@@ -822,3 +822,33 @@ async def test_tombstones_keep_no_deleted_text(store: MemoryStore, tmp_path: Pat
         dump = "\n".join(conn.iterdump())
         conn.close()
         assert "reykjavik" not in dump.lower()
+
+
+async def test_summaries_are_capped_per_user(store: MemoryStore) -> None:
+    """A user keeps the 60 most recent conversation summaries; older ones are cleared,
+    the records stay; an empty summary keeps the stored one."""
+    from proxy.memory.records import MAX_SUMMARIES
+
+    for index in range(MAX_SUMMARIES + 2):
+        await store.apply(ChangeSet(
+            tenant="t1", user_id="u1", batch_key=f"s{index}",
+            conversation=ConversationRecord(
+                tenant="t1", user_id="u1", conversation_id=f"c{index}", score=0.7,
+                learned_messages=1, updated_at=T0 + timedelta(minutes=index),
+                summary=f"summary {index}")))
+    oldest = await store.get_conversation("t1", "u1", "c0")
+    newest = await store.get_conversation("t1", "u1", f"c{MAX_SUMMARIES + 1}")
+    assert oldest is not None
+    assert oldest.summary == ""
+    assert (await store.get_conversation("t1", "u1", "c1")).summary == ""  # type: ignore[union-attr]
+    assert (await store.get_conversation("t1", "u1", "c2")).summary == "summary 2"  # type: ignore[union-attr]
+    assert newest is not None
+    assert newest.summary == f"summary {MAX_SUMMARIES + 1}"
+    await store.apply(ChangeSet(
+        tenant="t1", user_id="u1", batch_key="s-keep",
+        conversation=ConversationRecord(tenant="t1", user_id="u1", conversation_id="c5",
+                                        score=0.2, updated_at=T0 + timedelta(days=1))))
+    kept = await store.get_conversation("t1", "u1", "c5")
+    assert kept is not None
+    assert kept.summary == "summary 5"
+    assert kept.score == 0.2
