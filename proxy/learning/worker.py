@@ -265,8 +265,6 @@ class Worker:
         audit = [self._event(batch, "scored", scored.reason[:500], now,
                              {"score": weighted, "dimensions": scored.dimensions})]
         record = _conversation_record(batch, weighted, scored.dimensions, scored.reason, now)
-        previous = await self._store.get_conversation(batch.tenant, batch.user,
-                                                      batch.conversation)
         if weighted < self._settings.score_threshold:
             audit.append(self._event(batch, "skipped", "score below threshold", now,
                                      {"score": weighted,
@@ -276,23 +274,8 @@ class Worker:
                                                conversation=record))
             self._count("learn_outcome", "below_threshold")
             return
-        shared = batch_images(batch)
-        vision = bool(shared) and self.model.sees_images(batch.model)
-        if shared and not vision:
-            audit.append(self._event(batch, "skipped", "images: the learning model does not "
-                                     "accept image input", now, {"images": len(shared)}))
-            self._count("images", "skipped_no_vision")
-        extraction = parse_extraction(await self.model.call(
-            purpose="extract", request_model=batch.model, tenant=batch.tenant,
-            user=batch.user, job_id=job.id,
-            max_tokens=self._settings.max_output_tokens * (2 if job.attempts > 1 else 1),
-            schema=EXTRACTION_SCHEMA,
-            messages=extraction_messages(batch=batch, known=known_text, language=language,
-                                         override=await self._prompt(batch.tenant,
-                                                                     "extraction"),
-                                         group=group, vision=vision,
-                                         earlier=previous.summary if previous else ""),
-        ))
+        extraction, vision = await self._extract(job, batch, known_text=known_text,
+                                                 language=language, audit=audit, now=now)
         if extraction.summary:
             record = replace(record, summary=extraction.summary)
         audit.append(self._event(batch, "extracted", "", now, {
@@ -333,6 +316,34 @@ class Worker:
                                                batch_key=key, audit=tuple(audit),
                                                conversation=record))
         self._count("learn_outcome", "learned")
+
+    async def _extract(
+        self, job: Job, batch: Batch, *, known_text: str, language: Language,
+        audit: list[AuditEvent], now: datetime,
+    ) -> tuple[ExtractionResult, bool]:
+        """The extraction call (with the conversation's earlier summary, and the images when
+        the learning model sees them) and whether images went with it."""
+        shared = batch_images(batch)
+        vision = bool(shared) and self.model.sees_images(batch.model)
+        if shared and not vision:
+            audit.append(self._event(batch, "skipped", "images: the learning model does not "
+                                     "accept image input", now, {"images": len(shared)}))
+            self._count("images", "skipped_no_vision")
+        previous = await self._store.get_conversation(batch.tenant, batch.user,
+                                                      batch.conversation)
+        extraction = parse_extraction(await self.model.call(
+            purpose="extract", request_model=batch.model, tenant=batch.tenant,
+            user=batch.user, job_id=job.id,
+            max_tokens=self._settings.max_output_tokens * (2 if job.attempts > 1 else 1),
+            schema=EXTRACTION_SCHEMA,
+            messages=extraction_messages(batch=batch, known=known_text, language=language,
+                                         override=await self._prompt(batch.tenant,
+                                                                     "extraction"),
+                                         group=is_group_namespace(batch.user),
+                                         vision=vision,
+                                         earlier=previous.summary if previous else ""),
+        ))
+        return extraction, vision
 
     async def _known(
         self, batch: Batch, owners: dict[str | None, str]
