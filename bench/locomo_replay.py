@@ -55,7 +55,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 sys.path.insert(0, str(ROOT))
 
-from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN  # noqa: E402
+from proxy.learning.prompts import (  # noqa: E402
+    EXTRACTION_EN,
+    SCORING_EN,
+    TRANSCRIPT_END,
+    TRANSCRIPT_START,
+)
 from proxy.memory.inject import BLOCK_END, BLOCK_START  # noqa: E402
 from proxy.memory.text import normalize  # noqa: E402
 from proxy.tokens import TokenCounter  # noqa: E402
@@ -162,7 +167,14 @@ class Oracle:
     def _observed(self, prompt: str) -> list[str]:
         """Observations for the user turns of a learning prompt, of that turn's speaker."""
         facts: list[str] = []
-        for line in prompt.split("\n"):
+        # One entry per message: continuation lines are indented; markers are dropped.
+        entries: list[str] = []
+        for raw in prompt.split("\n"):
+            if raw.startswith("    ") and entries:
+                entries[-1] += "\n" + raw[4:]
+            elif raw not in (TRANSCRIPT_START, TRANSCRIPT_END):
+                entries.append(raw)
+        for line in (e.replace("\n", " ") for e in entries):
             match = _USER_LINE.match(line)
             if not match:
                 continue

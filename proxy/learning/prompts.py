@@ -207,6 +207,8 @@ def render_transcript(batch: Batch) -> str:
             for _ in message.images:
                 image += 1
                 text = f"{text} [image {image}]".strip()
+        # Continuation lines are indented, so every message starts with its "[n] role:".
+        text = text.replace("\n", "\n    ")
         lines.append(f"[{number}] {label}: {text}")
     lines.append(TRANSCRIPT_END)
     return "\n".join(lines)
