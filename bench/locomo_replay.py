@@ -202,7 +202,13 @@ class Oracle:
         return Starlette(routes=[Route("/v1/chat/completions", self.handle, methods=["POST"])])
 
 
-def gateway_config(oracle_port: int, db: Path, window: int, batch: int) -> dict[str, Any]:
+def gateway_config(oracle_port: int, db: Path, window: int, batch: int,
+                   embedder: str = "none") -> dict[str, Any]:
+    memory: dict[str, Any] = {"language": "en"}
+    if embedder == "local":
+        # The local model needs a longer recall deadline than keyword search (CPU).
+        memory.update(embedder={"provider": "local", "model": "all-MiniLM-L6-v2"},
+                      recall_timeout_ms=1000)
     return {
         "model_list": [{"model_name": "oracle", "litellm_params": {
             "model": "openai/oracle", "api_base": f"http://127.0.0.1:{oracle_port}/v1",
@@ -211,7 +217,7 @@ def gateway_config(oracle_port: int, db: Path, window: int, batch: int) -> dict[
         "server": {"log_level": "warning"},
         "learning": {"enabled": True, "batch_messages": batch, "idle_flush_seconds": 5,
                      "maintenance_interval_seconds": 1, "poll_interval_seconds": 0.05},
-        "memory": {"language": "en"},
+        "memory": memory,
     }
 
 
@@ -397,6 +403,8 @@ async def main() -> None:
     parser.add_argument("--context-window", type=int, default=16000)
     parser.add_argument("--batch", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--embedder", choices=("none", "local"), default="none",
+                        help="local: hybrid recall with the bundled MiniLM (embeddings extra)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the gateway config for --gateway mode and exit")
     args = parser.parse_args()
@@ -408,7 +416,8 @@ async def main() -> None:
     oracle = Oracle(dataset)
     oracle_port = args.oracle_port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix="locomo-"))
-    config = gateway_config(oracle_port, workdir / "memory.db", args.context_window, args.batch)
+    config = gateway_config(oracle_port, workdir / "memory.db", args.context_window, args.batch,
+                            args.embedder)
     if args.print_config:
         print(yaml.safe_dump(config, sort_keys=False))
         return
