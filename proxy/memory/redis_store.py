@@ -93,8 +93,9 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
+    related_by_keywords,
 )
-from proxy.memory.text import normalize, query_terms
+from proxy.memory.text import load_segmenter_for, normalize, query_terms
 from proxy.redis_client import multi, require_resp2_bytes, transact
 
 log = structlog.get_logger("proxy.memory.redis")
@@ -344,6 +345,7 @@ class RedisMemoryStore:
         return counts
 
     async def add(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        await _terms_ready([memory])
         ns = namespace_token(memory.tenant, memory.user_id)
         events = [audit] if audit is not None else []
         with _unavailable("add"):
@@ -355,6 +357,7 @@ class RedisMemoryStore:
         return memory
 
     async def update(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
+        await _terms_ready([memory])
         ns = namespace_token(memory.tenant, memory.user_id)
         key = self._keys.memory(ns, memory.id)
         events = [audit] if audit is not None else []
@@ -453,22 +456,11 @@ class RedisMemoryStore:
 
     # learning --------------------------------------------------------------------------
     async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
-        if limit <= 0:
-            return []
-        found = await self.search(SearchQuery(
-            tenant=tenant, user=user, terms=tuple(query_terms(text)), limit=limit,
-            include_shared=False,
-        ))
-        memories = [c.memory for c in sorted(found, key=lambda c: c.keyword_rank or 0)]
-        if len(memories) < limit:
-            seen = {m.id for m in memories}
-            for memory in await self.resident(tenant, user, limit=limit, channels=None):
-                if memory.id not in seen and len(memories) < limit:
-                    memories.append(memory)
-        return memories
+        return await related_by_keywords(self, tenant, user, text, limit=limit)
 
     async def apply(self, changes: ChangeSet) -> bool:
         _check_namespace(changes)
+        await _terms_ready(changes.upserts)
         ns = user_token(changes.tenant, changes.user_id)
         batches, ids_key = self._keys.batches(ns), self._keys.ids(ns)
         now = utcnow().timestamp()
@@ -646,6 +638,12 @@ def _text(value: bytes | str) -> str:
 
 def _opt_text(value: bytes | str | None) -> str | None:
     return None if value is None else _text(value)
+
+
+async def _terms_ready(memories: Sequence[Memory]) -> None:
+    """Indexing segments CJK text: load the dictionary off the event loop first."""
+    await load_segmenter_for(*(f"{m.title}\n{m.content}\n{' '.join(m.tags)}"
+                               for m in memories))
 
 
 async def _nothing() -> list[Any]:

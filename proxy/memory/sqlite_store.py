@@ -39,6 +39,7 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
+    related_by_keywords,
 )
 from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
 from proxy.sqlite import SqliteDatabase
@@ -537,20 +538,7 @@ class SqliteMemoryStore:
 
     # learning --------------------------------------------------------------
     async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
-        if limit <= 0:
-            return []
-        await load_segmenter_for(text)
-        found = await self.search(SearchQuery(
-            tenant=tenant, user=user, terms=tuple(query_terms(text)), limit=limit,
-            include_shared=False,
-        ))
-        memories = [c.memory for c in sorted(found, key=lambda c: c.keyword_rank or 0)]
-        if len(memories) < limit:
-            seen = {m.id for m in memories}
-            for memory in await self.resident(tenant, user, limit=limit, channels=None):
-                if memory.id not in seen and len(memories) < limit:
-                    memories.append(memory)
-        return memories
+        return await related_by_keywords(self, tenant, user, text, limit=limit)
 
     async def apply(self, changes: ChangeSet) -> bool:
         now = to_iso(utcnow())

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from proxy.memory.records import ConversationRecord, Memory, Profile
+from proxy.memory.text import load_segmenter_for, query_terms
 
 
 class StoreUnavailableError(Exception):
@@ -251,3 +252,25 @@ class MemoryStore(Protocol):
     async def audit_log(
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
     ) -> list[tuple[int, AuditEvent]]: ...
+
+
+async def related_by_keywords(
+    store: MemoryStore, tenant: str, user: str, text: str, *, limit: int
+) -> list[Memory]:
+    """The backends' shared :meth:`MemoryStore.related`: the user's active memories that
+    keyword search finds for ``text`` (best first), topped up with their resident memories
+    (most evidence, then most recent) up to ``limit``."""
+    if limit <= 0:
+        return []
+    await load_segmenter_for(text)
+    found = await store.search(SearchQuery(
+        tenant=tenant, user=user, terms=tuple(query_terms(text)), limit=limit,
+        include_shared=False,
+    ))
+    memories = [c.memory for c in sorted(found, key=lambda c: c.keyword_rank or 0)]
+    if len(memories) < limit:
+        seen = {m.id for m in memories}
+        for memory in await store.resident(tenant, user, limit=limit, channels=None):
+            if memory.id not in seen and len(memories) < limit:
+                memories.append(memory)
+    return memories

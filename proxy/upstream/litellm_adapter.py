@@ -143,24 +143,34 @@ class _LiteLLMStream:
                     await result
 
 
+class _Lazy:
+    """litellm, imported once, in a thread, on first use (shared by the adapters below)."""
+
+    def __init__(self) -> None:
+        self.module: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self.module is None:
+                self.module = _import_litellm()
+        return self.module
+
+    async def get(self) -> Any:
+        """The module; the first call imports it off the event loop."""
+        return self.module or await asyncio.to_thread(self._load)
+
+
 class LiteLLMUpstream:
     """:class:`~proxy.upstream.base.Upstream` over ``litellm.acompletion``."""
 
     def __init__(self, settings: UpstreamSettings) -> None:
         self._settings = settings
-        self._litellm: Any = None
-        self._lock = threading.Lock()
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._litellm is None:
-                self._litellm = _import_litellm()
-        return self._litellm
+        self._litellm = _Lazy()
 
     async def warm_up(self) -> None:
         """Import litellm in a thread so that no request pays for it on the event loop."""
-        if self._litellm is None:
-            await asyncio.to_thread(self._load)
+        await self._litellm.get()
 
     async def aclose(self) -> None:
         return None
@@ -196,7 +206,7 @@ class LiteLLMUpstream:
         return kwargs
 
     async def complete(self, call: UpstreamCall) -> Completion:
-        litellm = self._litellm or await asyncio.to_thread(self._load)
+        litellm = await self._litellm.get()
         kwargs = self._kwargs(call, stream=False)
         try:
             response = await litellm.acompletion(**kwargs)
@@ -206,7 +216,7 @@ class LiteLLMUpstream:
         return Completion(raw=raw, data=orjson.loads(raw))
 
     async def stream(self, call: UpstreamCall) -> _LiteLLMStream:
-        litellm = self._litellm or await asyncio.to_thread(self._load)
+        litellm = await self._litellm.get()
         kwargs = self._kwargs(call, stream=True)
         try:
             response = await litellm.acompletion(**kwargs)
@@ -230,19 +240,11 @@ class LiteLLMEmbeddings:
                               "api_version": api_version}.items() if v
         }
         self._timeout = timeout
-        self._litellm: Any = None
-        self._lock = threading.Lock()
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._litellm is None:
-                self._litellm = _import_litellm()
-        return self._litellm
+        self._litellm = _Lazy()
 
     async def start(self) -> None:
         """Import litellm off the event loop; the dimension is not known without a call."""
-        if self._litellm is None:
-            await asyncio.to_thread(self._load)
+        await self._litellm.get()
 
     async def aclose(self) -> None:
         return None
@@ -250,7 +252,7 @@ class LiteLLMEmbeddings:
     async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> RawEmbeddings:
         """One ``aembedding`` call (``urgent`` changes nothing: calls run concurrently)."""
         del urgent
-        litellm = self._litellm or await asyncio.to_thread(self._load)
+        litellm = await self._litellm.get()
         try:
             response = await litellm.aembedding(
                 model=self.model, input=list(texts), timeout=self._timeout, num_retries=0,
