@@ -15,7 +15,14 @@ figures are the pipeline's own cost:
    observations (oracle extractor): memories stored, facts merged as evidence, facts
    rejected by the filters, and the distribution of evidence counts (hits).
 
+With ``--queue redis`` the learning queue is the Redis one (on a private ``redis-server``
+from the test extra's wheels — tests/redis_server.py — or ``--redis-url``; keys under a
+fresh prefix, removed afterwards) while memories stay in SQLite, so section 1 shows what
+the queue costs in the pipeline; section 0 then times the bare queue operations of both
+backends: enqueue in the sink's batches of 200, and claim + ack with 1 and 2 workers.
+
     python bench/learning.py [--messages 2000] [--data ../shared/data/locomo-dev.json]
+                             [--queue sqlite|redis] [--redis-url redis://…]
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ import sqlite3
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from locomo_replay import DEFAULT_DATA, Dataset, Oracle, sessions, turn_text  # noqa: E402
 
 from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN  # noqa: E402
+from proxy.learning.queue import LearningQueue  # noqa: E402
 from proxy.learning.sink import Turn  # noqa: E402
 from proxy.learning.sqlite_queue import SqliteLearningQueue  # noqa: E402
 from proxy.ledger import SqliteLedger  # noqa: E402
@@ -93,7 +104,39 @@ def one_fact_per_turn(prompt: str) -> dict[str, Any]:
                           "subject": "user"} for text in user_lines(prompt)], "profile": None}
 
 
-async def pipeline(workdir: Path, *, batch: int, model: Any) -> tuple[Resources, Any]:
+QueueFactory = Callable[[SqliteDatabase], LearningQueue]
+
+
+def sqlite_queue(db: SqliteDatabase) -> LearningQueue:
+    return SqliteLearningQueue(db)
+
+
+@asynccontextmanager
+async def redis_queues(url: str | None) -> AsyncIterator[QueueFactory]:
+    """Redis queues, each under a fresh key prefix, on ``url`` or a private server."""
+    from proxy.learning.redis_queue import RedisLearningQueue
+    from proxy.redis_client import connect
+    from tests.redis_server import RedisServer, purge_prefix
+
+    server = None if url else RedisServer().start()
+    target = url or (server.url if server else "")
+    prefixes: list[str] = []
+    try:
+        async with connect(target) as client:
+            def make(_db: SqliteDatabase) -> LearningQueue:
+                prefixes.append("bench" + uuid.uuid4().hex[:8])
+                return RedisLearningQueue(client, key_prefix=prefixes[-1])
+            yield make
+    finally:
+        if server is not None:
+            server.stop()
+        else:
+            for prefix in prefixes:
+                purge_prefix(target, prefix)
+
+
+async def pipeline(workdir: Path, *, batch: int, model: Any,
+                   queue: QueueFactory = sqlite_queue) -> tuple[Resources, Any]:
     settings = load_settings(use_file=False, model_list=[{
         "model_name": "m", "litellm_params": {"model": "openai/m", "api_base": "http://x/v1"},
         "model_info": {"max_input_tokens": 16000}}],
@@ -102,8 +145,46 @@ async def pipeline(workdir: Path, *, batch: int, model: Any) -> tuple[Resources,
     db = SqliteDatabase(settings.storage.path)
     await db.open()
     res = build_resources(settings, store=SqliteMemoryStore(db), ledger=SqliteLedger(db),
-                          upstream=model, queue=SqliteLearningQueue(db))
+                          upstream=model, queue=queue(db))
     return res, db
+
+
+async def queue_operations(workdir: Path, jobs: int, queues: dict[str, QueueFactory]) -> None:
+    """Bare queue throughput: enqueue ``jobs`` in batches of 200, then claim + ack them all
+    with 1 and with 2 concurrent workers (in this process)."""
+    payload = b"x" * 1500  # about one scrubbed exchange of a few short messages
+    print(f"0. Queue operations ({jobs} jobs of {len(payload)} bytes)")
+    print(f"   {'queue':<8}{'enqueue jobs/s':>16}{'claim+ack, 1 worker':>22}"
+          f"{'claim+ack, 2 workers':>22}")
+    for name, make in queues.items():
+        rates = []
+        for workers in (1, 2):
+            db = SqliteDatabase(workdir / f"q-{name}-{workers}-{time.monotonic_ns()}.db")
+            await db.open()
+            try:
+                queue = make(db)
+                started = time.perf_counter()
+                for start in range(0, jobs, 200):
+                    await queue.enqueue_many([
+                        ("exchange", f"j{i}", payload)
+                        for i in range(start, min(jobs, start + 200))])
+                enqueued = jobs / (time.perf_counter() - started)
+
+                async def work(worker: str, q: LearningQueue = queue) -> int:
+                    done = 0
+                    while (job := await q.claim(worker, lease_seconds=60)) is not None:
+                        await q.ack(job)
+                        done += 1
+                    return done
+
+                started = time.perf_counter()
+                done = sum(await asyncio.gather(*(work(f"w{k}") for k in range(workers))))
+                assert done == jobs, (name, workers, done)
+                rates.append(jobs / (time.perf_counter() - started))
+            finally:
+                await db.close()
+        print(f"   {name:<8}{enqueued:>16.0f}{rates[0]:>22.0f}{rates[1]:>22.0f}")
+    print()
 
 
 async def feed(res: Resources, conversations: list[tuple[str, str, list[str]]]) -> int:
@@ -144,9 +225,10 @@ def synthetic(messages: int, per_conversation: int = 20) -> list[tuple[str, str,
     return out
 
 
-async def throughput(workdir: Path, messages: int) -> None:
+async def throughput(workdir: Path, messages: int, queue: QueueFactory = sqlite_queue,
+                     label: str = "sqlite") -> None:
     model = InstantModel(one_fact_per_turn)
-    res, db = await pipeline(workdir, batch=5, model=model)
+    res, db = await pipeline(workdir, batch=5, model=model, queue=queue)
     try:
         started = time.perf_counter()
         sent = await feed(res, synthetic(messages))
@@ -157,7 +239,8 @@ async def throughput(workdir: Path, messages: int) -> None:
         conn.close()
     finally:
         await db.close()
-    print("1. Throughput (batch 5, instant model, one fact per user message)")
+    print(f"1. Throughput (batch 5, instant model, one fact per user message, "
+          f"{label} queue)")
     print(f"   {sent} user messages in {elapsed:.2f} s → {sent / elapsed:.0f} messages/s, "
           f"{sent / elapsed:.0f} exchanges/s, {(model.calls['extract']) / elapsed:.0f} "
           f"batches/s; {stored} memories written\n")
@@ -233,9 +316,18 @@ async def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--queue", choices=("sqlite", "redis"), default="sqlite")
+    parser.add_argument("--redis-url", help="with --queue redis: use this Redis")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="learning-bench-"))
-    await throughput(workdir, args.messages)
+    if args.queue == "redis":
+        async with redis_queues(args.redis_url) as redis_queue:
+            await queue_operations(workdir, args.messages,
+                                   {"sqlite": sqlite_queue, "redis": redis_queue})
+            await throughput(workdir, args.messages, redis_queue, "redis")
+        await throughput(workdir, args.messages)
+    else:
+        await throughput(workdir, args.messages)
     await batching_cost(workdir, min(args.messages, 1000))
     if args.data.is_file():
         await locomo(workdir, args.data)

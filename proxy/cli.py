@@ -2,8 +2,9 @@
 
 ``serve`` runs the gateway (and, in embedded mode, the learning worker in-process);
 ``worker`` runs only the learning worker against the configured storage, for running
-learning in separate processes; ``dead-letters`` lists learning jobs that failed for good
-and requeues them.
+learning in separate processes — next to ``serve`` on the SQLite file, or any number of
+them on the Redis queue that ``serve --no-worker`` pods feed (``storage.backend: redis``);
+``dead-letters`` lists learning jobs that failed for good and requeues them.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def _load(args: argparse.Namespace) -> Settings:
 
 def preflight(settings: Settings) -> None:
     """Check, before starting a server, what would otherwise fail inside it with a stack
-    trace: the embedded database file must be creatable. Raises :class:`ConfigError`."""
+    trace: the embedded database file must be creatable (``storage.backend: sqlite``; with
+    Redis no local file is used). Raises :class:`ConfigError`."""
+    if settings.storage.backend != "sqlite":
+        return
     path = settings.storage.path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -122,10 +122,10 @@ async def open_resources(
 
     ``storage.backend: sqlite`` — memories, ledgers and the learning queue in one file.
     ``storage.backend: redis`` — one ``redis.asyncio`` client for memories
-    (:class:`~proxy.memory.redis_store.RedisMemoryStore`) and ledgers
-    (:class:`~proxy.ledger_redis.RedisLedger`); the learning queue stays SQLite, in
-    ``storage.queue_path`` next to ``storage.path``, until a Redis Streams queue replaces
-    it — so with Redis, each gateway process still learns from its own local queue. The
+    (:class:`~proxy.memory.redis_store.RedisMemoryStore`), ledgers
+    (:class:`~proxy.ledger_redis.RedisLedger`) and the learning queue
+    (:class:`~proxy.learning.redis_queue.RedisLearningQueue`), so every gateway and
+    worker process pointed at that Redis shares one queue; no local file is used. The
     search index is created or migrated here; when Redis is down at startup the gateway
     starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
     use.
@@ -140,7 +140,9 @@ async def open_resources(
         storage = settings.storage
         store: MemoryStore
         ledger: Ledger
+        queue: LearningQueue
         if storage.backend == "redis":
+            from proxy.learning.redis_queue import RedisLearningQueue
             from proxy.ledger_redis import RedisLedger
             from proxy.memory.redis_store import RedisMemoryStore
             from proxy.redis_client import connect
@@ -162,15 +164,16 @@ async def open_resources(
             except StoreUnavailableError as exc:
                 log.warning("redis_unavailable_at_startup", error=str(exc))
             store, ledger = redis_store, RedisLedger(client, key_prefix=storage.key_prefix)
-            db = await stack.enter_async_context(SqliteDatabase(storage.queue_path))
+            queue = RedisLearningQueue(client, key_prefix=storage.key_prefix)
         else:
             db = await stack.enter_async_context(SqliteDatabase(storage.path))
             store, ledger = SqliteMemoryStore(db), SqliteLedger(db)
+            queue = SqliteLearningQueue(db)
         if upstream is None:
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
         stack.push_async_callback(upstream.aclose)
         yield build_resources(
             settings, store=store, ledger=ledger, upstream=upstream,
-            queue=SqliteLearningQueue(db), embedder=embedder,
+            queue=queue, embedder=embedder,
         )

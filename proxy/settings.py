@@ -144,8 +144,9 @@ class StorageSettings(_Section):
     - ``backend: redis``: Redis 8 / Redis Stack with the Query Engine at ``url``
       (``redis://``, ``rediss://`` or ``unix://``; a secret, so usually
       ``os.environ/NAME``). Keys start with ``key_prefix``; ``vector_dim`` is the
-      embedder's dimension (``None``: no vector index). The learning queue stays in a
-      SQLite file next to ``path`` until the Redis Streams queue lands.
+      embedder's dimension (``None``: no vector index). The learning queue lives there
+      too (Redis Streams, :mod:`proxy.learning.redis_queue`): gateways and workers
+      sharing the Redis share the queue. ``path`` is not used.
     """
 
     backend: Literal["sqlite", "redis"] = "sqlite"
@@ -190,12 +191,6 @@ class StorageSettings(_Section):
             raise ValueError("storage.url is set but storage.backend is sqlite; set "
                              "storage.backend: redis or remove storage.url")
         return self
-
-    @property
-    def queue_path(self) -> Path:
-        """SQLite file of the learning queue when memories live in Redis:
-        ``data/memory-proxy.db`` → ``data/memory-proxy.queue.db``."""
-        return self.path.with_suffix(".queue" + (self.path.suffix or ".db"))
 
 
 class InjectTemplate(_Section):
@@ -384,6 +379,8 @@ class LearningSettings(_Section):
     # trouble (5+10+20+40+80+160+300 s) before a job is dead-lettered.
     max_attempts: int = Field(default=8, ge=1)
     retry_base_seconds: float = Field(default=5.0, gt=0)
+    # A claimed job is redelivered to another worker when its holder has not finished it
+    # within this long (a crashed worker); keep it above the slowest learning call.
     lease_seconds: int = Field(default=300, ge=5)
     poll_interval_seconds: float = Field(default=0.5, gt=0)
     seen_message_ttl_days: int = Field(default=30, ge=1)
@@ -497,7 +494,8 @@ class ServerSettings(_Section):
     port: int = Field(default=8080, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
-    # Embedded mode: run the learning worker inside the gateway process.
+    # Run the learning worker inside the gateway process (`serve --no-worker` turns it off:
+    # with Redis storage, gateway pods feed a queue that `memory-proxy worker`s drain).
     run_worker: bool = True
     # Larger chat bodies are refused with 413 (base64 images make bodies big).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)

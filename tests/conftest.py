@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
+from tests.fakes import Configure, FakeUpstream, Gateway, make_settings, running_gateway
 from tests.redis_server import RedisServer, RedisServerError, purge_prefix
 
 
@@ -27,6 +27,15 @@ def upstream() -> FakeUpstream:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path)
+
+
+@pytest.fixture
+def configure(tmp_path: Path) -> Configure:
+    """Test settings with these overrides (``make_settings``); backend suites override this
+    fixture to put storage elsewhere (tests/routes/test_redis_backend_e2e.py)."""
+    def build(**overrides: Any) -> Settings:
+        return make_settings(tmp_path, **overrides)
+    return build
 
 
 @pytest.fixture

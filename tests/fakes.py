@@ -248,6 +248,16 @@ def make_settings(tmp_path: Any, **overrides: Any) -> Settings:
     return load_settings(use_file=False, **base)
 
 
+# A factory of test settings: overrides as for make_settings (fixture ``configure``).
+Configure = Callable[..., Settings]
+
+
+def redis_storage(tmp_path: Any, url: str, prefix: str) -> dict[str, object]:
+    """``storage`` settings for the Redis backend at ``url``, keys under ``prefix``."""
+    return {"backend": "redis", "url": url, "key_prefix": prefix,
+            "path": str(tmp_path / "memory.db")}
+
+
 @dataclass
 class Gateway:
     """A gateway served by uvicorn on 127.0.0.1 with a fake upstream behind it."""

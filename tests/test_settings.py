@@ -99,8 +99,8 @@ def test_invalid_config_names_the_setting(tmp_path: Path, yaml_text: str, named:
 def test_redis_storage_takes_its_url_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``storage.url: os.environ/NAME`` resolves like other secrets, stays a SecretStr,
-    and the queue file sits next to ``storage.path``."""
+    """``storage.url: os.environ/NAME`` resolves like other secrets and stays a
+    SecretStr."""
     monkeypatch.setenv("MY_REDIS_URL", "redis://:pw@localhost:6379/2")
     settings = load_settings(use_file=False, storage={
         "backend": "redis", "url": "os.environ/MY_REDIS_URL", "key_prefix": "prod",
@@ -110,7 +110,6 @@ def test_redis_storage_takes_its_url_from_the_environment(
     assert storage.url.get_secret_value() == "redis://:pw@localhost:6379/2"
     assert "pw" not in repr(storage)
     assert (storage.key_prefix, storage.vector_dim) == ("prod", 384)
-    assert storage.queue_path == tmp_path / "gw.queue.db"
 
 
 def test_redis_url_can_come_from_a_prefixed_variable(monkeypatch: pytest.MonkeyPatch) -> None:

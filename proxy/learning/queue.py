@@ -5,7 +5,9 @@ Three job kinds flow through one durable queue:
 - ``exchange`` — a completed turn from the gateway. The worker drops messages whose
   fingerprint the user has already seen, buffers the rest, and when a conversation has
   ``batch_messages`` new user messages it seals them into a batch and enqueues ``learn``
-  — in the same transaction.
+  — in the same transaction (SQLite), or through an outbox that survives a crash between
+  the two (Redis, where the job may live in another Cluster slot; see
+  :mod:`proxy.learning.redis_queue`).
 - ``flush`` — seal whatever a conversation has buffered (idle timeout or explicit flush).
 - ``learn`` — score, extract and consolidate one sealed batch.
 
@@ -13,10 +15,16 @@ Delivery is at-least-once: a claimed job carries a lease; a worker that dies los
 the job becomes claimable again when the lease runs out. Effects are idempotent (batch keys
 in the store, fingerprints in the buffer). A job that keeps failing is moved to the dead
 letter list with its last error after ``max_attempts``.
+
+Backends: :class:`~proxy.learning.sqlite_queue.SqliteLearningQueue` (the embedded file) and
+:class:`~proxy.learning.redis_queue.RedisLearningQueue` (Redis Streams, shared by every
+gateway and worker process); ``tests/learning/test_queue_contract.py`` holds both to the
+same behaviour.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -146,10 +154,18 @@ class LearningQueue(Protocol):
         ...
 
 
+def batch_key(fingerprints: list[str], conversation: str) -> str:
+    """Deterministic batch id from its messages: the same messages → the same key
+    (``b_`` + 32 hex digits of SHA-256 over the conversation id and the fingerprints)."""
+    digest = hashlib.sha256(("\x1f".join([conversation, *fingerprints])).encode()).hexdigest()
+    return "b_" + digest[:32]
+
+
 def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
     return sizes.get(exchange_channel, sizes.get("private", 5))
 
 
 __all__: Sequence[str] = (
-    "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "QueueDepth", "batch_sizes",
+    "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "QueueDepth", "batch_key",
+    "batch_sizes",
 )

@@ -7,23 +7,16 @@ job twice or seal the same message into two batches.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import time
 
 import orjson
 
 from proxy.learning.exchange import Exchange, TranscriptMessage
-from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth
+from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
 from proxy.sqlite import SqliteDatabase
 
 _MAX_ERROR_CHARS = 2000
-
-
-def batch_key(fingerprints: list[str], conversation: str) -> str:
-    """Deterministic batch id from its messages: the same messages → the same key."""
-    digest = hashlib.sha256(("\x1f".join([conversation, *fingerprints])).encode()).hexdigest()
-    return "b_" + digest[:32]
 
 
 def _seal(

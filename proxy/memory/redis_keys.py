@@ -22,10 +22,33 @@ key name::
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
 
+The learning queue (:mod:`proxy.learning.redis_queue`) keeps its jobs under one tag of
+its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
+buffered messages under the user's tag (one script dedups, buffers and seals them)::
+
+    P:lq:{P}:ready             STREAM  ready and leased jobs (field ``id``); group ``workers``
+    P:lq:{P}:jobs              HASH    job id → JSON header (kind, attempts, state, times,
+                                       last error, stream entry, holder)
+    P:lq:{P}:payloads          HASH    job id → payload bytes
+    P:lq:{P}:delayed           ZSET    job id → epoch seconds it becomes ready (retries)
+    P:lq:{P}:leased            ZSET    job id → epoch seconds its lease runs out
+    P:lq:{P}:dead              ZSET    job id → epoch seconds it was dead-lettered
+    P:lq:{P}:idle              ZSET    ``<ns>:<cd>`` → newest buffered message time (hint)
+    P:lq:{P}:aged              ZSET    ``<ns>:<cd>`` → oldest buffered message time (hint)
+    P:lq:{P}:seen              ZSET    ``<ns>`` → oldest fingerprint time (hint)
+    P:lq:{P}:buffered          STRING  unsealed messages in all buffers (a gauge)
+    P:lq:seen:{ns}             ZSET    message fingerprint → epoch seconds first seen
+    P:lq:buf:{ns}:<cd>         HASH    one conversation's unsealed messages and counters
+    P:lq:bufs:{ns}             SET     conversation ids with unsealed messages
+    P:lq:batch:{ns}:<digest>   HASH    one sealed batch awaiting learning
+    P:lq:sealed:{ns}           SET     digests of the user's sealed batches (forget_user)
+    P:lq:outbox:{ns}           SET     batch keys sealed but maybe not yet enqueued
+
 ``P`` is ``storage.key_prefix``; ``ns`` is ``u<digest(tenant, user)>`` for a user and
 ``s<digest(tenant)>`` for the tenant's shared and system memories; ``t<digest(tenant)>``
-tags tenant-wide keys. Digests are the first 24 hex digits of SHA-256 (96 bits) — the same
-tokens the SQLite store uses in its keyword index.
+tags tenant-wide keys; ``cd`` is ``c<digest(conversation id)>``. Digests are the first 24
+hex digits of SHA-256 (96 bits) — the same tokens the SQLite store uses in its keyword
+index.
 """
 
 from __future__ import annotations
@@ -59,6 +82,11 @@ def tenant_token(tenant: str) -> str:
 def namespace_token(tenant: str, user: str | None) -> str:
     """The namespace of a memory: the user's, or the tenant's shared space for ``None``."""
     return shared_token(tenant) if user is None else user_token(tenant, user)
+
+
+def conversation_token(conversation: str) -> str:
+    """Token of one conversation's buffer key: ``c`` + 24 hex digits."""
+    return "c" + _digest(conversation)
 
 
 def channel_token(channel: str) -> str:
@@ -123,3 +151,28 @@ class KeyLayout:
 
     def prompts(self, tenant_tok: str, kind: str) -> str:
         return f"{self.prefix}:prompts:{{{tenant_tok}}}:{kind}"
+
+    # learning queue ------------------------------------------------------------------
+    def queue(self, name: str) -> str:
+        """A job key of the learning queue (``ready``, ``jobs``, ``payloads``, ``delayed``,
+        ``leased``, ``dead``) or one of its indexes (``idle``, ``aged``, ``seen``,
+        ``buffered``); all share the tag ``{prefix}``."""
+        return f"{self.prefix}:lq:{{{self.prefix}}}:{name}"
+
+    def seen(self, ns: str) -> str:
+        return f"{self.prefix}:lq:seen:{{{ns}}}"
+
+    def buffer(self, ns: str, conversation_tok: str) -> str:
+        return f"{self.prefix}:lq:buf:{{{ns}}}:{conversation_tok}"
+
+    def buffers(self, ns: str) -> str:
+        return f"{self.prefix}:lq:bufs:{{{ns}}}"
+
+    def batch(self, ns: str, digest: str) -> str:
+        return f"{self.prefix}:lq:batch:{{{ns}}}:{digest}"
+
+    def sealed(self, ns: str) -> str:
+        return f"{self.prefix}:lq:sealed:{{{ns}}}"
+
+    def outbox(self, ns: str) -> str:
+        return f"{self.prefix}:lq:outbox:{{{ns}}}"

@@ -9,7 +9,7 @@ import pytest
 from proxy.learning.prompts import EXAMPLE_FACTS
 from proxy.memory.inject import BLOCK_START
 from proxy.memory.store import ListQuery
-from tests.fakes import FakeUpstream, Gateway
+from tests.fakes import Configure, FakeUpstream, Gateway
 
 
 def fact(content: str, **extra: Any) -> dict[str, Any]:
@@ -167,12 +167,12 @@ async def test_resent_history_is_never_learned_twice(
 
 
 async def test_batches_wait_for_enough_user_messages(
-    tmp_path: Any, upstream: FakeUpstream
+    configure: Configure, upstream: FakeUpstream
 ) -> None:
     """With batch_messages 3, nothing is learned until the third new user message."""
-    from tests.fakes import make_settings, running_gateway
+    from tests.fakes import running_gateway
 
-    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 3})
+    settings = configure(learning={"enabled": True, "batch_messages": 3})
     async with running_gateway(settings, upstream) as gateway:
         history: list[dict[str, Any]] = []
         for index, text in enumerate(["one fact", "two facts", "three facts"]):
@@ -189,13 +189,13 @@ async def test_batches_wait_for_enough_user_messages(
     "```json\n{\"unrelated\": true}\n```",
 ])
 async def test_unparseable_extraction_writes_nothing_and_dead_letters(
-    tmp_path: Any, upstream: FakeUpstream, output: str
+    configure: Configure, upstream: FakeUpstream, output: str
 ) -> None:
     """Output that holds no valid extraction writes no memory; the job is retried, then
     dead-lettered with the error, never recorded as "no facts" (cases B14, B17)."""
-    from tests.fakes import make_settings, running_gateway
+    from tests.fakes import running_gateway
 
-    settings = make_settings(tmp_path, learning={
+    settings = configure(learning={
         "enabled": True, "batch_messages": 1, "max_attempts": 2, "retry_base_seconds": 0.01})
     async with running_gateway(settings, upstream) as gateway:
         upstream.extract = lambda body: output
@@ -471,15 +471,15 @@ class _CrashAfterApply:
 
 
 async def test_redelivered_batch_is_applied_once(
-    tmp_path: Any, upstream: FakeUpstream
+    configure: Configure, upstream: FakeUpstream
 ) -> None:
     """A batch redone after a crash between apply and acknowledgement is applied once:
     hits and rows do not change the second time."""
     import asyncio
 
-    from tests.fakes import make_settings, running_gateway
+    from tests.fakes import running_gateway
 
-    settings = make_settings(tmp_path, learning={
+    settings = configure(learning={
         "enabled": True, "batch_messages": 1, "retry_base_seconds": 0.01})
     async with running_gateway(settings, upstream) as gateway:
         worker = gateway.res.worker
@@ -499,12 +499,12 @@ async def test_redelivered_batch_is_applied_once(
 
 
 async def test_explicit_flush_learns_a_partial_batch(
-    tmp_path: Any, upstream: FakeUpstream
+    configure: Configure, upstream: FakeUpstream
 ) -> None:
     """``POST /v1/memories/flush`` learns what is buffered below the batch size."""
-    from tests.fakes import make_settings, running_gateway
+    from tests.fakes import running_gateway
 
-    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 5})
+    settings = configure(learning={"enabled": True, "batch_messages": 5})
     async with running_gateway(settings, upstream) as gateway:
         upstream.extract = lambda body: extraction(fact("Collects vinyl records"))
         await say(gateway, "I collect vinyl records.")
@@ -526,14 +526,14 @@ async def test_flush_is_refused_when_learning_is_off(gateway: Gateway) -> None:
 
 
 async def test_repeat_is_merged_even_beyond_the_prompts_related_memories(
-    tmp_path: Any, upstream: FakeUpstream
+    configure: Configure, upstream: FakeUpstream
 ) -> None:
     """With more memories than the extraction prompt shows, a repeated fact still merges as
     evidence instead of creating a twin."""
-    from tests.fakes import make_settings, running_gateway
+    from tests.fakes import running_gateway
 
-    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1,
-                                                 "related_memories": 2})
+    settings = configure(learning={"enabled": True, "batch_messages": 1,
+                                   "related_memories": 2})
     async with running_gateway(settings, upstream) as gateway:
         for index in range(4):
             await add_manual(gateway, f"Visited country number {index} on a bicycle trip")

@@ -1,0 +1,464 @@
+"""The LearningQueue contract: every behaviour, checked on both backends (SPEC §3.1, §3.9).
+
+The ``queue`` fixture yields a fresh SQLite queue and a fresh Redis queue (its own key
+prefix on the session's test Redis); each test runs on both. Leases and delays are real
+time, kept to a few hundred milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.learning.queue import Batch, Job, LearningQueue
+
+LEASE = 0.4  # seconds; sleeps wait LEASE + SLACK
+SLACK = 0.1
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LearningQueue]:
+    if request.param == "sqlite":
+        from proxy.learning.sqlite_queue import SqliteLearningQueue
+        from proxy.sqlite import SqliteDatabase
+
+        async with SqliteDatabase(tmp_path / "queue.db") as db:
+            yield SqliteLearningQueue(db)
+        return
+    from proxy.learning.redis_queue import RedisLearningQueue
+    from proxy.redis_client import connect
+
+    async with connect(request.getfixturevalue("redis_url")) as client:
+        yield RedisLearningQueue(client, key_prefix=request.getfixturevalue("redis_prefix"))
+
+
+def msg(role: str, text: str, *, name: str | None = None) -> TranscriptMessage:
+    return TranscriptMessage(role=role, text=text, fingerprint=f"fp-{role}-{text}", name=name)
+
+
+def turn(*texts: str, reply: str | None = None) -> tuple[TranscriptMessage, ...]:
+    """User messages ``texts`` and one assistant reply (``re: <last text>`` by default)."""
+    return (*(msg("user", t) for t in texts), msg("assistant", reply or f"re: {texts[-1]}"))
+
+
+def exchange(messages: tuple[TranscriptMessage, ...], *, user: str = "u1",
+             conversation: str = "c1", at: float = 1000.0, tenant: str = "t1",
+             model: str = "m", group: str | None = None) -> Exchange:
+    return Exchange(id=f"x-{at}", tenant=tenant, user=user, conversation=conversation,
+                    channel="group" if group else "private", group=group, model=model,
+                    messages=messages, at=at)
+
+
+async def claim_all(queue: LearningQueue, worker: str = "w") -> list[Job]:
+    jobs = []
+    while (job := await queue.claim(worker, lease_seconds=30)) is not None:
+        jobs.append(job)
+    return jobs
+
+
+async def learn_batches(queue: LearningQueue) -> list[Batch]:
+    """Claim and acknowledge every job; the batches of the ``learn`` ones, loaded."""
+    batches = []
+    for job in await claim_all(queue):
+        assert job.kind == "learn"
+        batch = await queue.load_batch(orjson.loads(job.payload)["batch"])
+        assert batch is not None
+        batches.append(batch)
+        await queue.ack(job)
+    return batches
+
+
+def texts(batch: Batch) -> list[str]:
+    return [m.text for m in batch.messages]
+
+
+# jobs -------------------------------------------------------------------------------
+
+async def test_an_enqueued_job_is_claimed_once_with_its_payload(queue: LearningQueue) -> None:
+    """A claimed job carries kind, payload and attempt 1; nobody else can claim it."""
+    await queue.enqueue("exchange", "j1", b"\x00payload\xff")
+    job = await queue.claim("w1", lease_seconds=30)
+    assert job == Job(id="j1", kind="exchange", payload=b"\x00payload\xff", attempts=1)
+    assert await queue.claim("w2", lease_seconds=30) is None
+
+
+async def test_a_job_id_already_present_is_ignored(queue: LearningQueue) -> None:
+    """Enqueueing an id that is ready, leased or dead again changes nothing, also within
+    one enqueue_many call."""
+    await queue.enqueue_many([("exchange", "a", b"first"), ("exchange", "a", b"second"),
+                              ("flush", "b", b"b")])
+    await queue.enqueue("exchange", "a", b"third")
+    assert (await queue.depth()).ready == 2
+    first = await queue.claim("w", lease_seconds=30)
+    assert first is not None
+    assert (first.id, first.payload) == ("a", b"first")
+    await queue.enqueue("exchange", "a", b"while leased")
+    await queue.bury(first, error="boom")
+    await queue.enqueue("exchange", "a", b"while dead")
+    depth = await queue.depth()
+    assert (depth.ready, depth.leased, depth.dead) == (1, 0, 1)
+    second = await queue.claim("w", lease_seconds=30)
+    assert second is not None
+    assert second.id == "b"
+    assert await queue.claim("w", lease_seconds=30) is None
+
+
+async def test_an_acknowledged_job_is_gone_and_its_id_free_again(queue: LearningQueue) -> None:
+    """ack removes the job for good; the same id may then be enqueued anew."""
+    await queue.enqueue("learn", "j", b"1")
+    job = await queue.claim("w", lease_seconds=LEASE)
+    assert job is not None
+    await queue.ack(job)
+    await asyncio.sleep(LEASE + SLACK)
+    assert await queue.claim("w", lease_seconds=30) is None
+    depth = await queue.depth()
+    assert (depth.ready, depth.delayed, depth.leased, depth.dead) == (0, 0, 0, 0)
+    await queue.ack(job)  # twice: harmless
+    await queue.enqueue("learn", "j", b"2")
+    again = await queue.claim("w", lease_seconds=30)
+    assert again is not None
+    assert (again.payload, again.attempts) == (b"2", 1)
+
+
+async def test_jobs_are_claimed_oldest_first(queue: LearningQueue) -> None:
+    """Jobs come out in the order they were enqueued, across and within calls."""
+    await queue.enqueue("exchange", "1", b"")
+    await queue.enqueue_many([("exchange", "2", b""), ("flush", "3", b""),
+                              ("learn", "4", b"")])
+    await queue.enqueue("exchange", "5", b"")
+    assert [j.id for j in await claim_all(queue)] == ["1", "2", "3", "4", "5"]
+
+
+async def test_an_expired_lease_redelivers_the_job_to_another_worker(
+    queue: LearningQueue,
+) -> None:
+    """A worker that never finishes holds its job only until its lease ends; then another
+    worker gets it, as a further attempt, while a live lease is respected."""
+    await queue.enqueue("learn", "j", b"p")
+    held = await queue.claim("crashed", lease_seconds=LEASE)
+    assert held is not None
+    assert await queue.claim("other", lease_seconds=30) is None
+    assert (await queue.depth()).leased == 1
+    await asyncio.sleep(LEASE + SLACK)
+    taken = await queue.claim("other", lease_seconds=30)
+    assert taken == Job(id="j", kind="learn", payload=b"p", attempts=2)
+    await asyncio.sleep(LEASE)
+    assert await queue.claim("third", lease_seconds=30) is None  # the new lease holds
+
+
+async def test_retry_delays_the_job_and_keeps_its_attempts(queue: LearningQueue) -> None:
+    """A retried job is not claimable before its delay, and is afterwards, as attempt 2."""
+    await queue.enqueue("learn", "j", b"p")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.retry(job, error="429", delay_seconds=LEASE)
+    assert await queue.claim("w", lease_seconds=30) is None
+    depth = await queue.depth()
+    assert (depth.ready, depth.delayed, depth.leased) == (0, 1, 0)
+    await asyncio.sleep(LEASE + SLACK)
+    assert (await queue.depth()).ready == 1
+    again = await queue.claim("w", lease_seconds=30)
+    assert again is not None
+    assert (again.id, again.attempts, again.payload) == ("j", 2, b"p")
+
+
+async def test_retry_without_delay_is_claimable_at_once(queue: LearningQueue) -> None:
+    """A zero delay puts the job straight back among the ready ones."""
+    await queue.enqueue("flush", "j", b"")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.retry(job, error="oops", delay_seconds=0)
+    again = await queue.claim("w", lease_seconds=30)
+    assert again is not None
+    assert again.attempts == 2
+
+
+async def test_attempts_count_every_delivery(queue: LearningQueue) -> None:
+    """Lease expiries and retries alike add one attempt per delivery (the worker
+    dead-letters at learning.max_attempts on this count)."""
+    await queue.enqueue("learn", "j", b"")
+    first = await queue.claim("a", lease_seconds=LEASE)
+    await asyncio.sleep(LEASE + SLACK)
+    second = await queue.claim("b", lease_seconds=30)
+    assert second is not None
+    await queue.retry(second, error="x", delay_seconds=0)
+    third = await queue.claim("c", lease_seconds=30)
+    assert [j.attempts if j else None for j in (first, second, third)] == [1, 2, 3]
+
+
+async def test_a_buried_job_is_a_dead_letter_until_requeued(queue: LearningQueue) -> None:
+    """bury moves a job to the dead letters with its last error and attempts; requeue
+    makes it ready again with a fresh attempt count; only dead jobs can be requeued."""
+    await queue.enqueue("learn", "j", b"p")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.retry(job, error="first error", delay_seconds=0)
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.bury(job, error="ParseError: " + "x" * 5000)
+    assert await queue.claim("w", lease_seconds=30) is None
+    [dead] = await queue.dead_letters()
+    assert (dead.id, dead.kind, dead.attempts) == ("j", "learn", 2)
+    assert dead.last_error.startswith("ParseError: x")
+    assert 100 < len(dead.last_error) <= 2000
+    assert (await queue.depth()).dead == 1
+    assert not await queue.requeue("unknown")
+    assert await queue.requeue("j")
+    assert not await queue.requeue("j")  # ready now, not dead
+    assert await queue.dead_letters() == []
+    revived = await queue.claim("w", lease_seconds=30)
+    assert revived == Job(id="j", kind="learn", payload=b"p", attempts=1)
+
+
+async def test_dead_letters_are_listed_newest_first(queue: LearningQueue) -> None:
+    """The dead-letter list is ordered by failure time, newest first, and limited."""
+    await queue.enqueue_many([("learn", name, b"") for name in ("a", "b", "c")])
+    for job in await claim_all(queue):
+        await queue.bury(job, error=f"failed {job.id}")
+        await asyncio.sleep(0.01)
+    assert [d.id for d in await queue.dead_letters()] == ["c", "b", "a"]
+    assert [d.last_error for d in await queue.dead_letters(limit=2)] == [
+        "failed c", "failed b"]
+
+
+async def test_depth_counts_jobs_by_state_and_buffered_messages(queue: LearningQueue) -> None:
+    """depth() reports ready, delayed, leased and dead jobs and unsealed messages."""
+    await queue.enqueue_many([("exchange", str(i), b"") for i in range(5)])
+    leased = await queue.claim("w", lease_seconds=30)
+    delayed = await queue.claim("w", lease_seconds=30)
+    dead = await queue.claim("w", lease_seconds=30)
+    assert leased is not None
+    assert delayed is not None
+    assert dead is not None
+    await queue.retry(delayed, error="later", delay_seconds=60)
+    await queue.bury(dead, error="never")
+    await queue.buffer(exchange(turn("hello", "again")), batch_size=5, now=1000)
+    depth = await queue.depth()
+    assert (depth.ready, depth.delayed, depth.leased, depth.dead,
+            depth.buffered_messages) == (2, 1, 1, 1, 3)
+
+
+# buffer -----------------------------------------------------------------------------
+
+async def test_resent_messages_are_buffered_once(queue: LearningQueue) -> None:
+    """A message whose fingerprint the user has seen is dropped: resent history, a
+    duplicate inside one exchange, the same text in another conversation of the user."""
+    await queue.buffer(exchange(turn("I live in Oslo")), batch_size=5, now=1000)
+    resent = (*turn("I live in Oslo"), msg("user", "I keep bees"), msg("user", "I keep bees"))
+    await queue.buffer(exchange(resent, at=1001), batch_size=5, now=1001)
+    await queue.buffer(exchange(turn("I live in Oslo", "I sail"), conversation="c2", at=1002),
+                       batch_size=5, now=1002)
+    assert (await queue.depth()).buffered_messages == 5
+    assert sorted(await queue.buffered_conversations("t1", "u1")) == ["c1", "c2"]
+    first = await queue.seal("t1", "u1", "c1", now=1003)
+    second = await queue.seal("t1", "u1", "c2", now=1003)
+    assert first is not None
+    assert second is not None
+    one, two = await queue.load_batch(first), await queue.load_batch(second)
+    assert one is not None
+    assert two is not None
+    assert texts(one) == ["I live in Oslo", "re: I live in Oslo", "I keep bees"]
+    assert texts(two) == ["I sail", "re: I sail"]
+
+
+async def test_fingerprints_belong_to_one_user(queue: LearningQueue) -> None:
+    """Another user (or tenant) sending a message with the same fingerprint has it
+    buffered: dedup never crosses users."""
+    same = turn("hello")
+    await queue.buffer(exchange(same), batch_size=5, now=1000)
+    await queue.buffer(exchange(same, user="u2"), batch_size=5, now=1000)
+    await queue.buffer(exchange(same, tenant="t2"), batch_size=5, now=1000)
+    assert (await queue.depth()).buffered_messages == 6
+    assert await queue.buffered_conversations("t1", "u2") == ["c1"]
+    assert await queue.buffered_conversations("t2", "u1") == ["c1"]
+
+
+async def test_a_batch_is_sealed_at_batch_size_with_one_learn_job(
+    queue: LearningQueue,
+) -> None:
+    """The exchange that brings the conversation to batch_size user messages seals all its
+    buffered messages, in order, into a batch whose learn job is enqueued once."""
+    first = exchange(turn("I am a nurse", reply="Nice"), at=1000)
+    assert await queue.buffer(first, batch_size=2, now=1000) is None
+    assert await claim_all(queue) == []
+    group_turn = exchange((msg("user", "I work nights", name="Ann"), msg("assistant", "Ok")),
+                          at=1010, model="m2")
+    key = await queue.buffer(group_turn, batch_size=2, now=1010)
+    assert key is not None
+    [job] = await claim_all(queue)
+    assert (job.kind, job.id, orjson.loads(job.payload)) == ("learn", f"learn:{key}",
+                                                             {"batch": key})
+    batch = await queue.load_batch(key)
+    assert batch is not None
+    assert (batch.key, batch.tenant, batch.user, batch.conversation, batch.channel,
+            batch.model, batch.oldest_at, batch.newest_at) == (
+        key, "t1", "u1", "c1", "private", "m2", 1000.0, 1010.0)
+    assert [(m.role, m.text, m.name) for m in batch.messages] == [
+        ("user", "I am a nurse", None), ("assistant", "Nice", None),
+        ("user", "I work nights", "Ann"), ("assistant", "Ok", None)]
+    assert batch.messages[0].fingerprint == "fp-user-I am a nurse"
+    assert [m.text for m in batch.user_messages] == ["I am a nurse", "I work nights"]
+    assert (await queue.depth()).buffered_messages == 0
+    assert await queue.buffered_conversations("t1", "u1") == []
+    assert await queue.seal("t1", "u1", "c1", now=1020) is None
+
+
+async def test_group_batches_keep_the_channel_and_images(queue: LearningQueue) -> None:
+    """A group exchange's batch says group:<id> and keeps the images of its messages."""
+    shared = TranscriptMessage(role="user", text="look", fingerprint="fp-img", name="Bo",
+                               images=("data:image/png;base64,AAAA",))
+    key = await queue.buffer(exchange((shared,), user="group:g1", group="g1"), batch_size=1,
+                             now=1000)
+    assert key is not None
+    batch = await queue.load_batch(key)
+    assert batch is not None
+    assert batch.channel == "group:g1"
+    assert batch.messages == (shared,)
+
+
+async def test_concurrent_buffering_seals_every_message_exactly_once(
+    queue: LearningQueue,
+) -> None:
+    """Exchanges of one conversation buffered at the same time (several workers) put each
+    message in exactly one batch, with one learn job per batch and none lost."""
+    exchanges = [exchange(turn(f"fact {i}"), at=1000 + i) for i in range(12)]
+    keys = await asyncio.gather(*(queue.buffer(e, batch_size=2, now=1000) for e in exchanges))
+    await asyncio.gather(*(queue.buffer(e, batch_size=2, now=1000) for e in exchanges[:4]))
+    assert (await queue.depth()).buffered_messages <= 2  # no full batch left unsealed
+    rest = await queue.seal("t1", "u1", "c1", now=2000)
+    sealed = [k for k in (*keys, rest) if k is not None]
+    batches = await learn_batches(queue)
+    assert sorted(b.key for b in batches) == sorted(sealed)
+    assert len(set(sealed)) == len(sealed)
+    learned = Counter(t for b in batches for t in texts(b))
+    expected = {f"fact {i}" for i in range(12)} | {f"re: fact {i}" for i in range(12)}
+    assert set(learned) == expected
+    assert set(learned.values()) == {1}
+    assert all(len(b.user_messages) >= 2 for b in batches if b.key != rest)
+    assert (await queue.depth()).buffered_messages == 0
+
+
+async def test_two_concurrent_exchanges_reaching_the_batch_size_seal_one_batch(
+    queue: LearningQueue,
+) -> None:
+    """Two exchanges racing to complete a batch of two yield one batch and one job."""
+    keys = await asyncio.gather(
+        queue.buffer(exchange(turn("left")), batch_size=2, now=1000),
+        queue.buffer(exchange(turn("right"), at=1001), batch_size=2, now=1000))
+    assert len([k for k in keys if k]) == 1
+    [batch] = await learn_batches(queue)
+    assert sorted(texts(batch)) == ["left", "re: left", "re: right", "right"]
+
+
+async def test_seal_flushes_whatever_a_conversation_holds(queue: LearningQueue) -> None:
+    """seal() makes a batch of a partial buffer (an idle or explicit flush) and enqueues its
+    learn job; with nothing buffered it returns None."""
+    assert await queue.seal("t1", "u1", "c1", now=1000) is None
+    await queue.buffer(exchange(turn("just one")), batch_size=5, now=1000)
+    key = await queue.seal("t1", "u1", "c1", now=1001)
+    assert key is not None
+    assert await queue.seal("t1", "u1", "c1", now=1002) is None
+    [batch] = await learn_batches(queue)
+    assert (batch.key, texts(batch)) == (key, ["just one", "re: just one"])
+
+
+async def test_batch_keys_are_deterministic_from_the_messages(queue: LearningQueue) -> None:
+    """The same messages sealed for the same user and conversation get the same key;
+    other messages another key."""
+    one = await queue.buffer(exchange(turn("same")), batch_size=1, now=1000)
+    await queue.forget_user("t1", "u1")
+    await queue.expire(buffered_before=0, seen_before=float("inf"))
+    again = await queue.buffer(exchange(turn("same")), batch_size=1, now=1000)
+    other = await queue.buffer(exchange(turn("other")), batch_size=1, now=1000)
+    assert one is not None
+    assert one == again != other
+
+
+async def test_a_dropped_batch_cannot_be_loaded(queue: LearningQueue) -> None:
+    """drop_batch deletes the batch's raw text; loading it, or an unknown key, gives None."""
+    key = await queue.buffer(exchange(turn("bye")), batch_size=1, now=1000)
+    assert key is not None
+    assert await queue.load_batch(key) is not None
+    await queue.drop_batch(key)
+    await queue.drop_batch(key)
+    assert await queue.load_batch(key) is None
+    assert await queue.load_batch("b_" + "0" * 32) is None
+    assert await queue.load_batch("not a key") is None
+
+
+async def test_idle_conversations_are_those_quiet_since_a_time(queue: LearningQueue) -> None:
+    """A conversation is idle when its newest unsealed message is older than the given
+    time and it holds a user message; sealing it ends that."""
+    await queue.buffer(exchange(turn("early"), conversation="old", at=100), batch_size=5,
+                       now=100)
+    await queue.buffer(exchange(turn("later"), conversation="new", at=200), batch_size=5,
+                       now=200)
+    await queue.buffer(exchange(turn("later still"), conversation="old", at=150),
+                       batch_size=5, now=150)
+    await queue.buffer(exchange((msg("assistant", "only me"),), conversation="bot", at=50),
+                       batch_size=5, now=50)
+    assert await queue.idle_conversations(idle_before=150) == []
+    assert await queue.idle_conversations(idle_before=151) == [("t1", "u1", "old")]
+    assert sorted(await queue.idle_conversations(idle_before=201)) == [
+        ("t1", "u1", "new"), ("t1", "u1", "old")]
+    await queue.seal("t1", "u1", "old", now=300)
+    assert await queue.idle_conversations(idle_before=float("inf")) == [("t1", "u1", "new")]
+    assert sorted(await queue.buffered_conversations("t1", "u1")) == ["bot", "new"]
+
+
+async def test_expire_drops_old_buffered_text_and_old_fingerprints(
+    queue: LearningQueue,
+) -> None:
+    """Unsealed messages older than the buffer TTL are deleted one by one (sealed batches
+    stay); fingerprints older than theirs are forgotten, so such a message counts as new."""
+    await queue.buffer(exchange(turn("stale"), at=100), batch_size=5, now=100)
+    await queue.buffer(exchange(turn("fresh"), at=300), batch_size=5, now=300)
+    kept = await queue.buffer(exchange(turn("sealed"), conversation="c2", at=50),
+                              batch_size=1, now=50)
+    assert await queue.expire(buffered_before=200, seen_before=0) == 2
+    assert (await queue.depth()).buffered_messages == 2
+    assert await queue.idle_conversations(idle_before=250) == []
+    assert kept is not None
+    assert await queue.load_batch(kept) is not None
+    # fingerprints: "stale" was seen at 100, "fresh" at 300
+    assert await queue.expire(buffered_before=0, seen_before=200) == 0
+    await queue.buffer(exchange(turn("stale", "fresh"), at=400), batch_size=5, now=400)
+    key = await queue.seal("t1", "u1", "c1", now=400)
+    assert key is not None
+    batch = await queue.load_batch(key)
+    assert batch is not None
+    assert texts(batch) == ["fresh", "re: fresh", "stale"]
+
+
+async def test_marked_messages_are_never_buffered(queue: LearningQueue) -> None:
+    """mark_seen records fingerprints without buffering: a later resend is not learned."""
+    await queue.mark_seen(exchange(turn("private thought")), now=1000)
+    assert (await queue.depth()).buffered_messages == 0
+    assert await queue.buffer(exchange(turn("private thought"), at=1001), batch_size=1,
+                              now=1001) is None
+    assert await queue.buffered_conversations("t1", "u1") == []
+    assert await claim_all(queue) == []
+
+
+async def test_forget_user_drops_their_buffered_text_but_not_their_fingerprints(
+    queue: LearningQueue,
+) -> None:
+    """forget_user deletes a user's unsealed and sealed text; the user's resent history
+    is still not buffered again, and other users keep theirs."""
+    sealed = await queue.buffer(exchange(turn("secret one")), batch_size=1, now=1000)
+    await queue.buffer(exchange(turn("secret two"), conversation="c2"), batch_size=5, now=1000)
+    await queue.buffer(exchange(turn("mine"), user="u2"), batch_size=5, now=1000)
+    await queue.forget_user("t1", "u1")
+    assert sealed is not None
+    assert await queue.load_batch(sealed) is None
+    assert await queue.buffered_conversations("t1", "u1") == []
+    assert await queue.idle_conversations(idle_before=float("inf")) == [("t1", "u2", "c1")]
+    assert (await queue.depth()).buffered_messages == 2
+    assert await queue.buffer(exchange(turn("secret two"), at=1001), batch_size=1,
+                              now=1001) is None
