@@ -64,9 +64,14 @@ async def _unexpected(request: Request, _exc: Exception) -> Response:
     return error_response(ProxyError("The gateway failed unexpectedly; see its logs."))
 
 
-async def _every(seconds: float, action: Callable[[], Awaitable[None]], name: str) -> None:
+async def _every(seconds: float, action: Callable[[], Awaitable[None]], name: str,
+                 *, first: float | None = None) -> None:
+    """Run ``action`` every ``seconds`` (the first time after ``first`` seconds, default
+    ``seconds``), logging its failures; until cancelled."""
+    delay = seconds if first is None else first
     while True:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(delay)
+        delay = seconds
         try:
             await action()
         except Exception:
@@ -98,6 +103,10 @@ async def _running(res: Resources) -> AsyncIterator[None]:
     tasks.append(asyncio.create_task(res.sink.run(), name="learning-sink"))
     tasks.append(asyncio.create_task(_every(FLUSH_INTERVAL_SECONDS, flush, "flush"),
                                      name="flush"))
+    tasks.append(asyncio.create_task(
+        _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
+               "index_maintenance", first=0.0),
+        name="index-maintenance"))
     if res.worker is not None and res.settings.server.run_worker:
         tasks.append(asyncio.create_task(res.worker.run(stop), name="learning-worker"))
     try:

@@ -154,6 +154,9 @@ class StorageSettings(_Section):
     url: SecretStr | None = None
     key_prefix: str = Field(default="mp", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     vector_dim: int | None = Field(default=None, ge=1, le=MAX_VECTOR_DIM)
+    # Seconds between keyword-index upkeep runs of the gateway (SQLite: FTS5 segment merge;
+    # Redis: nothing — the Query Engine compacts its own index). The first run is at start.
+    index_maintenance_seconds: float = Field(default=3600.0, gt=0)
 
     @field_validator("url", mode="before")
     @classmethod

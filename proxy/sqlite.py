@@ -213,6 +213,13 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE conversations ADD COLUMN summary TEXT NOT NULL DEFAULT '';
     """,
+    # 6: resident facts (every recall: a user's top facts by evidence, then recency) read
+    # as an index walk of LIMIT rows instead of a sort of all the user's memories.
+    """
+    CREATE INDEX memories_resident
+        ON memories (tenant, user_id, hits DESC, last_seen_at DESC)
+        WHERE enabled = 1 AND superseded_at IS NULL AND subject = 'user';
+    """,
 )
 
 

@@ -30,6 +30,11 @@ Targets (columns):
     gw mem-on     memory-proxy, ``X-User-Id`` of one user with 500 memories seeded through
                   the store API (embedded SQLite, keyword recall); the memory block is
                   spliced into every request (see "memory injected").
+    gw mem-on+emb the same user and memories, each with its all-MiniLM-L6-v2 vector, and
+                  ``memory.embedder.provider: local`` (hybrid recall; the query-vector
+                  cache off, since the benchmark repeats its 48 questions): what
+                  local-embedding recall adds, printed under the targets. Needs the
+                  ``embeddings`` extra; skipped with a note without it.
     LiteLLM proxy litellm's proxy server, no database, ``LITELLM_LOG=ERROR``.
     Learning is off in the gateway's config: the figures are the request path's.
     The same 48 conversations go to every target; only the user header differs.

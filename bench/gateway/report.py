@@ -209,6 +209,27 @@ def targets(reports: Sequence[TargetReport], scenarios: Sequence[Scenario]) -> l
     return out
 
 
+def embedding_cost(reports: Sequence[TargetReport],
+                   scenarios: Sequence[Scenario]) -> list[str]:
+    """What local-embedding recall adds over keyword recall, per scenario: added TTFT
+    p50/p99 and CPU per request of ``gw-emb`` minus ``gw-on`` (empty without both)."""
+    by_key = {r.key: r for r in reports}
+    on, emb = by_key.get("gw-on"), by_key.get("gw-emb")
+    if on is None or emb is None:
+        return []
+    out = []
+    for s in scenarios:
+        a, b = emb.cells.get(s), on.cells.get(s)
+        if a is None or b is None or not a.ttft or not b.ttft:
+            continue
+        out.append(f"{s.name:<11} TTFT p50 {added(a, b, 50):+.2f} ms, p99 "
+                   f"{added(a, b, 99):+.2f} ms; CPU {a.cpu_ms - b.cpu_ms:+.2f} ms/request; "
+                   f"{a.rps:.0f} vs {b.rps:.0f} requests/s")
+    out.append(f"startup {emb.startup:.2f} vs {on.startup:.2f} s; idle RSS "
+               f"{emb.idle_rss_kb / 1024:.0f} vs {on.idle_rss_kb / 1024:.0f} MB")
+    return out
+
+
 def compress(series: Sequence[float], *, points: int = 12, digits: int = 1) -> str:
     """``points`` evenly spaced values of ``series`` (first and last included)."""
     if not series:

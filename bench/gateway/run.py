@@ -18,9 +18,9 @@ from bench.gateway.load import LoadResult, one_request, run_load
 from bench.gateway.report import Cell, Scenario, TargetReport
 from bench.gateway.workload import payloads
 
-TARGET_KEYS = ("direct", "gw-off", "gw-on", "litellm")
+TARGET_KEYS = ("direct", "gw-off", "gw-on", "gw-emb", "litellm")
 LABELS = {"direct": "direct", "gw-off": "gw mem-off", "gw-on": "gw mem-on",
-          "litellm": "LiteLLM proxy"}
+          "gw-emb": "gw mem-on+emb", "litellm": "LiteLLM proxy"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class Target:
 
     def __post_init__(self) -> None:
         self.report = TargetReport(self.key, label(self.key))
+
+
+def memory_on(key: str) -> bool:
+    """Whether the target's requests carry the seeded user (memory on)."""
+    return key.endswith("-on") or key == "gw-emb"
 
 
 def label(key: str) -> str:
@@ -211,9 +216,19 @@ async def run(args: argparse.Namespace) -> int:
     litellm_version = ""
     if "litellm" in keys:
         litellm_version = targets.ensure_litellm(args.litellm_venv, args.litellm_spec)
+    if "gw-emb" in keys and not seed.can_embed():
+        if args.targets != ",".join(TARGET_KEYS):
+            raise SystemExit("target gw-emb needs the embeddings extra: "
+                             "scripts/bootstrap test,embeddings")
+        keys.remove("gw-emb")
+        print("gw mem-on+emb skipped: the embeddings extra is not installed", flush=True)
     if any(k.endswith("-on") for k in keys):
         stored = await seed.seed_store(workdir / "seeded.db", count=args.memories)
         print(f"seeded {stored} memories for {seed.USER} through the store API", flush=True)
+    if "gw-emb" in keys:
+        stored = await seed.seed_store(workdir / "seeded-emb.db", count=args.memories,
+                                       embed=True)
+        print(f"seeded {stored} memories with local vectors for gw-emb", flush=True)
 
     started: list[procs.Proc] = []
     with running(started):
@@ -264,17 +279,18 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
                            env=targets.LITELLM_ENV, cwd=workdir)
     else:
         db = workdir / f"{key}.db"
-        if key.endswith("-on"):
-            shutil.copyfile(workdir / "seeded.db", db)
+        if memory_on(key):
+            shutil.copyfile(workdir / ("seeded-emb.db" if key == "gw-emb" else "seeded.db"), db)
         config = targets.gateway_config(workdir / f"{key}.yaml", port=port,
-                                        upstream_port=upstream.port, db=db)
+                                        upstream_port=upstream.port, db=db,
+                                        embedder=key == "gw-emb")
         env = dict(targets.BASE_ENV)
         if src is not None:
             env["PYTHONPATH"] = str(src)
         proc = procs.start(key, targets.gateway_argv(config), core=args.server_core, port=port,
                            logs=logs, env=env, cwd=workdir)
     started.append(proc)
-    user = seed.USER if key.endswith("-on") else None
+    user = seed.USER if memory_on(key) else None
     target = Target(key, port, proc, proc, payloads(port, user=user))
     target.report.startup = await wait_first_reply(
         proc, target.payloads["json"][0], within=180 if key == "litellm" else 60)
@@ -346,7 +362,9 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
               f"core {args.server_core} (others paused with SIGSTOP), fake upstream + load "
               f"generator on core {args.client_core}; upstream streams {args.chunks} chunks "
               + ("in one burst" if not args.interval_ms else f"every {args.interval_ms} ms")
-              + f"; mem-on = 1 user with {args.memories} memories, keyword recall")
+              + f"; mem-on = 1 user with {args.memories} memories, keyword recall; "
+              "mem-on+emb = the same with local all-MiniLM-L6-v2 hybrid recall, query "
+              "cache off")
     reports = [t.report for t in table]
     print()
     print(report.render(reports, scenarios, header=header))
@@ -354,6 +372,11 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
     print("targets (memory on, keyword recall):")
     for line in report.targets(reports, scenarios):
         print("  " + line)
+    embedding = report.embedding_cost(reports, scenarios)
+    if embedding:
+        print("local-embedding recall (gw mem-on+emb) over keyword recall (gw mem-on):")
+        for line in embedding:
+            print("  " + line)
     for path in profiles:
         if path.exists():
             summary = profile.summarize(path)

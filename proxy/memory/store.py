@@ -153,6 +153,11 @@ class MemoryStore(Protocol):
         """Raise :class:`StoreUnavailableError` when the store cannot serve requests."""
         ...
 
+    async def maintain(self) -> None:
+        """Periodic upkeep of the search index (``storage.index_maintenance_seconds``), off
+        the request path; a no-op where the engine keeps its own index compact."""
+        ...
+
     # hot path --------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[Candidate]:
         """Keyword (and vector, when ``query.embedding``) candidates, best first."""

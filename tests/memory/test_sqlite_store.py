@@ -89,3 +89,19 @@ async def test_resident_orders_by_evidence_then_recency(store: SqliteMemoryStore
     await store.update(resident[0].with_changes(superseded_at=utcnow()))
     again = await store.resident("t", "u", limit=10, channels=None)
     assert resident[0].id not in {m.id for m in again}
+
+
+async def test_maintain_merges_the_keyword_index(store: SqliteMemoryStore,
+                                                 tmp_path: Path) -> None:
+    """Each write leaves its own FTS5 segment; maintain() merges them into one, so a
+    query reads one b-tree per term, and a second run finds nothing left to merge."""
+    def pages() -> int:
+        with sqlite3.connect(tmp_path / "m.db") as conn:
+            return int(conn.execute("SELECT count(*) FROM memories_fts_data").fetchone()[0])
+
+    fragmented = pages()
+    await store.maintain()
+    merged = pages()
+    assert merged < fragmented
+    await store.maintain()
+    assert pages() == merged

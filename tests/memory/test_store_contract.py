@@ -186,6 +186,26 @@ async def test_keyword_search_ranks_the_matching_memory_first(store: MemoryStore
     assert all(c.vector_rank is None for c in candidates)
 
 
+async def test_index_maintenance_keeps_every_search_result(store: MemoryStore) -> None:
+    """maintain() (periodic index upkeep) changes no search result, ranks or scores, and
+    later writes and retirements are still seen after it."""
+    for i in range(40):
+        await store.add(mem(f"Visited city number {i} and liked the trams", minutes=i))
+    await store.add(mem("Drinks green tea every morning", minutes=50))
+    queries = [ask("green tea morning"), ask("city trams"), ask("visited number 7")]
+    before = [[(c.memory.id, c.keyword_rank, c.keyword_score) for c in await store.search(q)]
+              for q in queries]
+    await store.maintain()
+    await store.maintain()  # idempotent
+    after = [[(c.memory.id, c.keyword_rank, c.keyword_score) for c in await store.search(q)]
+             for q in queries]
+    assert after == before
+    assert before[0]
+    assert before[1]
+    await store.add(mem("Drinks black tea at night", minutes=60))
+    assert "Drinks black tea at night" in await found(store, ask("tea"))
+
+
 async def test_matching_more_query_terms_beats_repeating_one(store: MemoryStore) -> None:
     """Each matching query term adds to the BM25 score: a memory with both query words
     outranks one that repeats a single word (namespace filters add nothing)."""
