@@ -483,7 +483,7 @@ class IdentitySettings(_Section):
 
 
 class UpstreamSettings(_Section):
-    # auto: relay OpenAI-compatible upstreams with httpx, litellm for the rest.
+    # auto: relay OpenAI-compatible upstreams with aiohttp, litellm for the rest.
     transport: Literal["auto", "litellm"] = "auto"
     timeout_seconds: float = Field(default=600.0, gt=0)
     connect_timeout_seconds: float = Field(default=10.0, gt=0)

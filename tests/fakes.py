@@ -1,11 +1,15 @@
 """Test doubles: a scripted OpenAI-compatible upstream and a running gateway.
 
-:class:`FakeUpstream` is an ``httpx`` handler (for ``httpx.MockTransport`` or respx) that
-answers ``POST …/chat/completions`` like OpenAI: realistic SSE (every stream ends with a
-``finish_reason``), usage when ``stream_options.include_usage`` is set, errors with status
-and headers, slow or endless streams whose closing it records. Learning calls (recognised
-by the built-in prompts) are answered by ``learner`` callbacks, so tests script the
-learning model's JSON.
+:class:`FakeUpstream` is an ``httpx`` handler that answers ``POST …/chat/completions`` like
+OpenAI: realistic SSE (every stream ends with a ``finish_reason``), usage when
+``stream_options.include_usage`` is set, errors with status and headers, slow or endless
+streams whose closing it records. Learning calls (recognised by the built-in prompts) are
+answered by ``learner`` callbacks, so tests script the learning model's JSON.
+
+The relay (aiohttp) reaches it over real HTTP: :func:`serve_upstream` serves the handler on
+127.0.0.1 and :func:`relay_session` resolves every upstream host name to that server. An
+``intercept`` raising an ``httpx.TransportError`` drops the connection without a reply (as
+a dead or crashed upstream would). litellm routes reach the handler through respx.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 import respx
 import uvicorn
+from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from proxy.app import create_app
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
@@ -33,7 +40,8 @@ from proxy.upstream.dispatch import Dispatcher
 from proxy.upstream.litellm_adapter import LiteLLMUpstream
 from proxy.upstream.relay import RelayUpstream
 
-UPSTREAM_BASE = "http://upstream.test/v1"
+UPSTREAM_ROOT = "http://upstream.test"
+UPSTREAM_BASE = f"{UPSTREAM_ROOT}/v1"
 
 
 def sse(events: list[Any], *, done: bool = True) -> bytes:
@@ -289,22 +297,103 @@ class Gateway:
         await self.res.worker.drain()
 
 
+_HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection",
+                          "content-encoding"})
+
+
+@contextlib.asynccontextmanager
+async def serve_upstream(handler: Callable[[httpx.Request], Any]) -> AsyncIterator[int]:
+    """Serve ``handler`` (httpx request in, httpx response out) over HTTP on 127.0.0.1;
+    yields the port. Response bodies are written as the handler's stream yields them, and
+    the stream is closed when the client goes away (the handler is cancelled too)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        outgoing = httpx.Request(request.method, f"{UPSTREAM_ROOT}{request.path_qs}",
+                                 headers=list(request.headers.items()),
+                                 content=await request.read())
+        try:
+            answer: httpx.Response = await handler(outgoing)
+        except httpx.TransportError:
+            assert request.transport is not None
+            request.transport.abort()  # no reply at all: the connection just drops
+            return web.Response()
+        reply = web.StreamResponse(status=answer.status_code, headers={
+            k: v for k, v in answer.headers.items() if k.lower() not in _HOP_HEADERS})
+        try:
+            await reply.prepare(request)
+            try:
+                await reply.write(answer.content)  # a body given whole (json=, content=)
+            except httpx.ResponseNotRead:
+                async for part in answer.aiter_raw():  # a streamed body, as it comes
+                    await reply.write(part)
+            await reply.write_eof()
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            pass  # the client went away mid-body
+        finally:
+            await answer.aclose()
+        return reply
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    site = web.SockSite(runner, sock)
+    await site.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
+class _ToLocal(AbstractResolver):
+    """Resolves every host name to 127.0.0.1:``port`` (the fake upstream)."""
+
+    def __init__(self, port: int) -> None:
+        self._port = port
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        return [ResolveResult(hostname=host, host="127.0.0.1", port=self._port,
+                              family=socket.AF_INET, proto=0, flags=socket.AI_NUMERICHOST)]
+
+    async def close(self) -> None:
+        return None
+
+
+def relay_session(port: int) -> aiohttp.ClientSession:
+    """A client session for :class:`RelayUpstream` that sends every upstream call to the
+    fake upstream served on ``port`` (whatever ``api_base`` says)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=_ToLocal(port)))
+
+
+@contextlib.asynccontextmanager
+async def relay_to(fake: FakeUpstream, settings: Settings) -> AsyncIterator[RelayUpstream]:
+    """A :class:`RelayUpstream` talking HTTP to ``fake`` (served for the block's duration)."""
+    async with serve_upstream(fake.handler) as port:
+        relay = RelayUpstream(settings.upstream, session=relay_session(port))
+        try:
+            yield relay
+        finally:
+            await relay.aclose()
+
+
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
                           *, resources: Resources | None = None,
                           embedder: Embedder | None = None) -> AsyncIterator[Gateway]:
-    """Serve the app on a free port. The relay reaches ``upstream`` through MockTransport;
-    litellm routes (``upstream.transport: litellm``) reach it through respx; ``embedder``
-    (a fake) replaces the configured one."""
+    """Serve the app on a free port. The relay reaches ``upstream`` over HTTP
+    (:func:`relay_to`); litellm routes (``upstream.transport: litellm``) reach it through
+    respx; ``embedder`` (a fake) replaces the configured one."""
     fake = upstream or FakeUpstream()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
     async with contextlib.AsyncExitStack() as stack:
         if settings.upstream.transport == "litellm":
             router = stack.enter_context(respx.mock(assert_all_called=False))
             router.post(f"{UPSTREAM_BASE}/chat/completions").mock(side_effect=fake.handler)
             router.route().pass_through()
-        dispatcher = Dispatcher(RelayUpstream(settings.upstream, client=client),
-                                LiteLLMUpstream(settings.upstream))
+        relay = await stack.enter_async_context(relay_to(fake, settings))
+        dispatcher = Dispatcher(relay, LiteLLMUpstream(settings.upstream))
         res = resources or await stack.enter_async_context(
             open_resources(settings, upstream=dispatcher, embedder=embedder)
         )

@@ -1,4 +1,4 @@
-"""Pick the transport per route: the httpx relay for OpenAI-compatible upstreams, litellm for
+"""Pick the transport per route: the aiohttp relay for OpenAI-compatible upstreams, litellm for
 the rest (see :attr:`proxy.models.Route.relay`)."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from proxy.learning.worker import Worker
 from proxy.memory.store import ListQuery
 from proxy.resources import Resources, open_resources
 from proxy.settings import Settings
-from tests.fakes import FakeUpstream, make_settings, redis_storage
+from tests.fakes import FakeUpstream, make_settings, redis_storage, relay_to
 
 LEASE = 1.0  # seconds a doomed worker's learn job stays leased
 
@@ -48,13 +48,11 @@ async def node(settings: Settings, upstream: FakeUpstream) -> AsyncIterator[Reso
     """The resources of one process, learning from ``upstream`` in process."""
     from proxy.upstream.dispatch import Dispatcher
     from proxy.upstream.litellm_adapter import LiteLLMUpstream
-    from proxy.upstream.relay import RelayUpstream
 
-    client = httpx.AsyncClient(transport=httpx.MockTransport(upstream.handler))
-    dispatcher = Dispatcher(RelayUpstream(settings.upstream, client=client),
-                            LiteLLMUpstream(settings.upstream))
-    async with open_resources(settings, upstream=dispatcher) as res:
-        yield res
+    async with relay_to(upstream, settings) as relay:
+        dispatcher = Dispatcher(relay, LiteLLMUpstream(settings.upstream))
+        async with open_resources(settings, upstream=dispatcher) as res:
+            yield res
 
 
 def worker_of(res: Resources) -> Worker:
