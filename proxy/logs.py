@@ -1,6 +1,6 @@
 """Structured logs: one JSON object per event (or a console renderer for humans).
 
-structlog events and stdlib records (uvicorn, httpx, litellm) go through one
+structlog events and stdlib records (uvicorn, aiohttp, litellm) go through one
 ``ProcessorFormatter`` so every line has the same shape. Events have snake_case names;
 request context rides on contextvars. Prompts, memories and keys are never logged at info.
 """
@@ -42,5 +42,5 @@ def configure_logging(*, level: str = "info", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "LiteLLM Router"):
+    for noisy in ("httpx", "httpcore", "aiohttp", "LiteLLM", "litellm", "LiteLLM Router"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
