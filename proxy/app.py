@@ -135,6 +135,11 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
                 log.warning("no_models_configured",
                             detail="model_list is empty: every chat request will be a 404")
             for deployment in settings.model_list:
+                if deployment.litellm_params.literal_api_key:
+                    log.warning("upstream_key_literal", model=deployment.model_name,
+                                detail="litellm_params.api_key is written out in the config; "
+                                       "use os.environ/NAME so the secret stays in the "
+                                       "environment")
                 missing = deployment.litellm_params.missing_api_key_env
                 if missing:
                     log.warning("upstream_key_missing", model=deployment.model_name,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -71,10 +72,33 @@ def _serve(settings: Settings) -> None:
 
     from proxy.app import create_app
 
-    uvicorn.run(
-        create_app(settings), host=settings.server.host, port=settings.server.port,
-        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
+    # The port is taken before anything starts: a busy port is a configuration error
+    # reported at once, not after the stores, models and worker came up.
+    sock = listen_socket(settings.server.host, settings.server.port)
+    config = uvicorn.Config(
+        create_app(settings), log_config=None, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=10,
     )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (``host``, ``port``), for uvicorn to listen on. Raises
+    :class:`ConfigError` naming ``server.port`` / ``server.host`` when it cannot bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"server.port / server.host: cannot listen on {host}:{port} "
+                          f"({exc.strerror or exc}); pick another with --port or "
+                          "MEMORY_PROXY_SERVER__PORT") from exc
+    return sock
 
 
 async def _work(settings: Settings) -> None:

@@ -56,6 +56,20 @@ class Identity:
         return self.user is not None and self.mode in ("on", "write-only")
 
 
+def header_text(value: str | None) -> str | None:
+    """An id header as the client wrote it. HTTP carries header bytes, and ASGI servers
+    hand them over decoded as Latin-1, so a UTF-8 id (``X-User-Id: zh用户``, as curl and
+    most clients send it) arrives as mojibake; it is re-read as UTF-8 when its bytes are
+    valid UTF-8, and kept as it came otherwise. The same user named in a header and in the
+    body is then one user."""
+    if value is None or value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
 def resolve_user(
     principal: Principal,
     headers: Mapping[str, str],
@@ -69,7 +83,7 @@ def resolve_user(
     """
     if principal.bound_user is not None:
         return principal.bound_user, "key"
-    header_value = headers.get(settings.user_header.lower())
+    header_value = header_text(headers.get(settings.user_header.lower()))
     if header_value is not None and header_value.strip():
         return _check_id(header_value.strip(), settings.user_header), "header"
     if body is None or not settings.accept_body_user:
@@ -163,7 +177,7 @@ def _channel(
         )
     if raw == "private":
         return "private", None
-    group = headers.get(settings.group_header.lower())
+    group = header_text(headers.get(settings.group_header.lower()))
     metadata = body.get("metadata")
     if not group and isinstance(metadata, dict) and isinstance(metadata.get("group_id"), str):
         group = metadata["group_id"]
@@ -179,7 +193,7 @@ def _channel(
 def _conversation(
     headers: Mapping[str, str], body: Mapping[str, Any], settings: IdentitySettings
 ) -> str | None:
-    value = headers.get(settings.conversation_header.lower())
+    value = header_text(headers.get(settings.conversation_header.lower()))
     if value and value.strip():
         return _check_id(value.strip(), settings.conversation_header)
     metadata = body.get("metadata")

@@ -87,6 +87,19 @@ class LiteLLMParams(BaseModel):
     extra_headers: dict[str, str] = Field(default_factory=dict)
     # The env var named by ``os.environ/NAME`` when it was unset at startup (for messages).
     missing_api_key_env: str | None = Field(default=None, exclude=True)
+    # True when api_key was written out instead of ``os.environ/NAME`` (startup warns).
+    literal_api_key: bool = Field(default=False, exclude=True)
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"api_base must be an http:// or https:// URL with a host, got "
+                             f"{value[:100]!r}")
+        return value.rstrip("/")
 
     @model_validator(mode="before")
     @classmethod
@@ -94,6 +107,9 @@ class LiteLLMParams(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        literal = data.get("api_key")
+        if isinstance(literal, str) and literal and not literal.startswith(ENV_REFERENCE):
+            data["literal_api_key"] = True
         for key in ("api_key", "api_base", "api_version", "organization"):
             raw = data.get(key)
             if isinstance(raw, str) and raw.startswith(ENV_REFERENCE):

@@ -17,6 +17,8 @@ HTTP error (case B04); after that, an error ends the stream with an error event.
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -74,10 +76,12 @@ class StreamForwarder:
         *,
         include_usage: bool,
         estimate_usage: Callable[[ReplyAssembler], Usage],
+        model: str = "",
     ) -> None:
         self._upstream = upstream
         self._include_usage = include_usage
         self._estimate = estimate_usage
+        self._model = model  # for a usage chunk the gateway makes when the stream named none
         self.assembler = ReplyAssembler()
         self._held: list[bytes] = []
         self._usage_chunk: dict[str, Any] | None = None
@@ -165,12 +169,12 @@ class StreamForwarder:
         if usage is None:
             usage = self._estimate(self.assembler)
             self.usage_estimated = True
-        last = self.assembler.last_chunk or {}
+        meta = self.assembler.meta
         return orjson.dumps({
-            "id": last.get("id", ""),
+            "id": meta.get("id") or f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion.chunk",
-            "created": last.get("created", 0),
-            "model": last.get("model", ""),
+            "created": meta.get("created") or int(time.time()),
+            "model": meta.get("model") or self._model,
             "choices": [],
             "usage": {
                 "prompt_tokens": usage.prompt_tokens,

@@ -107,9 +107,15 @@ class ReplyAssembler:
         self._choices: dict[int, _ChoiceAssembler] = {}
         self.usage: Usage | None = None
         self.last_chunk: dict[str, Any] | None = None
+        # The stream's id, created and model, from the first chunk that carries each.
+        self.meta: dict[str, Any] = {}
 
     def feed(self, chunk: dict[str, Any]) -> None:
         self.last_chunk = chunk
+        if len(self.meta) < 3:
+            for name in ("id", "created", "model"):
+                if name not in self.meta and chunk.get(name):
+                    self.meta[name] = chunk[name]
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict):
                 index = choice.get("index", 0)
@@ -127,6 +133,17 @@ class ReplyAssembler:
 
     def replies(self) -> dict[int, Reply]:
         return {index: assembler.finish() for index, assembler in sorted(self._choices.items())}
+
+
+def generated_text(replies: dict[int, Reply]) -> str:
+    """What the model generated across every choice — content, refusals, tool call names
+    and arguments: the text ``completion_tokens`` counts when the gateway estimates it."""
+    parts: list[str] = []
+    for reply in replies.values():
+        parts += [reply.content, reply.refusal]
+        for call in reply.tool_calls:
+            parts += [call.name, call.arguments]
+    return "\n".join(p for p in parts if p)
 
 
 def reply_from_completion(data: dict[str, Any]) -> tuple[dict[int, Reply], Usage | None]:

@@ -89,3 +89,26 @@ def test_dead_letters_are_listed_and_requeued(tmp_path: Path,
     assert "requeued 1 job(s)" in capsys.readouterr().out
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT status, attempts FROM jobs").fetchone() == ("ready", 0)
+
+
+def test_a_busy_port_is_reported_before_anything_starts(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """``serve`` on a port another process holds exits 2 at once with a message naming the
+    setting — the gateway does not come up first and fail afterwards."""
+    from proxy.cli import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"storage: {{path: '{tmp_path / 'db.sqlite'}'}}\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        code = main(["serve", "--config", str(config), "--port", str(port)])
+    assert code == 2
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+    assert "server.port" in err
+    assert "gateway_started" not in err

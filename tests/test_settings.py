@@ -87,6 +87,10 @@ def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     ("model_list: [{model_name: m}]\n", "model_list.0.litellm_params"),
     ("learning:\n  model: nope\nmodel_list: [{model_name: m, litellm_params: {model: x}}]\n",
      "learning.model"),
+    ("model_list: [{model_name: m, litellm_params: {model: openai/x, api_base: not a url}}]\n",
+     "model_list.0.litellm_params.api_base"),
+    ("model_list: [{model_name: m, litellm_params: {model: openai/x, "
+     "api_base: 'ftp://127.0.0.1:8081/v1'}}]\n", "model_list.0.litellm_params.api_base"),
 ])
 def test_invalid_config_names_the_setting(tmp_path: Path, yaml_text: str, named: str) -> None:
     """Invalid configuration fails at load with a message naming the setting."""
@@ -164,3 +168,20 @@ def test_unusable_storage_path_is_reported_before_start(
     config.write_text(f"storage: {{path: '{blocker / 'sub' / 'db.sqlite'}'}}\n")
     assert main(["serve", "--config", str(config)]) == 2
     assert "storage.path" in capsys.readouterr().err
+
+
+def test_a_literal_upstream_key_is_flagged_and_an_env_reference_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets belong in the environment: a key written out in model_list is marked, and
+    the gateway warns about it at startup (``upstream_key_literal``)."""
+    monkeypatch.setenv("SOME_UPSTREAM_KEY", "sk-from-env")
+    settings = load_settings(use_file=False, model_list=[
+        {"model_name": "a", "litellm_params": {"model": "openai/x", "api_key": "sk-literal"}},
+        {"model_name": "b", "litellm_params": {"model": "openai/x",
+                                               "api_key": "os.environ/SOME_UPSTREAM_KEY"}},
+        {"model_name": "c", "litellm_params": {"model": "openai/x",
+                                               "api_base": "http://127.0.0.1:9/v1/"}},
+    ])
+    flags = [d.litellm_params.literal_api_key for d in settings.model_list]
+    assert flags == [True, False, False]
+    assert settings.model_list[2].litellm_params.api_base == "http://127.0.0.1:9/v1"

@@ -34,7 +34,7 @@ from proxy.models import Route
 from proxy.request import ChatRequest, parse_chat_request
 from proxy.resources import Resources
 from proxy.streaming import StreamForwarder
-from proxy.transcript import ReplyAssembler, Usage, reply_from_completion
+from proxy.transcript import ReplyAssembler, Usage, generated_text, reply_from_completion
 from proxy.upstream.base import UpstreamCall
 
 log = structlog.get_logger("proxy.chat")
@@ -132,7 +132,7 @@ async def _complete(call: _Call) -> Response:
     first = replies.get(0)
     estimated = usage is None
     if usage is None:
-        usage = _estimate(call, first.content if first else "")
+        usage = _estimate(call, generated_text(replies))
     _account(call, usage, estimated=estimated)
     if first is not None and first.finish_reason is not None:
         _learn(call, first.content)
@@ -149,6 +149,7 @@ async def _stream(call: _Call) -> Response:
         forwarder = StreamForwarder(
             upstream, include_usage=call.chat.include_usage,
             estimate_usage=lambda assembler: _estimate_stream(call, assembler),
+            model=call.chat.model,
         )
         try:
             await forwarder.start()
@@ -206,8 +207,7 @@ def _estimate(call: _Call, reply: str) -> Usage:
 
 
 def _estimate_stream(call: _Call, assembler: ReplyAssembler) -> Usage:
-    first = assembler.replies().get(0)
-    return _estimate(call, first.content if first else "")
+    return _estimate(call, generated_text(assembler.replies()))
 
 
 def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:

@@ -93,8 +93,19 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     return value
 
 
+_TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
+
+
 def _flag(request: Request, name: str) -> bool:
-    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
+    """A boolean query parameter (absent = false). Raises :class:`InvalidRequestError` for
+    anything but 1/0, true/false, yes/no."""
+    raw = request.query_params.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise InvalidRequestError(f"'{name}' must be true or false (got {raw[:40]!r}).",
+                              param=name, code="invalid_value")
 
 
 def _audit(tenant: str, user: str, action: str, memory_id: str | None, *, res: Resources,
@@ -195,7 +206,11 @@ async def flush_learning(request: Request) -> Response:
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError("The request body is not valid JSON.",
                                   code="invalid_json") from exc
-    tenant, user = _owner(request, res, body if isinstance(body, dict) else {})
+    if not isinstance(body, dict):
+        raise InvalidRequestError("The request body must be a JSON object (or empty).",
+                                  code="invalid_type")
+    # The user may be named like everywhere else: header, body, or query string.
+    tenant, user = _owner(request, res, {**request.query_params, **body})
     if not res.learning_enabled or res.queue is None:
         raise ConflictError("Learning is not enabled on this gateway (learning.enabled).",
                             code="learning_disabled")

@@ -94,6 +94,29 @@ async def test_usage_is_made_when_upstream_sends_none(
     assert usage["usage"]["prompt_tokens"] > 0
 
 
+async def test_a_made_usage_chunk_counts_tool_calls_and_names_the_stream(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A reply of tool calls only, from an upstream whose chunks carry no id, created or
+    model and no usage: the usage chunk the gateway makes counts the calls' names and
+    arguments as completion tokens and still has an id, a time and the model."""
+    bare = [{"object": "chat.completion.chunk", "choices": [
+        {"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'}}]},
+         "finish_reason": None}]},
+        {"object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+    upstream.push(Reply(events=bare))
+    got = events((await stream(gateway, stream_options={"include_usage": True})).text)
+    usage = got[-2]
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] >= 5
+    assert usage["id"].startswith("chatcmpl-")
+    assert usage["created"] > 1_700_000_000
+    assert usage["model"] == "m"
+
+
 async def test_usage_ledger_separates_memory_tokens(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:

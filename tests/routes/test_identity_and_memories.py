@@ -296,3 +296,46 @@ async def test_before_last_user_keeps_the_prompt_cache_prefix(tmp_path: Path) ->
     assert second[3]["content"].startswith(BLOCK_START)
     assert second[3]["content"].endswith("And 10 miles in metric units?")
     assert orjson.dumps(first[1]) != orjson.dumps(turn1[1])  # the block was in turn 1 too
+
+
+async def test_a_utf8_user_header_names_the_same_user_as_the_body(gateway: Gateway) -> None:
+    """``X-User-Id: zh用户`` (UTF-8 bytes on the wire, read by ASGI as Latin-1) is the user
+    ``zh用户`` — the same one the body's ``user`` names — not mojibake."""
+    async with gateway.client() as client:
+        created = await client.post("/v1/memories", json={"content": "喜欢爬山"},
+                                    headers={"X-User-Id": "zh用户".encode()})
+        assert created.status_code == 201, created.text
+        assert created.json()["user_id"] == "zh用户"
+        listed = await client.get("/v1/memories", params={"user": "zh用户"})
+        assert [m["content"] for m in listed.json()["data"]] == ["喜欢爬山"]
+        latin = await client.get("/v1/memories", headers={"X-User-Id": b"caf\xe9"})
+        assert latin.status_code == 200  # not UTF-8: kept as it came (Latin-1 "café")
+        assert latin.json()["data"] == []
+
+
+async def test_flush_takes_the_user_from_the_query_string(learning_gateway: Gateway) -> None:
+    async with learning_gateway.client() as client:
+        queued = await client.post("/v1/memories/flush", params={"user": "u-flush"})
+        missing = await client.post("/v1/memories/flush")
+        not_object = await client.post("/v1/memories/flush", content=b"[1]",
+                                       headers={"X-User-Id": "u-flush"})
+    assert queued.status_code == 202, queued.text
+    assert missing.status_code == 400
+    assert missing.json()["error"]["code"] == "missing_user"
+    assert not_object.status_code == 400
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "truee"])
+async def test_boolean_query_parameters_refuse_other_words(gateway: Gateway,
+                                                           value: str) -> None:
+    async with gateway.client() as client:
+        listed = await client.get("/v1/memories", params={"include_retired": value},
+                                  headers={"X-User-Id": "u1"})
+        cleared = await client.delete("/v1/memories", params={"confirm": value},
+                                      headers={"X-User-Id": "u1"})
+        fine = await client.get("/v1/memories", params={"include_retired": "false"},
+                                headers={"X-User-Id": "u1"})
+    assert listed.status_code == 400
+    assert listed.json()["error"]["param"] == "include_retired"
+    assert cleared.status_code == 400
+    assert fine.status_code == 200
