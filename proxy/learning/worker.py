@@ -74,6 +74,10 @@ from proxy.settings import LearningSettings
 
 log = structlog.get_logger("proxy.learning")
 MAX_BACKOFF_SECONDS = 300.0
+# Longest wait of the run loop between attempts while the queue or store keeps failing
+# (the first failure waits one poll interval, each further one twice the last): a locked
+# SQLite file or a Redis restart is noticed within a minute of its end.
+MAX_ERROR_PAUSE_SECONDS = 60.0
 SCORE_CACHE_SIZE = 1024  # batches whose score is kept for their retries
 # Nearest stored memories per new fact, by vector, offered to consolidation's dedup
 # besides the keyword-related ones (a paraphrase shares few keywords).
@@ -123,21 +127,52 @@ class Worker:
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         """Process jobs until ``stop`` is set; cancellation leaves the current job leased
-        (it is redelivered after its lease)."""
+        (it is redelivered after its lease).
+
+        Only cancellation ends the loop. A failure outside a job's own handling — the queue
+        or store unreachable (:class:`StoreUnavailableError`, logged as a warning), or any
+        other exception (logged with its traceback) — is counted
+        (``learning_events{event="worker_error"}``) and the loop waits before it goes on:
+        ``poll_interval_seconds`` after the first failure in a row, doubling with each
+        further one up to :data:`MAX_ERROR_PAUSE_SECONDS`."""
         log.info("learning_worker_started", worker=self.worker_id)
+        failures = 0
         while not stop.is_set():
             try:
                 if time.time() - self._last_maintenance >= \
                         self._settings.maintenance_interval_seconds:
                     await self.maintenance()
                 worked = await self.run_once()
+            except asyncio.CancelledError:
+                raise
             except StoreUnavailableError as exc:
-                log.warning("learning_store_unavailable", error=str(exc))
+                failures += 1
+                self._count("worker_error", "store_unavailable")
+                log.warning("learning_store_unavailable", worker=self.worker_id,
+                            error=str(exc), failures=failures)
                 worked = False
+            except Exception:  # anything else: logged, counted, and the loop goes on
+                failures += 1
+                self._count("worker_error", "unexpected")
+                log.exception("learning_worker_error", worker=self.worker_id,
+                              failures=failures)
+                worked = False
+            else:
+                failures = 0
             if not worked:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._settings.poll_interval_seconds)
+                    await asyncio.wait_for(stop.wait(), self._pause(failures))
         log.info("learning_worker_stopped", worker=self.worker_id)
+
+    def _pause(self, failures: int) -> float:
+        """Seconds to wait before the next claim: the poll interval, doubled for each
+        failure in a row after the first, capped at :data:`MAX_ERROR_PAUSE_SECONDS` (never
+        below the poll interval)."""
+        poll = self._settings.poll_interval_seconds
+        if failures <= 1:
+            return poll
+        grown: float = poll * 2.0 ** min(failures - 1, 32)
+        return max(poll, min(grown, MAX_ERROR_PAUSE_SECONDS))
 
     async def run_once(self) -> bool:
         """Claim and process one job; ``False`` when none was ready."""
