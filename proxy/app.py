@@ -108,7 +108,21 @@ async def _running(res: Resources) -> AsyncIterator[None]:
                "index_maintenance", first=0.0),
         name="index-maintenance"))
     if res.worker is not None and res.settings.server.run_worker:
-        tasks.append(asyncio.create_task(res.worker.run(stop), name="learning-worker"))
+        worker = asyncio.create_task(res.worker.run(stop), name="learning-worker")
+
+        def ended(task: asyncio.Task[None]) -> None:
+            if stop.is_set():
+                return
+            # Worker.run ends only when stopped; anything else means no learning until a
+            # restart, so it is logged loudly and /readyz says so (res.worker_task).
+            error = None if task.cancelled() else task.exception()
+            log.error("learning_worker_ended", cancelled=task.cancelled(),
+                      error=repr(error) if error is not None else None,
+                      exc_info=error)
+
+        worker.add_done_callback(ended)
+        res.worker_task = worker
+        tasks.append(worker)
     try:
         yield
     finally:
@@ -116,6 +130,7 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         for task in reversed(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        res.worker_task = None
         with contextlib.suppress(Exception):
             await res.sink.aclose()
         with contextlib.suppress(Exception):

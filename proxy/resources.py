@@ -7,6 +7,7 @@ and hand them to :func:`proxy.app.create_app`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ class Resources:
     sink: LearningSink = field(default_factory=NullSink)
     worker: Worker | None = None
     embedder: Embedder | None = None  # None: keyword-only recall (memory.embedder none)
+    # The in-process learning worker's task while the app runs it (embedded mode with
+    # server.run_worker); None when no worker runs here. /readyz reports it once done.
+    worker_task: asyncio.Task[None] | None = None
     usage: UsageWriter = field(init=False)
     clock: Callable[[], datetime] = utcnow
 

@@ -228,11 +228,14 @@ class SqliteDatabase:
 
     Use as ``async with SqliteDatabase(path) as db``; :meth:`read` and :meth:`write` run a
     function ``fn(connection) -> T`` on the right thread and return its result.
-    ``sqlite3.Error`` propagates to the caller unchanged.
+    ``sqlite3.Error`` propagates to the caller unchanged. ``busy_timeout`` (seconds): how
+    long a statement waits for another process's lock before ``database is locked``.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *,
+                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         self.path = Path(path)
+        self.busy_timeout = busy_timeout
         self._writer: ThreadPoolExecutor | None = None
         self._reader: ThreadPoolExecutor | None = None
         self._wconn: sqlite3.Connection | None = None
@@ -256,7 +259,7 @@ class SqliteDatabase:
 
     def _connect(self, migrate: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True,
-                               timeout=BUSY_TIMEOUT_SECONDS)
+                               timeout=self.busy_timeout)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -264,7 +267,7 @@ class SqliteDatabase:
         # Deleted memories are overwritten on disk, not left in free pages: "delete" means
         # gone from the file too (SPEC §6: users delete what was learned about them).
         conn.execute("PRAGMA secure_delete=ON")
-        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         if migrate:
             _migrate(conn)
         return conn

@@ -19,7 +19,7 @@ import contextlib
 import re
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from proxy.app import create_app
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
+from proxy.learning.queue import Job, LearningQueue
 from proxy.memory.embed import CachedEmbedder, Embedder, RawEmbeddings
 from proxy.resources import Resources, open_resources
 from proxy.settings import Settings
@@ -382,10 +383,13 @@ async def relay_to(fake: FakeUpstream, settings: Settings) -> AsyncIterator[Rela
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
                           *, resources: Resources | None = None,
-                          embedder: Embedder | None = None) -> AsyncIterator[Gateway]:
+                          embedder: Embedder | None = None,
+                          run_worker: bool = False) -> AsyncIterator[Gateway]:
     """Serve the app on a free port. The relay reaches ``upstream`` over HTTP
     (:func:`relay_to`); litellm routes (``upstream.transport: litellm``) reach it through
-    respx; ``embedder`` (a fake) replaces the configured one."""
+    respx; ``embedder`` (a fake) replaces the configured one. The app runs the learning
+    worker only with ``run_worker`` (tests otherwise drive it with :meth:`Gateway.settle`).
+    """
     fake = upstream or FakeUpstream()
     async with contextlib.AsyncExitStack() as stack:
         if settings.upstream.transport == "litellm":
@@ -399,7 +403,7 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
         )
         # Tests drive the worker themselves (Gateway.settle) for determinism.
         settings_no_worker = settings.model_copy(update={
-            "server": settings.server.model_copy(update={"run_worker": False})})
+            "server": settings.server.model_copy(update={"run_worker": run_worker})})
         res.settings = settings_no_worker
         app = create_app(settings_no_worker, resources=res)
         sock = socket.socket()
@@ -418,6 +422,36 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
             server.should_exit = True
             await task
             sock.close()
+
+
+class FlakyQueue:
+    """A learning queue that fails: each ``claim`` raises the next of ``errors`` while any
+    are left, then every call goes to ``queue`` (a real one). ``failures`` counts the
+    errors raised."""
+
+    def __init__(self, queue: LearningQueue, errors: list[BaseException]) -> None:
+        self._queue = queue
+        self._errors = deque(errors)
+        self.failures = 0
+
+    async def claim(self, worker: str, *, lease_seconds: float) -> Job | None:
+        if self._errors:
+            self.failures += 1
+            raise self._errors.popleft()
+        return await self._queue.claim(worker, lease_seconds=lease_seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+async def eventually(condition: Callable[[], Awaitable[bool]], *, within: float = 20.0) -> None:
+    """Wait until ``condition()`` holds (checked every 10 ms); AssertionError after
+    ``within`` seconds — a bound against hanging, not a timing assertion."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
 
 
 class ConceptBackend:

@@ -1,5 +1,8 @@
 """Checks every extracted fact must pass before consolidation (pure).
 
+- **too_long**: content over :data:`~proxy.memory.records.MAX_CONTENT_CHARS` or a title
+  over :data:`~proxy.memory.records.MAX_TITLE_CHARS` — the caps manual memories have; a
+  fact that long is a copied message, not a statement to remember.
 - **instruction** (case B30): a fact phrased as an order to the assistant, or carrying a
   link, "ignore previous instructions", "system:" or similar markers, is dropped — memory
   holds statements about the user, never standing directives.
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from proxy.learning.parsing import CandidateFact
 from proxy.learning.pii import PLACEHOLDERS, Scrubber
 from proxy.learning.prompts import EXAMPLE_FACTS
+from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.memory.text import content_terms, has_cjk, normalize
 
 _URL = re.compile(r"https?://|www\.|\b[\w-]+\.(?:com|net|org|io|invalid|xyz|ru|cn)/\S*", re.I)
@@ -105,6 +109,8 @@ class FactFilter:
         """``None`` when the fact may be stored, else the reason it is dropped. Facts a
         vision model read from an image (``grounded=False``) cannot rest on the user's
         words; every other check still applies."""
+        if len(fact.content) > MAX_CONTENT_CHARS or len(fact.title) > MAX_TITLE_CHARS:
+            return "too_long"  # checked first: the checks below scan the whole text
         text = f"{fact.title}\n{fact.content}"
         if is_directive(fact.title) or is_directive(fact.content):
             return "instruction"

@@ -28,6 +28,10 @@ from proxy.tokens import TokenCounter
 from proxy.transcript import usage_from
 from proxy.upstream.base import Upstream, UpstreamCall
 
+# Share of the learning model's context window left unused by learning calls: token counts
+# of models without their own tokenizer here are cl100k_base approximations.
+WINDOW_MARGIN = 0.05
+
 
 class LearningModel:
     def __init__(
@@ -57,6 +61,21 @@ class LearningModel:
         ``model_info.supports_vision``)."""
         routes = self._registry.routes(self.model_for(request_model))
         return bool(routes) and routes[0].supports_vision
+
+    def count(self, request_model: str, text: str) -> int:
+        """Tokens of ``text`` with the learning model's tokenizer."""
+        route = self._registry.route(self.model_for(request_model))
+        return self._counter.count(text, route.tokenizer)
+
+    def room(self, request_model: str, messages: list[Message], *, max_tokens: int) -> int:
+        """Tokens of the learning model's context window (``Route.context_window``) left
+        for the transcript once ``messages`` (the call's prompt without it) and a reply of
+        ``max_tokens`` are counted, less :data:`WINDOW_MARGIN` of the window for tokenizer
+        approximations (unknown models are counted with ``cl100k_base``); ≥ 0."""
+        route = self._registry.route(self.model_for(request_model))
+        prompt = self._counter.count_messages(messages, route.tokenizer)
+        margin = int(route.context_window * WINDOW_MARGIN)
+        return max(0, route.context_window - margin - prompt - max_tokens)
 
     async def call(
         self,

@@ -7,11 +7,17 @@ user turns (case B18), and the single worked example is marked "format only" —
 are also listed in :data:`EXAMPLE_FACTS` so a grounding filter can drop copies (case B20).
 Admins may replace either prompt (``learning.scoring_prompt`` /
 ``learning.extraction_prompt``); a replacement is the system message, used as is.
+
+The transcript is bounded twice: :func:`clip_batch` cuts every message to
+:data:`MAX_MESSAGE_CHARS` (head and tail around a visible marker), and :func:`fit_batch`
+keeps the newest messages that fit the tokens the learning model's context window leaves
+(the worker works that budget out per call).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from proxy.learning.exchange import TranscriptMessage
@@ -21,6 +27,75 @@ from proxy.memory.records import Memory
 Language = Literal["en", "zh"]
 TRANSCRIPT_START = "<<<TRANSCRIPT"
 TRANSCRIPT_END = "TRANSCRIPT>>>"
+
+# Longest message the learning model sees, in characters: longer ones keep their first
+# three quarters and last quarter of this around a marker saying how much was cut. The
+# cap of a memory (proxy.memory.records.MAX_CONTENT_CHARS): a statement worth keeping
+# never needs more context than that, and a pasted document or log (a 5 MB message) no
+# longer fills the learning model's window or the learning ledger.
+MAX_MESSAGE_CHARS = 4000
+# Tokens a transcript line costs beyond its text ("[12] user (Name): ", the newline).
+LINE_OVERHEAD_TOKENS = 12
+
+
+def truncation_marker(cut: int) -> str:
+    return f" […{cut} characters cut…] "
+
+
+def clip_message(text: str, max_chars: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` when it has at most ``max_chars`` characters, else its head (3/4 of
+    ``max_chars``) and tail (the rest) around :func:`truncation_marker`."""
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 3 // 4
+    tail = max_chars - head
+    end = text[len(text) - tail:] if tail else ""
+    return text[:head] + truncation_marker(len(text) - max_chars) + end
+
+
+def clip_batch(batch: Batch, max_chars: int = MAX_MESSAGE_CHARS) -> Batch:
+    """The batch with every message cut by :func:`clip_message`."""
+    if all(len(m.text) <= max_chars for m in batch.messages):
+        return batch
+    return replace(batch, messages=tuple(replace(m, text=clip_message(m.text, max_chars))
+                                         for m in batch.messages))
+
+
+def fit_batch(batch: Batch, *, budget: int, count: Callable[[str], int],
+              image_tokens: int = 0) -> Batch:
+    """The batch's newest messages whose transcript lines fit ``budget`` tokens (counted
+    with ``count``, the learning model's tokenizer; ``image_tokens`` per image of a user
+    message when the images go along). When not even the newest message fits, it is kept
+    cut (:func:`clip_message`) to what does; a budget too small for any of it leaves the
+    transcript empty."""
+    used = count(f"{TRANSCRIPT_START}\n{TRANSCRIPT_END}")
+    kept: list[TranscriptMessage] = []
+    for message in reversed(batch.messages):
+        images = image_tokens * len(message.images) if message.role == "user" else 0
+        label = message.role if message.name is None else f"{message.role} ({message.name})"
+        overhead = LINE_OVERHEAD_TOKENS + count(label) + images
+        cost = overhead + count(message.text.replace("\n", "\n    "))
+        if used + cost <= budget:
+            kept.append(message)
+            used += cost
+            continue
+        if not kept and budget - used - overhead > 0:
+            room = budget - used - overhead
+            lo, hi = 0, len(message.text)
+            while lo < hi:  # the longest cut whose tokens fit
+                mid = (lo + hi + 1) // 2
+                if count(clip_message(message.text, mid).replace("\n", "\n    ")) <= room:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo:
+                kept.append(replace(message, text=clip_message(message.text, lo)))
+        break
+    if len(kept) == len(batch.messages) and all(
+            k is m for k, m in zip(reversed(kept), batch.messages, strict=True)):
+        return batch
+    return replace(batch, messages=tuple(reversed(kept)))
+
 
 # The example facts shown in the prompts: never store one of these (case B20).
 EXAMPLE_FACTS: tuple[str, ...] = (

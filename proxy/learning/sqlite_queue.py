@@ -2,20 +2,27 @@
 
 Every state change is one SQLite transaction on the writer connection, so several worker
 processes sharing the file (``memory-proxy worker`` next to ``serve``) never claim the same
-job twice or seal the same message into two batches.
+job twice or seal the same message into two batches. Every ``sqlite3`` error (a file locked
+by another process past :data:`~proxy.sqlite.BUSY_TIMEOUT_SECONDS`, a full disk, I/O
+errors) surfaces as :class:`~proxy.memory.store.StoreUnavailableError`, as from the memory
+store: the job is retried and the worker carries on.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import orjson
 
 from proxy.learning.exchange import Exchange, TranscriptMessage
 from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
+from proxy.memory.store import StoreUnavailableError
 from proxy.sqlite import SqliteDatabase
 
+T = TypeVar("T")
 _MAX_ERROR_CHARS = 2000
 
 
@@ -44,6 +51,18 @@ class SqliteLearningQueue:
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
 
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self._db.read(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite learning queue read failed: {exc}") from exc
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self._db.write(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite learning queue write failed: {exc}") from exc
+
     async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
         await self.enqueue_many([(kind, job_id, payload)])
 
@@ -52,7 +71,7 @@ class SqliteLearningQueue:
         if not jobs:
             return
         now = time.time()
-        await self._db.write(lambda c: c.executemany(
+        await self._write(lambda c: c.executemany(
             "INSERT OR IGNORE INTO jobs (id, kind, payload, status, attempts, available_at, "
             "created_at, updated_at) VALUES (?, ?, ?, 'ready', 0, ?, ?, ?)",
             [(job_id, kind, payload, now, now, now) for kind, job_id, payload in jobs],
@@ -78,15 +97,15 @@ class SqliteLearningQueue:
             )
             return Job(id=row[0], kind=row[1], payload=bytes(row[2]), attempts=row[3] + 1)
 
-        result: Job | None = await self._db.write(run)
+        result: Job | None = await self._write(run)
         return result
 
     async def ack(self, job: Job) -> None:
-        await self._db.write(lambda c: c.execute("DELETE FROM jobs WHERE id = ?", (job.id,)))
+        await self._write(lambda c: c.execute("DELETE FROM jobs WHERE id = ?", (job.id,)))
 
     async def retry(self, job: Job, *, error: str, delay_seconds: float) -> None:
         now = time.time()
-        await self._db.write(lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "UPDATE jobs SET status = 'ready', leased_by = NULL, lease_until = NULL, "
             "available_at = ?, last_error = ?, updated_at = ? WHERE id = ?",
             (now + delay_seconds, error[:_MAX_ERROR_CHARS], now, job.id),
@@ -94,7 +113,7 @@ class SqliteLearningQueue:
 
     async def bury(self, job: Job, *, error: str) -> None:
         now = time.time()
-        await self._db.write(lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "UPDATE jobs SET status = 'dead', leased_by = NULL, lease_until = NULL, "
             "last_error = ?, updated_at = ? WHERE id = ?",
             (error[:_MAX_ERROR_CHARS], now, job.id),
@@ -132,24 +151,24 @@ class SqliteLearningQueue:
                 return None
             return _seal(conn, exchange.tenant, exchange.user, exchange.conversation, now)
 
-        result: str | None = await self._db.write(run)
+        result: str | None = await self._write(run)
         return result
 
     async def mark_seen(self, exchange: Exchange, *, now: float) -> None:
-        await self._db.write(lambda c: c.executemany(
+        await self._write(lambda c: c.executemany(
             "INSERT OR IGNORE INTO seen_messages (tenant, user_id, fingerprint, seen_at) "
             "VALUES (?, ?, ?, ?)",
             [(exchange.tenant, exchange.user, m.fingerprint, now) for m in exchange.messages],
         ))
 
     async def seal(self, tenant: str, user: str, conversation: str, *, now: float) -> str | None:
-        result: str | None = await self._db.write(
+        result: str | None = await self._write(
             lambda c: _seal(c, tenant, user, conversation, now)
         )
         return result
 
     async def buffered_conversations(self, tenant: str, user: str) -> list[str]:
-        rows = await self._db.read(lambda c: c.execute(
+        rows = await self._read(lambda c: c.execute(
             "SELECT DISTINCT conversation_id FROM buffered_messages WHERE tenant = ? AND "
             "user_id = ? AND batch_key IS NULL", (tenant, user),
         ).fetchall())
@@ -175,11 +194,11 @@ class SqliteLearningQueue:
                 oldest_at=min(r[9] for r in rows), newest_at=max(r[9] for r in rows),
             )
 
-        result: Batch | None = await self._db.read(run)
+        result: Batch | None = await self._read(run)
         return result
 
     async def drop_batch(self, key: str) -> None:
-        await self._db.write(lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "DELETE FROM buffered_messages WHERE batch_key = ?", (key,)
         ))
 
@@ -193,7 +212,7 @@ class SqliteLearningQueue:
             ).fetchall()
             return [(r[0], r[1], r[2]) for r in rows]
 
-        result: list[tuple[str, str, str]] = await self._db.read(run)
+        result: list[tuple[str, str, str]] = await self._read(run)
         return result
 
     async def expire(self, *, buffered_before: float, seen_before: float) -> int:
@@ -205,7 +224,7 @@ class SqliteLearningQueue:
             conn.execute("DELETE FROM seen_messages WHERE seen_at < ?", (seen_before,))
             return int(removed)
 
-        result: int = await self._db.write(run)
+        result: int = await self._write(run)
         return result
 
     async def depth(self) -> QueueDepth:
@@ -224,7 +243,7 @@ class SqliteLearningQueue:
             return QueueDepth(counts["ready"], counts["delayed"], counts["leased"],
                               counts["dead"], buffered)
 
-        result: QueueDepth = await self._db.read(run)
+        result: QueueDepth = await self._read(run)
         return result
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
@@ -236,12 +255,12 @@ class SqliteLearningQueue:
             ).fetchall()
             return [DeadLetter(r[0], r[1], r[2], r[3] or "", r[4]) for r in rows]
 
-        result: list[DeadLetter] = await self._db.read(run)
+        result: list[DeadLetter] = await self._read(run)
         return result
 
     async def requeue(self, job_id: str) -> bool:
         now = time.time()
-        result: bool = await self._db.write(lambda c: c.execute(
+        result: bool = await self._write(lambda c: c.execute(
             "UPDATE jobs SET status = 'ready', attempts = 0, available_at = ?, updated_at = ? "
             "WHERE id = ? AND status = 'dead'",
             (now, now, job_id),
@@ -249,6 +268,6 @@ class SqliteLearningQueue:
         return result
 
     async def forget_user(self, tenant: str, user: str) -> None:
-        await self._db.write(lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?", (tenant, user)
         ))

@@ -51,7 +51,9 @@ from proxy.learning.prompts import (
     SCORING_SCHEMA,
     Language,
     batch_images,
+    clip_batch,
     extraction_messages,
+    fit_batch,
     render_known,
     scoring_messages,
 )
@@ -70,11 +72,18 @@ from proxy.memory.store import (
 from proxy.memory.text import has_cjk, load_segmenter_for, normalize
 from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.metrics import Metrics
+from proxy.request import Message
 from proxy.settings import LearningSettings
+from proxy.tokens import IMAGE_TOKENS
 
 log = structlog.get_logger("proxy.learning")
 MAX_BACKOFF_SECONDS = 300.0
+# Longest wait of the run loop between attempts while the queue or store keeps failing
+# (the first failure waits one poll interval, each further one twice the last): a locked
+# SQLite file or a Redis restart is noticed within a minute of its end.
+MAX_ERROR_PAUSE_SECONDS = 60.0
 SCORE_CACHE_SIZE = 1024  # batches whose score is kept for their retries
+SCORING_MAX_TOKENS = 512  # the scoring reply: one small JSON object
 # Nearest stored memories per new fact, by vector, offered to consolidation's dedup
 # besides the keyword-related ones (a paraphrase shares few keywords).
 VECTOR_NEIGHBOURS = 3
@@ -123,21 +132,52 @@ class Worker:
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         """Process jobs until ``stop`` is set; cancellation leaves the current job leased
-        (it is redelivered after its lease)."""
+        (it is redelivered after its lease).
+
+        Only cancellation ends the loop. A failure outside a job's own handling — the queue
+        or store unreachable (:class:`StoreUnavailableError`, logged as a warning), or any
+        other exception (logged with its traceback) — is counted
+        (``learning_events{event="worker_error"}``) and the loop waits before it goes on:
+        ``poll_interval_seconds`` after the first failure in a row, doubling with each
+        further one up to :data:`MAX_ERROR_PAUSE_SECONDS`."""
         log.info("learning_worker_started", worker=self.worker_id)
+        failures = 0
         while not stop.is_set():
             try:
                 if time.time() - self._last_maintenance >= \
                         self._settings.maintenance_interval_seconds:
                     await self.maintenance()
                 worked = await self.run_once()
+            except asyncio.CancelledError:
+                raise
             except StoreUnavailableError as exc:
-                log.warning("learning_store_unavailable", error=str(exc))
+                failures += 1
+                self._count("worker_error", "store_unavailable")
+                log.warning("learning_store_unavailable", worker=self.worker_id,
+                            error=str(exc), failures=failures)
                 worked = False
+            except Exception:  # anything else: logged, counted, and the loop goes on
+                failures += 1
+                self._count("worker_error", "unexpected")
+                log.exception("learning_worker_error", worker=self.worker_id,
+                              failures=failures)
+                worked = False
+            else:
+                failures = 0
             if not worked:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._settings.poll_interval_seconds)
+                    await asyncio.wait_for(stop.wait(), self._pause(failures))
         log.info("learning_worker_stopped", worker=self.worker_id)
+
+    def _pause(self, failures: int) -> float:
+        """Seconds to wait before the next claim: the poll interval, doubled for each
+        failure in a row after the first, capped at :data:`MAX_ERROR_PAUSE_SECONDS` (never
+        below the poll interval)."""
+        poll = self._settings.poll_interval_seconds
+        if failures <= 1:
+            return poll
+        grown: float = poll * 2.0 ** min(failures - 1, 32)
+        return max(poll, min(grown, MAX_ERROR_PAUSE_SECONDS))
 
     async def run_once(self) -> bool:
         """Claim and process one job; ``False`` when none was ready."""
@@ -244,9 +284,11 @@ class Worker:
 
     async def _learn(self, job: Job) -> None:
         key = orjson.loads(job.payload)["batch"]
-        batch = await self.queue.load_batch(key)
-        if batch is None:
+        loaded = await self.queue.load_batch(key)
+        if loaded is None:
             return  # learned (or discarded) already: redelivery
+        # Every message cut to prompts.MAX_MESSAGE_CHARS, for the calls and the checks alike.
+        batch = clip_batch(loaded)
         now = self._clock()
         owners = await self._owners(batch)
         if not owners:
@@ -274,14 +316,14 @@ class Worker:
                                                conversation=record))
             self._count("learn_outcome", "below_threshold")
             return
-        extraction, vision = await self._extract(job, batch, known_text=known_text,
-                                                 language=language, audit=audit, now=now)
+        extraction, vision, shown = await self._extract(
+            job, batch, known_text=known_text, language=language, audit=audit, now=now)
         if extraction.summary:
             record = replace(record, summary=extraction.summary)
         audit.append(self._event(batch, "extracted", "", now, {
             "facts": len(extraction.facts), "unusable": extraction.dropped}))
         per_owner = self._assign(batch, extraction, owners, audit, now)
-        from_images = self._image_facts(batch, extraction, owners, audit, now) if vision \
+        from_images = self._image_facts(shown, extraction, owners, audit, now) if vision \
             else {}
         scrubber = self._scrubbers.for_tenant(batch.tenant)
         for name, owner in owners.items():
@@ -320,9 +362,10 @@ class Worker:
     async def _extract(
         self, job: Job, batch: Batch, *, known_text: str, language: Language,
         audit: list[AuditEvent], now: datetime,
-    ) -> tuple[ExtractionResult, bool]:
+    ) -> tuple[ExtractionResult, bool, Batch]:
         """The extraction call (with the conversation's earlier summary, and the images when
-        the learning model sees them) and whether images went with it."""
+        the learning model sees them), whether images went with it, and the part of the
+        batch the model was shown (:meth:`_fit`; its images are the ones numbered)."""
         shared = batch_images(batch)
         vision = bool(shared) and self.model.sees_images(batch.model)
         if shared and not vision:
@@ -331,19 +374,38 @@ class Worker:
             self._count("images", "skipped_no_vision")
         previous = await self._store.get_conversation(batch.tenant, batch.user,
                                                       batch.conversation)
+        override = await self._prompt(batch.tenant, "extraction")
+        max_tokens = self._settings.max_output_tokens * (2 if job.attempts > 1 else 1)
+
+        def build(part: Batch) -> list[Message]:
+            return extraction_messages(batch=part, known=known_text, language=language,
+                                       override=override, group=is_group_namespace(batch.user),
+                                       vision=vision,
+                                       earlier=previous.summary if previous else "")
+
+        shown, messages = self._fit(batch, build, max_tokens=max_tokens, vision=vision)
         extraction = parse_extraction(await self.model.call(
             purpose="extract", request_model=batch.model, tenant=batch.tenant,
-            user=batch.user, job_id=job.id,
-            max_tokens=self._settings.max_output_tokens * (2 if job.attempts > 1 else 1),
-            schema=EXTRACTION_SCHEMA,
-            messages=extraction_messages(batch=batch, known=known_text, language=language,
-                                         override=await self._prompt(batch.tenant,
-                                                                     "extraction"),
-                                         group=is_group_namespace(batch.user),
-                                         vision=vision,
-                                         earlier=previous.summary if previous else ""),
+            user=batch.user, job_id=job.id, max_tokens=max_tokens, schema=EXTRACTION_SCHEMA,
+            messages=messages,
         ))
-        return extraction, vision
+        return extraction, vision, shown
+
+    def _fit(self, batch: Batch, build: Callable[[Batch], list[Message]], *,
+             max_tokens: int, vision: bool = False) -> tuple[Batch, list[Message]]:
+        """The part of ``batch`` a learning call shows and the call's messages (``build``):
+        the newest messages that fit the learning model's context window once the prompt
+        without them and a reply of ``max_tokens`` are counted (:func:`fit_batch`)."""
+        room = self.model.room(batch.model, build(replace(batch, messages=())),
+                               max_tokens=max_tokens)
+        shown = fit_batch(batch, budget=room,
+                          count=lambda text: self.model.count(batch.model, text),
+                          image_tokens=IMAGE_TOKENS if vision else 0)
+        if shown is not batch:
+            self._count("transcript_cut", "window")
+            log.info("learning_transcript_cut", batch=batch.key, room_tokens=room,
+                     messages=len(batch.messages), shown=len(shown.messages))
+        return shown, build(shown)
 
     async def _known(
         self, batch: Batch, owners: dict[str | None, str]
@@ -453,12 +515,17 @@ class Worker:
         """The batch's score; a retry after a failed extraction keeps the earlier one."""
         scored = self._scores.get(batch.key)
         if scored is None:
+            override = await self._prompt(batch.tenant, "scoring")
+
+            def build(part: Batch) -> list[Message]:
+                return scoring_messages(batch=part, known=known_text, language=language,
+                                        override=override)
+
+            _, messages = self._fit(batch, build, max_tokens=SCORING_MAX_TOKENS)
             scored = parse_scoring(await self.model.call(
                 purpose="score", request_model=batch.model, tenant=batch.tenant,
-                user=batch.user, job_id=job.id, max_tokens=512, schema=SCORING_SCHEMA,
-                messages=scoring_messages(batch=batch, known=known_text, language=language,
-                                          override=await self._prompt(batch.tenant,
-                                                                      "scoring")),
+                user=batch.user, job_id=job.id, max_tokens=SCORING_MAX_TOKENS,
+                schema=SCORING_SCHEMA, messages=messages,
             ))
             self._scores[batch.key] = scored
             while len(self._scores) > SCORE_CACHE_SIZE:

@@ -32,6 +32,10 @@ SUBCATEGORIES: dict[str, tuple[str, ...]] = {
 }
 USER_SUBJECT = "user"
 TITLE_MAX_CHARS = 30  # seed 000 §6 extraction prompt: title ≤ 30 characters
+# Longest memory any source may store, in characters: manual memories (POST /v1/memories
+# answers 400 beyond) and learned ones (the fact filters drop them as "too_long") alike.
+MAX_CONTENT_CHARS = 4000
+MAX_TITLE_CHARS = 200
 PROFILE_CACHE_SIZE = 4096  # decoded profiles kept (a few KB each): the active users
 
 

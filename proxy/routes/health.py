@@ -3,7 +3,8 @@
 ``/healthz`` answers 200 while the process runs. ``/readyz`` reports each dependency; it
 answers 200 whenever chat can be served — a memory store outage degrades memory, not chat
 (SPEC §8), so it shows as ``"degraded"`` with 200 — and 503 only when no model is
-configured.
+configured. ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the learning worker
+this process runs has ended (also ``"degraded"``: chat goes on, learning does not).
 """
 
 from __future__ import annotations
@@ -46,11 +47,21 @@ async def readyz(request: Request) -> Response:
             checks["learning_queue"] = f"unavailable: {type(exc).__name__}"
     checks["models"] = len(res.registry.names)
     checks["embedder"] = res.embedder.model if res.embedder is not None else "none"
-    checks["learning"] = "on" if res.learning_enabled else "off"
+    checks["learning"] = _learning(res)
     if not res.registry.names:
         return json_response({"status": "unavailable", "checks": checks}, status_code=503)
-    degraded = checks["store"] != "ok" or isinstance(checks.get("learning_queue"), str)
+    degraded = checks["store"] != "ok" or isinstance(checks.get("learning_queue"), str) \
+        or checks["learning"] == "stopped"
     return json_response({"status": "degraded" if degraded else "ok", "checks": checks})
+
+
+def _learning(res: Resources) -> str:
+    """``off``; ``on``; or ``stopped`` when this process runs the learning worker and its
+    task has ended (it only ends on shutdown, so jobs would wait until a restart)."""
+    if not res.learning_enabled:
+        return "off"
+    task = res.worker_task
+    return "stopped" if task is not None and task.done() else "on"
 
 
 async def metrics(request: Request) -> Response:

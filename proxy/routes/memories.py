@@ -29,20 +29,18 @@ from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
 from proxy.identity import resolve_user
 from proxy.learning.filters import is_directive
 from proxy.learning.pii import Scrubber
-from proxy.memory.records import Memory, new_id
+from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
-
-MAX_CONTENT_CHARS = 4000
 
 
 class NewMemory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    title: str = Field(default="", max_length=200)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     category: Literal["user_preference", "business", "technical", "organizational",
                       "domain"] = "user_preference"
     subcategory: str = Field(default="", max_length=60)

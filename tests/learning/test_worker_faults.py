@@ -4,6 +4,7 @@ truncated output. Nothing wrong is written; nothing is applied twice."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,10 +12,22 @@ from typing import Any
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
-from proxy.learning.worker import Worker, backoff
+from proxy.learning.queue import LearningQueue
+from proxy.learning.sqlite_queue import SqliteLearningQueue
+from proxy.learning.worker import MAX_ERROR_PAUSE_SECONDS, Worker, backoff
 from proxy.memory.store import ListQuery, StoreUnavailableError
-from tests.fakes import FakeUpstream, Gateway, Reply, make_settings, running_gateway
+from proxy.sqlite import SqliteDatabase
+from tests.fakes import (
+    FakeUpstream,
+    FlakyQueue,
+    Gateway,
+    Reply,
+    eventually,
+    make_settings,
+    running_gateway,
+)
 
 
 @pytest.fixture
@@ -58,13 +71,21 @@ async def drain_with_waits(gateway: Gateway, rounds: int = 20) -> None:
     raise AssertionError("the queue did not drain")
 
 
-def second_worker(gateway: Gateway) -> Worker:
+def second_worker(gateway: Gateway, queue: LearningQueue | None = None) -> Worker:
+    """Another worker on the gateway's store and model, over ``queue`` (default: the
+    gateway's), polling every 10 ms."""
     worker = gateway.res.worker
     assert worker is not None
     assert gateway.res.queue is not None
-    return Worker(queue=gateway.res.queue, store=gateway.res.store, model=worker.model,
-                  scrubbers=gateway.res.scrubbers, settings=gateway.res.settings.learning,
-                  worker_id="second")
+    settings = gateway.res.settings.learning.model_copy(update={"poll_interval_seconds": 0.01})
+    return Worker(queue=queue or gateway.res.queue, store=gateway.res.store,
+                  model=worker.model, scrubbers=gateway.res.scrubbers, settings=settings,
+                  worker_id="second", metrics=gateway.res.metrics)
+
+
+def worker_errors(gateway: Gateway, label: str) -> float:
+    metric = gateway.res.metrics.learning_events.labels(event="worker_error", label=label)
+    return float(metric._value.get())
 
 
 async def test_job_of_a_dead_worker_is_redelivered_after_its_lease(
@@ -201,3 +222,173 @@ async def test_garbage_forever_ends_in_the_dead_letter_list(
     assert await queue.requeue(dead[0].id)
     await drain_with_waits(faulty)
     assert await memories(faulty) == [("Restores old radios", 1)]
+
+
+async def run_until_learned(gateway: Gateway, worker: Worker) -> asyncio.Task[None]:
+    """Run ``worker.run`` until u1 has a memory; the task is returned still running."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+
+    async def learned() -> bool:
+        assert not task.done(), "Worker.run ended"
+        return bool(await memories(gateway))
+
+    try:
+        await eventually(learned)
+    finally:
+        stop.set()
+    return task
+
+
+async def test_worker_keeps_running_through_queue_outages(
+    faulty: Gateway, upstream: FakeUpstream
+) -> None:
+    """The queue failing on claim — a locked SQLite file, an unreachable store — is logged
+    and counted; the worker backs off, goes on, and learns the job afterwards."""
+    upstream.extract = lambda body: fact("Grows chillies")
+    await say(faulty, "I grow chillies.")
+    await faulty.res.sink.flush()
+    assert faulty.res.queue is not None
+    flaky = FlakyQueue(faulty.res.queue, [
+        sqlite3.OperationalError("database is locked"),
+        StoreUnavailableError("sqlite learning queue write failed: database is locked"),
+        StoreUnavailableError("redis learning queue claim failed: connection refused"),
+    ])
+    with capture_logs() as logs:
+        task = await run_until_learned(faulty, second_worker(faulty, flaky))
+        await task
+    assert flaky.failures == 3
+    assert await memories(faulty) == [("Grows chillies", 1)]
+    assert worker_errors(faulty, "store_unavailable") == 2
+    assert worker_errors(faulty, "unexpected") == 1
+    events = [e["event"] for e in logs]
+    assert events.count("learning_store_unavailable") == 2
+    assert events.count("learning_worker_error") == 1
+    assert events[-1] == "learning_worker_stopped"
+
+
+async def test_unexpected_exceptions_do_not_end_the_worker(
+    faulty: Gateway, upstream: FakeUpstream
+) -> None:
+    """Any exception type from the queue (here a RuntimeError, a bug) is logged with its
+    traceback and counted; Worker.run goes on. A worker on a healthy queue counts none."""
+    upstream.extract = lambda body: fact("Collects stamps")
+    await say(faulty, "I collect stamps.")
+    await faulty.res.sink.flush()
+    assert faulty.res.queue is not None
+    flaky = FlakyQueue(faulty.res.queue, [RuntimeError("bug"), KeyError("bug"),
+                                           ValueError("bug")])
+    with capture_logs() as logs:
+        task = await run_until_learned(faulty, second_worker(faulty, flaky))
+        await task
+    assert task.exception() is None
+    assert await memories(faulty) == [("Collects stamps", 1)]
+    assert worker_errors(faulty, "unexpected") == 3
+    crashed = [e for e in logs if e["event"] == "learning_worker_error"]
+    assert len(crashed) == 3
+    assert all(e["log_level"] == "error" and e.get("exc_info") for e in crashed)
+
+    upstream.extract = lambda body: fact("Collects coins")
+    await say(faulty, "I collect coins.")
+    await faulty.res.sink.flush()
+    healthy = second_worker(faulty)
+    stop = asyncio.Event()
+    run = asyncio.create_task(healthy.run(stop))
+
+    async def both() -> bool:
+        return len(await memories(faulty)) == 2
+
+    await eventually(both)
+    stop.set()
+    await run
+    assert worker_errors(faulty, "unexpected") == 3
+
+
+def test_error_pauses_grow_from_the_poll_interval_to_a_cap(faulty: Gateway) -> None:
+    """After failures in a row the loop waits the poll interval, then twice as long each
+    time, never more than the cap."""
+    worker = second_worker(faulty)  # polls every 10 ms
+    assert worker._pause(0) == worker._pause(1) == 0.01
+    assert worker._pause(2) == 0.02
+    assert worker._pause(4) == 0.08
+    assert worker._pause(40) == worker._pause(10_000) == MAX_ERROR_PAUSE_SECONDS
+
+
+async def test_worker_outlasts_a_locked_database_file(
+    faulty: Gateway, upstream: FakeUpstream
+) -> None:
+    """Another process holding BEGIN EXCLUSIVE on the SQLite file past the busy timeout:
+    the queue reports StoreUnavailableError (not sqlite3's error), the worker keeps
+    trying, and learns the job once the lock is released."""
+    upstream.extract = lambda body: fact("Brews kombucha")
+    await say(faulty, "I brew kombucha.")
+    await faulty.res.sink.flush()
+    path = faulty.res.settings.storage.path
+    async with SqliteDatabase(path, busy_timeout=0.05) as db:
+        queue = SqliteLearningQueue(db)
+        worker = second_worker(faulty, queue)
+        lock = sqlite3.connect(path, isolation_level=None)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            with pytest.raises(StoreUnavailableError, match="database is locked"):
+                await queue.claim("w", lease_seconds=5)
+            stop = asyncio.Event()
+            task = asyncio.create_task(worker.run(stop))
+
+            async def refused_twice() -> bool:
+                return worker_errors(faulty, "store_unavailable") >= 2
+
+            await eventually(refused_twice)
+            assert not task.done()
+            assert await memories(faulty) == []
+            lock.execute("COMMIT")
+        finally:
+            lock.close()
+
+        async def learned() -> bool:
+            assert not task.done(), "Worker.run ended"
+            return bool(await memories(faulty))
+
+        try:
+            await eventually(learned)
+        finally:
+            stop.set()
+            await task
+    assert await memories(faulty) == [("Brews kombucha", 1)]
+    assert worker_errors(faulty, "unexpected") == 0
+
+
+async def test_readyz_reports_a_learning_worker_that_ended(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """/readyz says learning "on" while the gateway's worker task runs, and "stopped"
+    (status degraded, still 200) once it has ended."""
+    settings = make_settings(tmp_path, learning={"enabled": True})
+    async with running_gateway(settings, upstream, run_worker=True) as gateway:
+        async with gateway.client() as client:
+            ready = await client.get("/readyz")
+            assert ready.json()["checks"]["learning"] == "on"
+            assert ready.json()["status"] == "ok"
+            task = gateway.res.worker_task
+            assert task is not None
+            assert not task.done()
+            task.cancel()  # the worker task ends while the gateway runs on
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            ready = await client.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["checks"]["learning"] == "stopped"
+        assert ready.json()["status"] == "degraded"
+
+
+async def test_readyz_learning_without_an_in_process_worker(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """A gateway that leaves learning to ``memory-proxy worker`` processes (no worker task
+    here) reports learning "on"; with learning off, "off"."""
+    for enabled, expected in ((True, "on"), (False, "off")):
+        settings = make_settings(tmp_path / expected, learning={"enabled": enabled})
+        async with running_gateway(settings, upstream) as gateway, gateway.client() as client:
+            ready = (await client.get("/readyz")).json()
+        assert gateway.res.worker_task is None
+        assert (ready["checks"]["learning"], ready["status"]) == (expected, "ok")
