@@ -4,8 +4,14 @@
   over :data:`~proxy.memory.records.MAX_TITLE_CHARS` — the caps manual memories have; a
   fact that long is a copied message, not a statement to remember.
 - **instruction** (case B30): a fact phrased as an order to the assistant, or carrying a
-  link, "ignore previous instructions", "system:" or similar markers, is dropped — memory
-  holds statements about the user, never standing directives.
+  link, "ignore previous instructions", a role marker ("system:", ``<system>``,
+  ``</user_memory>``), a chat-template token (``<|im_start|>``, ``[INST]``) or a persona
+  switch ("you are now …", "act as …"), is dropped — memory holds statements about the
+  user, never standing directives.
+
+Every text rule here is decided on :func:`~proxy.memory.text.detection_form` (NFKC,
+invisible characters and accents removed, look-alike letters mapped, case-folded), so a
+full-width or zero-width spelling is judged like its plain ASCII reading.
 - **json** (case B17): a fact that itself looks like JSON or carries the schema's keys.
 - **example** (case B20): a copy of the prompt's own worked example.
 - **pii** (case B28): a fact that still holds personal data or a secret after the input was
@@ -31,7 +37,7 @@ from proxy.learning.parsing import CandidateFact
 from proxy.learning.pii import PLACEHOLDERS, Scrubber
 from proxy.learning.prompts import EXAMPLE_FACTS
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
-from proxy.memory.text import content_terms, has_cjk, normalize
+from proxy.memory.text import content_terms, detection_form, has_cjk, normalize
 
 _URL = re.compile(r"https?://|www\.|\b[\w-]+\.(?:com|net|org|io|invalid|xyz|ru|cn)/\S*", re.I)
 _DIRECTIVE = re.compile(
@@ -50,7 +56,31 @@ _DIRECTIVE = re.compile(
     r"|从现在起|从今以后|以后(?:都|一律|必须)|每次回答"
     r"|忽略(?:之前|以上|前面)|系统(?:规则|提示|指令)|你(?:必须|应该|一定要|要始终)|助手(?:必须|应该|要始终)"
     r"|^\s*(?:始终|永远|总是|务必|必须)",
-    re.I,
+    re.I | re.M,
+)
+# Role markers and chat-template control tokens (seen in the detection form: lower-case,
+# NFKC-folded): a memory holding one is trying to speak as someone other than the user.
+_ROLE = re.compile(
+    # "system:" / "assistant:" / "developer:" opening a line, or after a sentence or a tag;
+    # "the billing system: invoices" (a word before it) is ordinary text.
+    r"(?:^|[.!?;>\]|)}])[^\S\n]*(?:system|assistant|developer|sys)[^\S\n]*:"
+    r"|^[^\S\n]*#+[^\S\n]*(?:system|assistant|developer|instructions?)\b"
+    # tags named like a role or like our own block: <system>, </assistant>, <user_memory>
+    r"|<\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?|sys"
+    r"|prompt)\s*(?:\s[^<>]{0,60})?/?\s*>"
+    r"|<\s*/?\s*user[\s_-]*memor(?:y|ies)[^<>]{0,40}>"
+    # ChatML / Llama / Mistral control tokens: <|im_start|>, <|eot_id|>, [INST], <<SYS>>
+    r"|<\|[^|<>\n]{0,40}\|>|\[/?inst\]|<<\s*/?\s*sys\s*>>|</s>"
+    # persona switches aimed at the assistant
+    r"|\byou(?:\s*['’]re|\s+are)\s+(?:now|no longer)\s+(?:an?\s|the\s|my\s|in\s|called\b"
+    r"|named\b|known\b|dan\b|free\b|unrestricted\b|unfiltered\b|uncensored\b|jailbroken\b"
+    r"|acting\b|operating\b|allowed\b|able\b|permitted\b|bound\b|restricted\b|limited\b"
+    r"|required\b|developer\b|going to\b)"
+    r"|\byou\s+(?:will|shall)\s+now\b"
+    r"|(?:^|[.!?;:]\s*|\byou\s+(?:will\s+|shall\s+|should\s+|must\s+|can\s+|now\s+"
+    r"|are\s+to\s+)?|\bplease\s+)(?:act|behave|pose|roleplay|role-play|pretend)\b"
+    r"|\bpretend\s+(?:that\s+)?you(?:\s*['’]re|\s+are)?\b",
+    re.M,
 )
 _SCHEMA_KEYS = re.compile(r'"(?:title|content|category|facts|memories|subject)"\s*:')
 _NUMBER = re.compile(r"\d+")
@@ -60,7 +90,7 @@ _EXAMPLES = tuple(normalize(e) for e in EXAMPLE_FACTS)
 _USER_SUBJECTS = frozenset({"user", "the user", "me", "i", "myself", "用户", "我"})
 MAX_SUBJECT_CHARS = 60
 MAX_SUBJECT_WORDS = 5
-_PLACEHOLDER_TEXT = tuple(PLACEHOLDERS.values())
+_PLACEHOLDER_FORMS = tuple(detection_form(p) for p in PLACEHOLDERS.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +118,23 @@ def _capitalised(text: str) -> list[str]:
 
 
 def is_directive(text: str) -> bool:
-    """True for text phrased as an order to the assistant or carrying a link (case B30)."""
-    return bool(_URL.search(text) or _DIRECTIVE.search(text))
+    """True for text phrased as an order to the assistant, carrying a link (case B30), or
+    holding a role marker or chat-template token (``SYSTEM:``, ``<system>``,
+    ``</user_memory>``, ``<|im_start|>``, ``[INST]``, "you are now …", "act as …"). Decided
+    on :func:`~proxy.memory.text.detection_form`, so full-width, look-alike or
+    invisible-character spellings are caught like plain ASCII."""
+    form = detection_form(text)
+    return bool(_URL.search(form) or _DIRECTIVE.search(form) or _ROLE.search(form))
+
+
+def contains_pii(scrubber: Scrubber, text: str) -> bool:
+    """Whether ``scrubber`` finds personal data or a secret in ``text`` as written or in its
+    case-kept detection form (full-width digits, ``＠``, zero-width characters inside an
+    address or key do not hide it)."""
+    if scrubber.contains_pii(text):
+        return True
+    form = detection_form(text, keep_case=True)
+    return form != text and scrubber.contains_pii(form)
 
 
 class FactFilter:
@@ -114,15 +159,15 @@ class FactFilter:
         text = f"{fact.title}\n{fact.content}"
         if is_directive(fact.title) or is_directive(fact.content):
             return "instruction"
-        stripped = fact.content.strip()
-        if stripped[:1] in "{[" or _SCHEMA_KEYS.search(text):
+        form = detection_form(text)
+        if detection_form(fact.content)[:1] in "{[" or _SCHEMA_KEYS.search(form):
             return "json"
         if "\ufffd" in text:  # a repaired broken escape: the fact lost characters (B14)
             return "garbled"
         norm = normalize(fact.content)
         if any(example and (example in norm or norm in example) for example in _EXAMPLES):
             return "example"
-        if any(p in text for p in _PLACEHOLDER_TEXT) or self._scrubber.contains_pii(text):
+        if any(p in form for p in _PLACEHOLDER_FORMS) or contains_pii(self._scrubber, text):
             return "pii"
         if not self._subject_ok(fact.subject):
             return "subject"
@@ -134,8 +179,9 @@ class FactFilter:
         name = subject.strip()
         if not name or normalize(name) in _USER_SUBJECTS:
             return True
+        form = detection_form(name)
         if len(name) > MAX_SUBJECT_CHARS or len(name.split()) > MAX_SUBJECT_WORDS or \
-                any(ch in name for ch in ":;{}[]<>|=\n") or name.endswith((".", "!", "?")):
+                any(ch in form for ch in ":;{}[]<>|=\n") or form.endswith((".", "!", "?")):
             return False
         return normalize(name) in normalize(self._lower)
 

@@ -33,7 +33,7 @@ from proxy.learning.exchange import (
     TranscriptMessage,
     is_group_namespace,
 )
-from proxy.learning.filters import FactFilter, is_directive
+from proxy.learning.filters import FactFilter, contains_pii, is_directive
 from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
     CandidateFact,
@@ -718,7 +718,7 @@ def _clean_profile(update: ProfileUpdate | None, scrubber: Scrubber) -> ProfileU
 
     def ok(text: str | None) -> bool:
         return bool(text) and not is_directive(text or "") and \
-            not scrubber.contains_pii(text or "")
+            not contains_pii(scrubber, text or "")
 
     return ProfileUpdate(
         style=update.style if ok(update.style) else None,

@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Literal
 
 from proxy.memory.records import CATEGORIES, Memory, Profile, ScoredTag
-from proxy.memory.text import has_cjk
+from proxy.memory.text import fold_char, has_cjk
 from proxy.request import Message, message_text
 from proxy.settings import InjectTemplate
 
@@ -38,33 +38,72 @@ MAX_LINE_CHARS = 400
 MAX_PROFILE_TAGS = 6
 _MARKERS = re.compile(
     r"<\s*/?\s*user[\s_-]*memor(?:y|ies)[^>]{0,40}>"  # our own block markers, any spelling
+    # role tags: <system>, </assistant>, <developer …>
+    r"|<\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?)\b"
+    r"[^<>]{0,40}>"
     r"|<\|[^|<>]{0,40}\|>"  # ChatML / Llama-3 control tokens: <|im_start|>, <|eot_id|>
     r"|\[/?INST\]|<<\s*/?\s*SYS\s*>>|</?s>"  # Llama-2 / Mistral control tokens
     r"|```+",  # fences could swallow the rest of the prompt
     re.IGNORECASE,
 )
 _SPACE = re.compile(r"\s+")
+# Markdown structure a line must not open with, ASCII and full-width.
+_LEADING_STRUCTURE = "#>*-+=| ＃＞＊－＋＝｜"
 _BLOCK = re.compile(re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END), re.DOTALL)
 Position = Literal["system", "before_last_user"]
 
 
 @lru_cache(maxsize=4096)
 def sanitize(text: str, *, max_chars: int = MAX_LINE_CHARS) -> str:
-    """One safe line: NFKC-folded (so fullwidth look-alikes such as ``＜/user_memory＞``
-    become plain ASCII first), invisible format characters (soft hyphen, zero-width and
-    bidi controls) and control characters dropped, markers and control tokens removed,
-    whitespace collapsed, leading Markdown structure stripped, cut to ``max_chars``.
-    Memoised: the lines of a user's block repeat from request to request."""
-    folded = unicodedata.normalize("NFKC", text)
+    """One safe line: invisible format characters (soft hyphen, zero-width and bidi
+    controls) and control characters dropped; block markers, role tags and chat-template
+    control tokens removed, whitespace collapsed, leading Markdown structure stripped, cut
+    to ``max_chars`` (an ellipsis marks the cut). Markers are found on a folded view of the
+    text (NFKC, Latin look-alikes, no combining marks: :func:`~proxy.memory.text.fold_char`)
+    so full-width spellings such as ``＜/user_memory＞`` are removed too, but the text kept is
+    the text as written: CJK punctuation (``，。：！？（）``) and other compatibility
+    characters (``℃``, ``㎡``) are never rewritten to ASCII. Removal repeats until nothing is
+    left to remove, so a marker hidden inside another (``</user_</s>memory>``) cannot
+    reappear. Memoised: the lines of a user's block repeat from request to request."""
     visible = "".join(
-        ch for ch in folded
+        ch for ch in text
         if ch.isspace() or unicodedata.category(ch) not in ("Cf", "Cc", "Co", "Cs")
     )
-    cleaned = _MARKERS.sub(" ", visible)
-    cleaned = _SPACE.sub(" ", cleaned).strip().lstrip("#>*-+=| ").strip()
+    cleaned = _SPACE.sub(" ", _remove_markers(visible)).strip()
+    cleaned = cleaned.lstrip(_LEADING_STRUCTURE).strip()
     if len(cleaned) > max_chars:
         cleaned = cleaned[: max_chars - 1].rstrip() + "…"
     return cleaned
+
+
+def _remove_markers(text: str) -> str:
+    """``text`` with every ``_MARKERS`` match on its folded view replaced by one space,
+    repeated until none is left (each round shortens the text or turns a character into a
+    space, so it ends)."""
+    while True:
+        if text.isascii():
+            stripped = _MARKERS.sub(" ", text)
+            if stripped == text:
+                return text
+            text = stripped
+            continue
+        pieces: list[str] = []
+        origin: list[int] = []  # folded position → index of the character it came from
+        for index, ch in enumerate(text):
+            folded = fold_char(ch)
+            pieces.append(folded)
+            origin.extend([index] * len(folded))
+        out: list[str] = []
+        last = 0
+        for match in _MARKERS.finditer("".join(pieces)):
+            start, end = origin[match.start()], origin[match.end() - 1] + 1
+            out.append(text[last:max(start, last)])
+            out.append(" ")
+            last = max(end, last)
+        if not out:
+            return text
+        out.append(text[last:])
+        text = "".join(out)
 
 
 def strip_blocks(text: str) -> str:

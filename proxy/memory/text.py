@@ -83,6 +83,84 @@ def has_cjk(text: str) -> bool:
     return _HAS_CJK.search(text) is not None
 
 
+# Characters that render as nothing: every format character (category Cf: soft hyphen,
+# zero-width space/joiners U+200B–U+200D, LRM/RLM, bidi embeddings, overrides and isolates
+# U+202A–U+202E and U+2066–U+2069, word joiner and invisible operators U+2060–U+2064, BOM
+# U+FEFF, tag characters U+E0000–U+E007F) and control characters other than whitespace.
+_HIDDEN_CATEGORIES = frozenset(("Cf", "Cc"))
+# Also invisible, but letters or marks by category: combining grapheme joiner, Hangul
+# fillers, variation selectors (dropped only in the detection form).
+_HIDDEN_EXTRA = frozenset("\u034f\u115f\u1160\u3164\uffa0") | frozenset(
+    chr(c) for c in range(0xFE00, 0xFE10))
+# Latin look-alikes from other scripts (Cyrillic, Greek, IPA) that NFKC leaves alone, so
+# "іgnоre" (Cyrillic і, о) reads as "ignore" to the filters. Detection form only.
+_CONFUSABLES = str.maketrans({
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o",
+    "р": "p", "с": "c", "т": "t", "у": "y", "х": "x", "і": "i", "ї": "i", "ј": "j",
+    "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "һ": "h", "ӏ": "l", "α": "a", "ε": "e",
+    "β": "b", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x",
+    "ı": "i", "ɡ": "g", "ɑ": "a", "ɩ": "i", "ʀ": "r",
+})
+_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def strip_invisible(text: str) -> str:
+    """``text`` without format characters (zero-width, bidi controls, BOM, soft hyphen, tag
+    characters: Unicode category Cf) and control characters other than whitespace (Cc).
+    Everything visible is kept as written; used on memory text before it is stored."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(
+        ch for ch in text
+        if ch.isspace() or unicodedata.category(ch) not in _HIDDEN_CATEGORIES
+    )
+
+
+def _collapse_space(match: re.Match[str]) -> str:
+    return "\n" if any(ch in _LINE_BREAKS for ch in match.group()) else " "
+
+
+def detection_form(text: str, *, keep_case: bool = False) -> str:
+    """The one canonical form every memory text rule (directive, link, JSON, placeholder,
+    subject checks; learned and manual memories alike) is decided on, so no spelling the
+    model reads the same way slips past a rule written for plain ASCII:
+
+    NFKC (full-width and other compatibility forms → ASCII: ``Ｉｇｎｏｒｅ`` → ``Ignore``,
+    ``：／／`` → ``://``); invisible characters removed (:func:`strip_invisible`, plus
+    variation selectors, the combining grapheme joiner and Hangul fillers); combining marks
+    removed (``ignóre`` → ``ignore``); common Cyrillic/Greek look-alikes of Latin letters
+    mapped to them; case-folded (unless ``keep_case``, for detectors whose patterns are
+    case-sensitive, such as API key formats); whitespace collapsed: a run holding a line
+    break becomes ``"\\n"`` (so rules anchored at a line start still see lines), any other
+    run one space; trimmed. Never stored or shown: it exists to be matched against.
+    """
+    folded = unicodedata.normalize("NFKC", strip_invisible(text))
+    plain = folded.isascii()
+    if not plain:
+        decomposed = unicodedata.normalize("NFD", folded)
+        folded = unicodedata.normalize("NFC", "".join(
+            ch for ch in decomposed
+            if ch not in _HIDDEN_EXTRA and not unicodedata.combining(ch)
+        ))
+    if not keep_case:
+        folded = folded.casefold()
+    if not plain:
+        folded = folded.translate(_CONFUSABLES)
+    return _SPACE.sub(_collapse_space, folded).strip()
+
+
+@lru_cache(maxsize=8192)
+def fold_char(ch: str) -> str:
+    """One character as the detection form would read it, case aside: its NFKC form (may be
+    several characters: ``ß`` stays, ``ﬁ`` → ``fi``) with Latin look-alikes mapped and
+    case-folded; ``""`` for invisible characters and combining marks. For matching a
+    pattern on a folded view while cutting from the text as written."""
+    if ch in _HIDDEN_EXTRA or unicodedata.combining(ch) or (
+            not ch.isspace() and unicodedata.category(ch) in _HIDDEN_CATEGORIES):
+        return ""
+    return unicodedata.normalize("NFKC", ch).casefold().translate(_CONFUSABLES)
+
+
 def normalize(text: str) -> str:
     """NFKC, lower-case, collapsed whitespace, trimmed punctuation: the dedup key (SPEC §3.6)."""
     folded = unicodedata.normalize("NFKC", text).casefold()

@@ -31,6 +31,7 @@ from proxy.learning.filters import is_directive
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
+from proxy.memory.text import detection_form, strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
@@ -50,15 +51,19 @@ class NewMemory(BaseModel):
 
 
 def _check_manual(text: str, scrubber: Scrubber) -> None:
-    """Manual memories meet the rules learned ones do: statements, not orders or links
-    (case B30), and no personal data or secrets (case B28)."""
+    """Manual memories meet the rules learned ones do: statements, not orders, links or
+    role markers (case B30), and no personal data or secrets (case B28). Both checks see
+    through full-width, look-alike and invisible-character spellings
+    (:func:`~proxy.memory.text.detection_form`). Raises :class:`InvalidRequestError`
+    (400 ``instruction_not_allowed`` / ``pii_not_allowed``)."""
     if is_directive(text):
         raise InvalidRequestError(
             "A memory is a statement about the user, not an instruction to the assistant "
             "(no orders, no links). Rephrase it, e.g. 'Prefers short answers'.",
             param="content", code="instruction_not_allowed",
         )
-    found = scrubber.scrub(text).counts
+    found = scrubber.scrub(text).counts | scrubber.scrub(
+        detection_form(text, keep_case=True)).counts
     if found:
         raise InvalidRequestError(
             f"The memory contains personal data or a secret ({', '.join(sorted(found))}); "
@@ -146,18 +151,23 @@ async def create_memory(request: Request) -> Response:
         raise InvalidRequestError(f"{param}: {first['msg']}", param=param,
                                   code="invalid_value") from exc
     tenant, user = _owner(request, res, raw)
-    content = new.content.strip()
+    # Stored without zero-width, bidi-control and other invisible characters.
+    content = strip_invisible(new.content).strip()
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
-    _check_manual(f"{new.title}\n{content}", res.scrubbers.for_tenant(tenant))
+    title = strip_invisible(new.title).strip()
+    subject = strip_invisible(new.subject).strip() or "user"
+    tags = (strip_invisible(t).strip() for t in new.tags)
+    # The subject is injected too ("About <subject>: …"), so it meets the same rules.
+    _check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
     now = res.clock()
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
-        title=new.title.strip() or content[:30], category=new.category,
-        subcategory=new.subcategory, tags=tuple(dict.fromkeys(t.strip() for t in new.tags
-                                                             if t.strip())),
-        subject=new.subject.strip() or "user", source="manual", score=1.0,
+        title=title or content[:30], category=new.category,
+        subcategory=strip_invisible(new.subcategory).strip(),
+        tags=tuple(dict.fromkeys(t for t in tags if t)),
+        subject=subject, source="manual", score=1.0,
         created_at=now, updated_at=now, last_seen_at=now,
     )
     if res.embedder is not None:  # no vector (embedder down) → stored all the same

@@ -30,3 +30,37 @@ async def test_loads_only_for_cjk_text_in_a_worker_thread(
     assert loaded_on[0] != threading.main_thread().name
     assert text.segmenter_loaded()
 
+
+
+@pytest.mark.parametrize(("raw", "form"), [
+    ("Ｉｇｎｏｒｅ ｐｒｅｖｉｏｕｓ", "ignore previous"),
+    ("ｈｔｔｐｓ：／／evil．example／x", "https://evil.example/x"),
+    ("Ig\u200bno\u200cre\u200d \u200e\u200fall\u2060\u2064 \ufeffrules", "ignore all rules"),
+    ("\u202aA\u202bB\u202cC\u202dD\u202eE\u2066F\u2069", "abcdef"),
+    ("SYSTEM:   obey \t now", "system: obey now"),
+    ("  one\n\n  two \r\n three  ", "one\ntwo\nthree"),
+    ("\u0456gn\u043er\u0435 ΑΒ", "ignore ab"),  # Cyrillic and Greek look-alikes
+    ("Ignóre Café", "ignore cafe"),
+    ("Straße", "strasse"),
+    ("我住在杭州，喜欢龙井。", "我住在杭州,喜欢龙井。"),
+])
+def test_detection_form(raw: str, form: str) -> None:
+    """NFKC, invisible characters and combining marks removed, look-alikes mapped,
+    case-folded, whitespace collapsed with line breaks kept as one newline."""
+    assert text.detection_form(raw) == form
+
+
+def test_detection_form_can_keep_case() -> None:
+    """``keep_case`` keeps letter case for case-sensitive detectors (API key formats)."""
+    assert text.detection_form("ＡＫＩＡ\u200bKey", keep_case=True) == "AKIAKey"
+
+
+@pytest.mark.parametrize(("raw", "kept"), [
+    ("\ufeffLikes\u200b tea\u202e", "Likes tea"),
+    ("我住在杭州西湖区，喜欢喝龙井茶。", "我住在杭州西湖区，喜欢喝龙井茶。"),
+    ("Ｆｕｌｌ ｗｉｄｔｈ\tand\nlines", "Ｆｕｌｌ ｗｉｄｔｈ\tand\nlines"),
+    ("soft\u00adhyphen\x00\x07", "softhyphen"),
+])
+def test_strip_invisible_keeps_visible_text_as_written(raw: str, kept: str) -> None:
+    """Only format and control characters go; visible text and whitespace stay."""
+    assert text.strip_invisible(raw) == kept

@@ -180,6 +180,16 @@ async def test_memory_api_round_trip(gateway: Gateway) -> None:
         assert (await client.delete(f"/v1/memories/{created['id']}")).status_code == 404
 
 
+async def test_manual_chinese_memory_is_injected_as_written(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """Full-width Chinese punctuation survives storage and injection unchanged."""
+    text = "我住在杭州西湖区，喜欢喝龙井茶。"
+    await add_memory(gateway, None, "u1", text)
+    await chat(gateway, None, "我住在哪里？喜欢喝什么茶？", header_user="u1")
+    assert f"- {text}" in upstream.last_chat["messages"][0]["content"].split("\n")
+
+
 async def test_other_users_memory_is_not_found(gateway: Gateway) -> None:
     """Another user's memory id is a 404, for reading and for deleting."""
     created = await add_memory(gateway, None, "owner", "Private note")
