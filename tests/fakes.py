@@ -32,6 +32,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from proxy.app import create_app
+from proxy.learning.parsing import CandidateFact
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
 from proxy.learning.queue import Job, LearningQueue
 from proxy.memory.embed import CachedEmbedder, Embedder, RawEmbeddings
@@ -234,6 +235,17 @@ def _learning_kind(body: dict[str, Any]) -> str | None:
     if system.startswith((EXTRACTION_EN, EXTRACTION_ZH)):
         return "extract"
     return None
+
+
+def cand(content: str, **extra: object) -> CandidateFact:
+    """An extracted fact about the user, as the parser would hand it over; ``extra``
+    overrides any field."""
+    base: dict[str, object] = {"title": content[:30], "content": content,
+                               "category": "user_preference", "subcategory": "", "tags": (),
+                               "subject": "user", "supersedes": (), "duplicate_of": None,
+                               "source_turns": ()}
+    base.update(extra)
+    return CandidateFact(**base)  # type: ignore[arg-type]
 
 
 def make_settings(tmp_path: Any, **overrides: Any) -> Settings:

@@ -8,20 +8,12 @@ import pytest
 
 from proxy.learning.consolidate import BatchContext, consolidate, contains, merge_tags
 from proxy.learning.filters import FactFilter, is_directive
-from proxy.learning.parsing import CandidateFact, ProfileUpdate
+from proxy.learning.parsing import ProfileUpdate
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, ScoredTag
+from tests.fakes import cand
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
-
-
-def cand(content: str, **extra: object) -> CandidateFact:
-    base: dict[str, object] = {"title": content[:30], "content": content,
-                               "category": "user_preference", "subcategory": "", "tags": (),
-                               "subject": "user", "supersedes": (), "duplicate_of": None,
-                               "source_turns": ()}
-    base.update(extra)
-    return CandidateFact(**base)  # type: ignore[arg-type]
 
 
 def stored(content: str, n: int = 1, **extra: object) -> Memory:

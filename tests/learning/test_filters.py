@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.learning.filters import FactFilter, contains_pii, is_directive
-from proxy.learning.parsing import CandidateFact
 from proxy.learning.pii import Scrubber
+from tests.fakes import cand
 
 # The newcomer's trial: each of these reached the injected block as plain ASCII.
 DISGUISED = [
@@ -66,15 +66,6 @@ BENIGN = [
     "Ｐｒｅｆｅｒｓ ｆｕｌｌ－ｗｉｄｔｈ ｔｅｘｔ",  # full-width but harmless
     "Café owner who speaks Русский",
 ]
-
-
-def cand(content: str, **extra: object) -> CandidateFact:
-    base: dict[str, object] = {"title": content[:30], "content": content,
-                               "category": "user_preference", "subcategory": "", "tags": (),
-                               "subject": "user", "supersedes": (), "duplicate_of": None,
-                               "source_turns": ()}
-    base.update(extra)
-    return CandidateFact(**base)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("text", DISGUISED + ROLE_INJECTION)
