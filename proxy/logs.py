@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 
 import structlog
 
@@ -44,3 +46,32 @@ def configure_logging(*, level: str = "info", fmt: str = "json") -> None:
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "aiohttp", "LiteLLM", "litellm", "LiteLLM Router"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class LogThrottle:
+    """At most one log line per ``interval_seconds`` for each key (an event name).
+
+    For warnings that can fire on every request when a dependency is down or overloaded
+    (an embedder past its deadline, recall timeouts): the metrics count every occurrence
+    (``memory_proxy_memory_outcomes_total``), the log says it is happening and how often —
+    not 13,000 identical lines a minute (seen in ``bench.gateway`` with local embeddings
+    at 32 concurrent requests on one core). ``clock``: seconds, monotonic.
+    """
+
+    def __init__(self, interval_seconds: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval_seconds
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def allow(self, key: str) -> int | None:
+        """``None`` when this occurrence should not be logged; otherwise how many were held
+        back since the last line for ``key`` (0 the first time)."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self._held.pop(key, 0)

@@ -27,6 +27,7 @@ from datetime import datetime
 
 import structlog
 
+from proxy.logs import LogThrottle
 from proxy.memory.embed import Embedder, EmbedderError, Vector
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
@@ -35,6 +36,8 @@ from proxy.memory.when import Period
 from proxy.request import Message, message_text
 
 log = structlog.get_logger("proxy.memory")
+# Per-request warnings below are counted by the metrics; the log gets one line per 10 s.
+THROTTLE = LogThrottle(10.0)
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+")
 MIN_SUBQUERY_TERMS = 2  # a sentence with fewer content terms is too vague to search alone
@@ -187,12 +190,16 @@ class Retriever:
             async with asyncio.timeout(remaining):
                 result = await embedding
         except TimeoutError:
-            log.warning("memory_embedder_timeout", model=self._embedder.model,
-                        budget_ms=round((budget or 0) * 1000))
+            held = THROTTLE.allow("memory_embedder_timeout")
+            if held is not None:
+                log.warning("memory_embedder_timeout", model=self._embedder.model,
+                            budget_ms=round((budget or 0) * 1000), since_last_line=held)
             return None, "embedder_timeout"
         except EmbedderError as exc:
-            log.warning("memory_embedder_unavailable", model=self._embedder.model,
-                        error=str(exc))
+            held = THROTTLE.allow("memory_embedder_unavailable")
+            if held is not None:
+                log.warning("memory_embedder_unavailable", model=self._embedder.model,
+                            error=str(exc), since_last_line=held)
             return None, "embedder_unavailable"
         except Exception:  # any embedder bug degrades recall, never the request
             log.exception("memory_embedder_failed", model=self._embedder.model)

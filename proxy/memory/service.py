@@ -21,7 +21,7 @@ from proxy.memory.embed import Embedder
 from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
-from proxy.memory.retrieve import Retriever, plan_queries
+from proxy.memory.retrieve import THROTTLE, Retriever, plan_queries
 from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.memory.text import load_segmenter_for
 from proxy.memory.when import mentioned_periods
@@ -142,8 +142,11 @@ class MemoryService:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
                 profile, relevant, resident, degraded = await self._recall(identity, request)
         except TimeoutError:
-            log.warning("memory_recall_timeout", tenant=identity.tenant,
-                        timeout_ms=self._settings.recall_timeout_ms)
+            held = THROTTLE.allow("memory_recall_timeout")
+            if held is not None:
+                log.warning("memory_recall_timeout", tenant=identity.tenant,
+                            timeout_ms=self._settings.recall_timeout_ms,
+                            since_last_line=held)
             return self.passthrough(request, route, "degraded", "timeout")
         except StoreUnavailableError as exc:
             log.warning("memory_store_unavailable", tenant=identity.tenant, error=str(exc))
