@@ -112,6 +112,29 @@ def is_group_namespace(user: str) -> bool:
     return user.startswith(GROUP_PREFIX)
 
 
+# Characters of one message kept for learning (buffered, fingerprinted, shown to the
+# learning model); longer ones keep their head and tail around a visible marker. A fact is
+# at most 4000 characters (records.MAX_CONTENT_CHARS): a longer message is a paste.
+MAX_MESSAGE_CHARS = 4000
+
+
+def truncation_marker(cut: int) -> str:
+    return f" […{cut} characters cut…] "
+
+
+def clip_message(text: str, max_chars: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` when it has at most ``max_chars`` characters, else its head (3/4) and tail
+    around :func:`truncation_marker` — at most ``max_chars`` characters, the marker
+    included, so clipping a clipped text changes nothing."""
+    if len(text) <= max_chars:
+        return text
+    keep = max(0, max_chars - len(truncation_marker(len(text))))
+    head = keep * 3 // 4
+    tail = keep - head
+    end = text[len(text) - tail:] if tail else ""
+    return text[:head] + truncation_marker(len(text) - keep) + end
+
+
 def fingerprint(*, tenant: str, user: str, role: str, text: str,
                 images: tuple[str, ...] = ()) -> str:
     """Stable id of a message's content for one user (hex, 32 chars)."""
@@ -131,7 +154,9 @@ def transcript(
         role = message.get("role")
         if role not in LEARNABLE_ROLES:
             continue
-        text = strip_blocks(message_text(message)).strip()
+        # Cut before it is fingerprinted and buffered: a 5 MB paste costs 4000 characters
+        # of queue storage, and the same paste resent still has the same fingerprint.
+        text = clip_message(strip_blocks(message_text(message)).strip())
         images = message_images(message)
         if not text and not images:
             continue  # e.g. assistant tool-call turns with null content
@@ -141,7 +166,7 @@ def transcript(
             fingerprint=fingerprint(tenant=tenant, user=user, role=str(role), text=text,
                                     images=images)))
     out = out[-limit:]
-    reply_text = strip_blocks(reply).strip()
+    reply_text = clip_message(strip_blocks(reply).strip())
     if reply_text:
         out.append(TranscriptMessage(
             role="assistant", text=reply_text,

@@ -20,7 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from proxy.learning.exchange import TranscriptMessage
+from proxy.learning.exchange import (  # noqa: F401 - clip_message is re-exported
+    MAX_MESSAGE_CHARS,
+    TranscriptMessage,
+    clip_message,
+    truncation_marker,
+)
 from proxy.learning.queue import Batch
 from proxy.memory.records import Memory
 
@@ -33,24 +38,8 @@ TRANSCRIPT_END = "TRANSCRIPT>>>"
 # cap of a memory (proxy.memory.records.MAX_CONTENT_CHARS): a statement worth keeping
 # never needs more context than that, and a pasted document or log (a 5 MB message) no
 # longer fills the learning model's window or the learning ledger.
-MAX_MESSAGE_CHARS = 4000
 # Tokens a transcript line costs beyond its text ("[12] user (Name): ", the newline).
 LINE_OVERHEAD_TOKENS = 12
-
-
-def truncation_marker(cut: int) -> str:
-    return f" […{cut} characters cut…] "
-
-
-def clip_message(text: str, max_chars: int = MAX_MESSAGE_CHARS) -> str:
-    """``text`` when it has at most ``max_chars`` characters, else its head (3/4 of
-    ``max_chars``) and tail (the rest) around :func:`truncation_marker`."""
-    if len(text) <= max_chars:
-        return text
-    head = max_chars * 3 // 4
-    tail = max_chars - head
-    end = text[len(text) - tail:] if tail else ""
-    return text[:head] + truncation_marker(len(text) - max_chars) + end
 
 
 def clip_batch(batch: Batch, max_chars: int = MAX_MESSAGE_CHARS) -> Batch:

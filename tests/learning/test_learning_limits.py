@@ -95,8 +95,10 @@ def test_long_messages_are_cut_around_a_visible_marker() -> None:
     cut = clip_message(text)
     assert cut.startswith("HEAD ")
     assert cut.endswith(" TAIL")
-    assert truncation_marker(len(text) - MAX_MESSAGE_CHARS) in cut
-    assert len(cut) <= MAX_MESSAGE_CHARS + len(truncation_marker(len(text)))
+    kept = MAX_MESSAGE_CHARS - len(truncation_marker(len(text)))
+    assert truncation_marker(len(text) - kept) in cut
+    assert len(cut) <= MAX_MESSAGE_CHARS
+    assert clip_message(cut) == cut  # cut once, at the sink; later cuts change nothing
     short = filler(MAX_MESSAGE_CHARS)
     assert clip_message(short) == short
     batch = batch_of(short, text)
@@ -145,7 +147,8 @@ async def test_an_oversize_message_reaches_the_learning_model_truncated(
         prompt = body["messages"][1]["content"]
         assert "I keep bees on my roof." in prompt
         assert "The end." in prompt
-        assert truncation_marker(len(huge) - MAX_MESSAGE_CHARS) in prompt
+        kept = MAX_MESSAGE_CHARS - len(truncation_marker(len(huge)))
+        assert truncation_marker(len(huge) - kept) in prompt
         assert len(prompt) < MAX_MESSAGE_CHARS + 2000
 
 
@@ -203,3 +206,21 @@ async def test_an_oversize_extracted_fact_is_rejected_and_the_rest_stored(
         assert rejected(gateway, "too_long") == 1
         audit = [e for _, e in await gateway.res.store.audit_log("default", "u1")]
     assert [e.reason for e in audit if e.action == "rejected"] == ["too_long"]
+
+
+def test_messages_are_cut_before_they_are_fingerprinted_and_buffered() -> None:
+    """A 600 kB paste is kept (buffered, fingerprinted) as its clipped form: resent, it is
+    the same message; changed at its end, it is another one."""
+    from proxy.learning.exchange import transcript
+
+    big = "lorem ipsum " * 50_000
+
+    def first_message(text: str) -> Any:
+        return transcript(tenant="t", user="u", messages=[{"role": "user", "content": text}],
+                          reply="ok " * 3000, limit=10)
+
+    once, again = first_message(big), first_message(big)
+    assert len(once[0].text) <= MAX_MESSAGE_CHARS
+    assert len(once[1].text) <= MAX_MESSAGE_CHARS  # the reply too
+    assert once[0].fingerprint == again[0].fingerprint
+    assert first_message(big + " the end")[0].fingerprint != once[0].fingerprint
