@@ -405,6 +405,16 @@ class Worker:
             self._count("transcript_cut", "window")
             log.info("learning_transcript_cut", batch=batch.key, room_tokens=room,
                      messages=len(batch.messages), shown=len(shown.messages))
+            if batch.messages and not shown.messages:
+                # The prompt and the reply alone fill the window: the model sees nothing to
+                # learn from. A configuration problem (learning.model / max_output_tokens).
+                self._count("transcript_cut", "window_too_small")
+                log.warning("learning_window_too_small", batch=batch.key,
+                            model=self.model.model_for(batch.model), room_tokens=room,
+                            max_tokens=max_tokens,
+                            detail="the learning model's context window leaves no room for "
+                                   "the conversation: pick a larger learning.model or lower "
+                                   "learning.max_output_tokens")
         return shown, build(shown)
 
     async def _known(

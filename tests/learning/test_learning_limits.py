@@ -224,3 +224,32 @@ def test_messages_are_cut_before_they_are_fingerprinted_and_buffered() -> None:
     assert len(once[1].text) <= MAX_MESSAGE_CHARS  # the reply too
     assert once[0].fingerprint == again[0].fingerprint
     assert first_message(big + " the end")[0].fingerprint != once[0].fingerprint
+
+
+async def test_a_window_too_small_for_any_of_the_conversation_is_reported(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """When the learning prompt and its reply fill the learning model's window, the model is
+    shown no conversation at all: counted (``window_too_small``) so an operator can see the
+    configuration problem; a window with room counts nothing of the kind."""
+    def setup(window: int) -> Any:
+        return make_settings(
+            tmp_path / str(window),
+            model_list=[
+                {"model_name": "m", "litellm_params": {"model": "openai/up-model",
+                                                       "api_base": "http://upstream.test/v1",
+                                                       "api_key": "sk-upstream"},
+                 "model_info": {"max_input_tokens": window}}],
+            learning={"enabled": True, "batch_messages": 1, "max_output_tokens": 2048},
+        )
+
+    counts = {}
+    for window in (2400, 64000):
+        async with running_gateway(setup(window), upstream) as gateway:
+            await chat(gateway, [{"role": "user", "content": "I keep bees on my roof."}])
+            await gateway.settle()
+            counter = gateway.res.metrics.learning_events.labels(
+                event="transcript_cut", label="window_too_small")
+            counts[window] = counter._value.get()
+    assert counts[2400] >= 1
+    assert counts[64000] == 0
