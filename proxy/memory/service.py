@@ -136,6 +136,10 @@ class MemoryService:
         budget = await self._budget(request, route)
         if budget <= 0:
             return self.passthrough(request, route, "no_room", "context_window")
+        # The first Chinese text a process sees loads jieba's dictionary (~0.7 s, once):
+        # outside the recall deadline, or that request (and any arriving meanwhile) would
+        # lose its memory to a timeout after every restart.
+        await load_segmenter_for(latest_user_text(request.messages))
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
