@@ -17,6 +17,8 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from proxy.settings import ConfigError, Settings, load_settings
 
 
@@ -42,13 +44,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace) -> Settings:
+    """The settings with the command line's ``--host`` / ``--port`` / ``--no-worker`` on top,
+    validated like the file and the environment are. Raises :class:`ConfigError`."""
     settings = load_settings(args.config)
-    server = settings.server.model_copy(update={
+    overrides = {
         k: v for k, v in {
             "host": getattr(args, "host", None), "port": getattr(args, "port", None),
             "run_worker": False if getattr(args, "no_worker", False) else None,
         }.items() if v is not None
-    })
+    }
+    try:
+        server = type(settings.server).model_validate(
+            {**settings.server.model_dump(), **overrides})
+    except ValidationError as exc:
+        problems = "; ".join(f"server.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"{problems} (from the command line)") from exc
     return settings.model_copy(update={"server": server})
 
 
@@ -93,10 +104,11 @@ def listen_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0–65535
         sock.close()
         raise ConfigError(f"server.port / server.host: cannot listen on {host}:{port} "
-                          f"({exc.strerror or exc}); pick another with --port or "
+                          f"({getattr(exc, 'strerror', None) or exc}); pick another with "
+                          "--port or "
                           "MEMORY_PROXY_SERVER__PORT") from exc
     return sock
 

@@ -112,3 +112,18 @@ def test_a_busy_port_is_reported_before_anything_starts(tmp_path: Path,
     assert f"cannot listen on 127.0.0.1:{port}" in err
     assert "server.port" in err
     assert "gateway_started" not in err
+
+
+@pytest.mark.parametrize("port", ["99999", "-5"])
+def test_an_impossible_port_on_the_command_line_names_the_setting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str) -> None:
+    """``--port`` is validated like the config file and the environment are: exit 2 with a
+    message naming ``server.port``, no traceback."""
+    from proxy.cli import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"storage: {{path: '{tmp_path / 'db.sqlite'}'}}\n")
+    assert main(["serve", "--config", str(config), "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert "server.port" in err
+    assert "Traceback" not in err

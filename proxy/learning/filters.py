@@ -63,12 +63,14 @@ _DIRECTIVE = re.compile(
 _ROLE = re.compile(
     # "system:" / "assistant:" / "developer:" opening a line, or after a sentence or a tag;
     # "the billing system: invoices" (a word before it) is ordinary text.
-    r"(?:^|[.!?;>\]|)}])[^\S\n]*(?:system|assistant|developer|sys)[^\S\n]*:"
+    r"(?:^|[.!?;>\]|)}。！？；])[^\S\n]*(?:system|assistant|developer|sys|系统|助手|开发者)"
+    r"[^\S\n]*:"
     r"|^[^\S\n]*#+[^\S\n]*(?:system|assistant|developer|instructions?)\b"
     # tags named like a role or like our own block: <system>, </assistant>, <user_memory>
-    r"|<\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?|sys"
-    r"|prompt)\s*(?:\s[^<>]{0,60})?/?\s*>"
-    r"|<\s*/?\s*user[\s_-]*memor(?:y|ies)[^<>]{0,40}>"
+    # (angle brackets also as ‹ › 〈 〉 《 》, which NFKC leaves alone)
+    r"|[<‹〈《]\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?"
+    r"|sys|prompt|系统|助手|开发者)\s*(?:\s[^<>‹›〈〉《》]{0,60})?/?\s*[>›〉》]"
+    r"|[<‹〈《]\s*/?\s*user[\s_-]*memor(?:y|ies)[^<>‹›〈〉《》]{0,40}[>›〉》]"
     # ChatML / Llama / Mistral control tokens: <|im_start|>, <|eot_id|>, [INST], <<SYS>>
     r"|<\|[^|<>\n]{0,40}\|>|\[/?inst\]|<<\s*/?\s*sys\s*>>|</s>"
     # persona switches aimed at the assistant
@@ -79,7 +81,13 @@ _ROLE = re.compile(
     r"|\byou\s+(?:will|shall)\s+now\b"
     r"|(?:^|[.!?;:]\s*|\byou\s+(?:will\s+|shall\s+|should\s+|must\s+|can\s+|now\s+"
     r"|are\s+to\s+)?|\bplease\s+)(?:act|behave|pose|roleplay|role-play|pretend)\b"
-    r"|\bpretend\s+(?:that\s+)?you(?:\s*['’]re|\s+are)?\b",
+    r"|\bpretend\s+(?:that\s+)?you(?:\s*['’]re|\s+are)?\b"
+    # the same in Chinese: 你现在是 / 你扮演 / 请扮演 / 假装你是 … (a third person playing a
+    # role — 她在话剧里扮演主角 — is not aimed at the assistant)
+    r"|你(?:现在|从此|今后)?(?:就)?(?:是|成为|变成)(?:一个)?(?:dan|没有(?:任何)?限制|不受限制)"
+    r"|你(?:现在|从此|今后)(?:是|成为|变成|扮演|充当)"
+    r"|你(?:将|要|必须|需要|应该)?(?:扮演|假装|充当)|请(?:你)?(?:扮演|假装|充当)"
+    r"|假装(?:你|自己)是|扮演(?:一个|一位)?没有(?:任何)?限制",
     re.M,
 )
 _SCHEMA_KEYS = re.compile(r'"(?:title|content|category|facts|memories|subject)"\s*:')

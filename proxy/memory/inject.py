@@ -37,10 +37,10 @@ BLOCK_END = "</user_memory>"
 MAX_LINE_CHARS = 400
 MAX_PROFILE_TAGS = 6
 _MARKERS = re.compile(
-    r"<\s*/?\s*user[\s_-]*memor(?:y|ies)[^>]{0,40}>"  # our own block markers, any spelling
+    r"[<‹〈《]\s*/?\s*user[\s_-]*memor(?:y|ies)[^>›〉》]{0,40}[>›〉》]"  # our block markers
     # role tags: <system>, </assistant>, <developer …>
-    r"|<\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?)\b"
-    r"[^<>]{0,40}>"
+    r"|[<‹〈《]\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?"
+    r"|系统|助手|开发者)(?:\b|(?<=[统手者]))[^<>‹›〈〉《》]{0,40}[>›〉》]"
     r"|<\|[^|<>]{0,40}\|>"  # ChatML / Llama-3 control tokens: <|im_start|>, <|eot_id|>
     r"|\[/?INST\]|<<\s*/?\s*SYS\s*>>|</?s>"  # Llama-2 / Mistral control tokens
     r"|```+",  # fences could swallow the rest of the prompt
