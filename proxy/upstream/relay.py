@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import structlog
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from proxy.errors import (
@@ -37,9 +38,12 @@ from proxy.errors import (
     UpstreamUnavailableError,
     upstream_error_from_body,
 )
+from proxy.logs import LogThrottle
 from proxy.settings import UpstreamSettings
 from proxy.upstream.base import Completion, UpstreamCall, forwardable_headers
 
+log = structlog.get_logger("proxy.upstream")
+_THROTTLE = LogThrottle(10.0)  # an upstream outage fails every request; one line per 10 s
 MAX_ERROR_BODY_BYTES = 64 * 1024
 LARGE_BODY_BYTES = 1024 * 1024  # aiohttp.payload.TOO_LARGE_BYTES_BODY
 
@@ -47,15 +51,19 @@ LARGE_BODY_BYTES = 1024 * 1024  # aiohttp.payload.TOO_LARGE_BYTES_BODY
 def translate_transport_error(exc: BaseException, *, where: str) -> ProxyError:
     """Map an aiohttp failure to the error tree: timeouts → 504, a connection that could not
     be opened or was dropped → 502 ``upstream_unavailable``, anything else (a malformed or
-    truncated reply) → 502."""
+    truncated reply) → 502. The client is told what failed, never where: the upstream's
+    address and the library's message go to the log (``upstream_transport_error``)."""
+    held = _THROTTLE.allow("upstream_transport_error")
+    if held is not None:
+        log.warning("upstream_transport_error", where=where, since_last_line=held,
+                    error=f"{type(exc).__name__}: {exc}"[:300])
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return UpstreamTimeoutError(f"The upstream did not answer in time ({where}).")
     if isinstance(exc, aiohttp.ClientConnectionError) and \
             not isinstance(exc, aiohttp.ClientPayloadError):
         return UpstreamUnavailableError(
-            f"Could not reach the upstream ({where}): {exc or type(exc).__name__}.")
-    return UpstreamError(f"The upstream connection failed ({where}): "
-                         f"{exc or type(exc).__name__}.")
+            f"Could not reach the upstream ({where}: {type(exc).__name__}).")
+    return UpstreamError(f"The upstream connection failed ({where}: {type(exc).__name__}).")
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)

@@ -184,3 +184,23 @@ async def test_a_stream_answered_with_json_is_an_upstream_error(tmp_path: Path) 
 
     with pytest.raises(UpstreamError, match="instead of an event stream"):
         await _stream(_settings(tmp_path), plain)
+
+
+async def test_transport_errors_do_not_tell_the_client_where_the_upstream_is(
+        tmp_path: Path) -> None:
+    """The error a client sees names what failed, not the upstream's host and port."""
+    settings = _settings(tmp_path)
+    route = ModelRegistry(settings).route("m")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    relay = RelayUpstream(settings.upstream, session=relay_session(port))
+    try:
+        with pytest.raises(UpstreamUnavailableError) as caught:
+            await relay.complete(UpstreamCall(route, {"messages": BODY["messages"]}))
+    finally:
+        await relay.aclose()
+    assert "127.0.0.1" not in caught.value.message
+    assert str(port) not in caught.value.message
+    assert "upstream.test" not in caught.value.message
