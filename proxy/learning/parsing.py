@@ -187,6 +187,8 @@ class ExtractionResult:
     dropped: int
     truncated: bool = False
     images: tuple[ImageVerdict, ...] = ()
+    # group chats: (speaker name as written, its profile update) per participant
+    profiles: tuple[tuple[str, ProfileUpdate], ...] = ()
     summary: str | None = None  # what the new messages were about (medium-term memory)
 
 
@@ -1250,6 +1252,22 @@ def _profile(value: Any) -> ProfileUpdate | None:
     return profile
 
 
+def _profiles(value: Any) -> tuple[tuple[str, ProfileUpdate], ...]:
+    """The group answer's ``profiles`` list: ``{"speaker": name, style/impression/traits/
+    topics}`` items with a speaker name and something to update; others are ignored."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if not isinstance(item, dict):
+            continue
+        speaker = _clean_text(item.get("speaker"))
+        update = _profile(item)
+        if speaker and update is not None:
+            out.append((speaker, update))
+    return tuple(out)
+
+
 def _facts_from(items: Sequence[Any]) -> tuple[tuple[CandidateFact, ...], int]:
     facts: list[CandidateFact] = []
     dropped = 0
@@ -1325,14 +1343,16 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
     profile = None
     images: tuple[ImageVerdict, ...] = ()
     summary: str | None = None
+    profiles: tuple[tuple[str, ProfileUpdate], ...] = ()
     if isinstance(found.value, dict):
         profile = _profile(found.value.get("profile"))
+        profiles = _profiles(found.value.get("profiles"))
         images = _images(found.value.get("images"))
         summary = _clean_text(found.value.get("summary"))[:_SUMMARY_MAX] or None
         if summary is not None and _looks_like_json(summary):
             summary = None
     return ExtractionResult(facts=facts, profile=profile, dropped=dropped, truncated=truncated,
-                            images=images, summary=summary)
+                            images=images, summary=summary, profiles=profiles)
 
 
 _SUMMARY_MAX = 600  # characters of a conversation summary kept

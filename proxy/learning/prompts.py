@@ -245,6 +245,14 @@ EXTRACTION_SCHEMA: dict[str, object] = {
             "traits": {"type": "array", "items": {"type": "string"}},
             "topics": {"type": "array", "items": {"type": "string"}},
         }},
+        # group chats: one profile update per participant, by the name they speak under
+        "profiles": {"type": "array", "items": {"type": "object", "properties": {
+            "speaker": {"type": "string"},
+            "style": {"type": ["string", "null"]},
+            "impression": {"type": ["string", "null"]},
+            "traits": {"type": "array", "items": {"type": "string"}},
+            "topics": {"type": "array", "items": {"type": "string"}},
+        }, "required": ["speaker"]}},
     },
     "required": ["memories"],
 }
@@ -311,14 +319,19 @@ This is a GROUP chat: each user line names its participant, e.g. "user (Alice)".
 memory set "speaker" to the name of the participant who stated it, exactly as written. \
 "subject": "user" means the speaker themself. What a participant says about another person \
 is the speaker's knowledge with that person as "subject" — never the other person's own \
-statement. Existing memories show whose they are in brackets. Use "profile": null."""
+statement. Existing memories show whose they are in brackets. Instead of "profile", give \
+"profiles": a list of {"speaker": name exactly as written, "style", "impression", "traits", \
+"topics"} for participants whose OWN lines give clear evidence of how they talk or what they \
+care about — never describe a participant from what others said about them; [] if none."""
 
 GROUP_ZH = """
 
 这是一个【群聊】：每一行用户消息都标明了发言者，例如 "user (Alice)"。每条记忆都必须把 "speaker" \
 设为说出它的发言者名字（与对话中写法完全一致）。"subject": "user" 指发言者本人。某人谈论另一个人的内容，\
 属于发言者的知识，"subject" 填那个人的名字——绝不能当作那个人自己的陈述。已有记忆的方括号中标明了归属。\
-"profile" 填 null。"""
+不要填 "profile"，改为 "profiles"：一个列表，每项 {"speaker": 与对话中写法完全一致的名字, "style", \
+"impression", "traits", "topics"}，只写那些【本人发言】清楚体现说话风格或关注点的参与者——绝不根据别人\
+对他的描述来写；没有则为 []。"""
 
 
 IMAGES_EN = """

@@ -17,7 +17,7 @@ import random
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -335,8 +335,9 @@ class Worker:
                 image_facts=from_images.get(owner, []),
                 known={s: m for s, m in known.items() if m.user_id == owner},
                 related=related[owner], weighted=weighted, scored=scored, now=now,
-                profile_update=None if group else _clean_profile(extraction.profile,
-                                                                 scrubber),
+                profile_update=_clean_profile(
+                    _profile_of(name, extraction.profiles) if group else extraction.profile,
+                    scrubber),
             )
             if group:
                 applied = await self._store.apply(changes)
@@ -736,6 +737,13 @@ def _clean_profile(update: ProfileUpdate | None, scrubber: Scrubber) -> ProfileU
         traits=tuple(t for t in update.traits if ok(t)),
         topics=tuple(t for t in update.topics if ok(t)),
     )
+
+
+def _profile_of(name: str | None, profiles: Sequence[tuple[str, ProfileUpdate]]
+                ) -> ProfileUpdate | None:
+    """A group participant's profile update: the one answered under their name (the first,
+    should the model name them twice); ``None`` when there is none."""
+    return next((update for speaker, update in profiles if _same_name(speaker, name)), None)
 
 
 def _same_name(a: str | None, b: str | None) -> bool:

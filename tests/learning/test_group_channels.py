@@ -137,3 +137,33 @@ async def test_group_history_resent_by_several_participants_is_learned_once(
     prompts = [body["messages"][1]["content"] for kind, body in upstream.learning_calls
                if kind == "score"]
     assert sum(p.count("I bought new boots.") for p in prompts) == 1
+
+
+async def test_group_chats_update_each_participants_shared_profile(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """The profile is one per user across channels: a group chat updates each resolved
+    participant's traits and topics from the answer's ``profiles`` (by speaker name);
+    an entry for a name nobody goes by changes nobody's profile."""
+    await introduce(gw, "u-alice", "Alice")
+    await introduce(gw, "u-bob", "Bob")
+    before_bob = await gw.res.store.get_profile("default", "u-bob")
+    upstream.extract = lambda body: {"memories": [group_fact("Leads the Sunday hikes", "Alice")],
+                                     "profiles": [
+        {"speaker": "Alice", "style": "short, upbeat", "traits": ["话少"],
+         "topics": ["hiking"]},
+        {"speaker": "Carol", "traits": ["talkative"]},
+    ]}
+    await chat(gw, "u-bob", [
+        {"role": "user", "name": "Alice", "content": "I lead the Sunday hikes."},
+        {"role": "user", "name": "Bob", "content": "Nice."}], GROUP)
+    await learn_group(gw)
+    alice = await gw.res.store.get_profile("default", "u-alice")
+    assert alice is not None
+    assert [t.text for t in alice.traits] == ["话少"]
+    assert [t.text for t in alice.topics] == ["hiking"]
+    assert alice.style == "short, upbeat"
+    bob = await gw.res.store.get_profile("default", "u-bob")
+    assert bob is not None
+    assert bob.traits == (before_bob.traits if before_bob else ())
+    extract = next(body for kind, body in upstream.learning_calls if kind == "extract")
+    assert '"profiles"' in extract["messages"][0]["content"]
