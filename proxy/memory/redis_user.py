@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -122,13 +123,7 @@ class UserRecords:
             return {}
         values = await self._redis.hmget(self._keys.tombstones(user_token(tenant, user)),
                                          [_digest(n) for n in norms])
-        out: dict[str, datetime] = {}
-        for norm, raw in zip(norms, values, strict=True):
-            at = from_iso(raw.decode() if isinstance(raw, bytes) else raw)
-            if at is not None:
-                out[norm] = at
-        return out
-
+        return _deleted_at(norms, values)
 
     async def tombstoned_in(self, pipe: Pipeline, ns: str,
                             norms: Sequence[str]) -> dict[str, datetime]:
@@ -136,12 +131,7 @@ class UserRecords:
         if not norms:
             return {}
         values = await pipe.hmget(self._keys.tombstones(ns), [_digest(n) for n in norms])
-        out: dict[str, datetime] = {}
-        for norm, raw in zip(norms, values, strict=True):
-            at = from_iso(raw.decode() if isinstance(raw, bytes) else raw)
-            if at is not None:
-                out[norm] = at
-        return out
+        return _deleted_at(norms, values)
 
 
 def _decode(value: bytes | str) -> str:
@@ -150,3 +140,13 @@ def _decode(value: bytes | str) -> str:
 
 def _digest(norm: str) -> str:
     return hashlib.sha256(norm.encode()).hexdigest()
+
+
+def _deleted_at(norms: Sequence[str], values: Sequence[Any]) -> dict[str, datetime]:
+    """``norm → deletion time`` from an HMGET of the tombstone hash (``None`` = no tombstone)."""
+    out: dict[str, datetime] = {}
+    for norm, raw in zip(norms, values, strict=True):
+        at = from_iso(raw.decode() if isinstance(raw, bytes) else raw)
+        if at is not None:
+            out[norm] = at
+    return out
