@@ -145,6 +145,17 @@ def contains_pii(scrubber: Scrubber, text: str) -> bool:
     return form != text and scrubber.contains_pii(form)
 
 
+def pii_kinds(scrubber: Scrubber, text: str) -> set[str]:
+    """The kinds of personal data or secrets (placeholder names: ``PHONE``, ``EMAIL`` …) that
+    ``scrubber`` finds in ``text`` as written or in its case-kept detection form — what
+    :func:`contains_pii` decides on, for messages that name what was found."""
+    found = set(scrubber.scrub(text).counts)
+    form = detection_form(text, keep_case=True)
+    if form != text:
+        found |= set(scrubber.scrub(form).counts)
+    return found
+
+
 class FactFilter:
     """Applies the checks above against the user turns of one batch."""
 

@@ -287,7 +287,8 @@ class Worker:
         loaded = await self.queue.load_batch(key)
         if loaded is None:
             return  # learned (or discarded) already: redelivery
-        # Every message cut to prompts.MAX_MESSAGE_CHARS, for the calls and the checks alike.
+        # Messages are cut to MAX_MESSAGE_CHARS where they are buffered (exchange.transcript);
+        # this covers batches buffered before that, for the calls and the checks alike.
         batch = clip_batch(loaded)
         now = self._clock()
         owners = await self._owners(batch)

@@ -139,12 +139,14 @@ class MemoryService:
         # The first Chinese text a process sees loads jieba's dictionary (~0.7 s, once):
         # outside the recall deadline, or that request (and any arriving meanwhile) would
         # lose its memory to a timeout after every restart.
-        await load_segmenter_for(latest_user_text(request.messages))
+        latest = latest_user_text(request.messages)
+        await load_segmenter_for(latest)
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
-                profile, relevant, resident, degraded = await self._recall(identity, request)
+                profile, relevant, resident, degraded = await self._recall(identity, request,
+                                                                           latest)
         except TimeoutError:
             held = THROTTLE.allow("memory_recall_timeout")
             if held is not None:
@@ -189,10 +191,11 @@ class MemoryService:
         )
 
     async def _recall(
-        self, identity: Identity, request: ChatRequest
+        self, identity: Identity, request: ChatRequest, latest: str
     ) -> tuple[Profile | None, list[Memory], list[Memory], str | None]:
         """Profile, relevant memories, resident memories, and why vectors were not used
-        (``None`` when they were, or when no embedder is configured)."""
+        (``None`` when they were, or when no embedder is configured). ``latest``: the text
+        of the latest user turn."""
         assert identity.user is not None
         settings = self._settings
         channels = None if identity.channel == "private" else (f"group:{identity.group}",)
@@ -202,7 +205,7 @@ class MemoryService:
         recall_task = self._retriever.recall(
             tenant=identity.tenant, user=identity.user, queries=queries,
             limit=settings.injection_count, now=self._clock(), channels=channels,
-            periods=mentioned_periods(latest_user_text(request.messages)),
+            periods=mentioned_periods(latest),
             embed_budget=settings.recall_timeout_ms / 1000 * EMBED_DEADLINE_SHARE,
         )
         profile_task = self._store.get_profile(identity.tenant, identity.user)

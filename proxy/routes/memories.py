@@ -27,11 +27,11 @@ from starlette.responses import Response
 
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
 from proxy.identity import resolve_user
-from proxy.learning.filters import is_directive
+from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
-from proxy.memory.text import detection_form, strip_invisible
+from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
@@ -62,8 +62,7 @@ def _check_manual(text: str, scrubber: Scrubber) -> None:
             "(no orders, no links). Rephrase it, e.g. 'Prefers short answers'.",
             param="content", code="instruction_not_allowed",
         )
-    found = scrubber.scrub(text).counts | scrubber.scrub(
-        detection_form(text, keep_case=True)).counts
+    found = pii_kinds(scrubber, text)
     if found:
         raise InvalidRequestError(
             f"The memory contains personal data or a secret ({', '.join(sorted(found))}); "
