@@ -108,8 +108,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise ConfigError(f"server.port / server.host: cannot listen on {host}:{port} "
                           f"({getattr(exc, 'strerror', None) or exc}); pick another with "
-                          "--port or "
-                          "MEMORY_PROXY_SERVER__PORT") from exc
+                          "--port or MEMORY_PROXY_SERVER__PORT") from exc
     return sock
 
 
