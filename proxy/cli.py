@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import signal
 import socket
-import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -65,17 +64,11 @@ def _load(args: argparse.Namespace) -> Settings:
 
 def preflight(settings: Settings) -> None:
     """Check, before starting a server, what would otherwise fail inside it with a stack
-    trace: the embedded database file must be creatable (``storage.backend: sqlite``; with
-    Redis no local file is used). Raises :class:`ConfigError`."""
-    if settings.storage.backend != "sqlite":
-        return
-    path = settings.storage.path
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sqlite3.connect(path).close()
-    except (OSError, sqlite3.Error) as exc:
-        raise ConfigError(f"storage.path: cannot open the database file {path} ({exc})") \
-            from exc
+    trace (the configured backend's own check: :func:`proxy.resources.preflight`). Raises
+    :class:`ConfigError`."""
+    from proxy.resources import preflight as backend_preflight
+
+    backend_preflight(settings)
 
 
 def _serve(settings: Settings) -> None:

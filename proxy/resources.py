@@ -20,19 +20,16 @@ from proxy.learning.model import LearningModel
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import LearningQueue
 from proxy.learning.sink import LearningSink, NullSink, QueueSink
-from proxy.learning.sqlite_queue import SqliteLearningQueue
 from proxy.learning.worker import Worker
-from proxy.ledger import Ledger, SqliteLedger, UsageWriter
+from proxy.ledger import Ledger, UsageWriter
 from proxy.memory.embed import Embedder
 from proxy.memory.embedders import build_embedder
 from proxy.memory.records import utcnow
 from proxy.memory.service import MemoryService
-from proxy.memory.sqlite_store import SqliteMemoryStore
 from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
 from proxy.settings import ConfigError, Settings
-from proxy.sqlite import SqliteDatabase
 from proxy.tokens import TokenCounter
 from proxy.upstream.base import Upstream
 from proxy.upstream.dispatch import Dispatcher
@@ -116,6 +113,24 @@ def build_resources(
     )
 
 
+def preflight(settings: Settings) -> None:
+    """The configured backend's check before a server starts, so that what would fail
+    inside it with a stack trace is a startup message instead: with ``storage.backend:
+    sqlite`` the database file must be creatable (with Redis no local file is used, and an
+    unreachable Redis degrades memory at run time rather than stopping startup). Raises
+    :class:`ConfigError` naming the setting."""
+    if settings.storage.backend != "sqlite":
+        return
+    from proxy.backends.sqlite.database import preflight as sqlite_preflight
+
+    path = settings.storage.path
+    try:
+        sqlite_preflight(path)
+    except Exception as exc:  # OSError or sqlite3.Error: the reason goes into the message
+        raise ConfigError(f"storage.path: cannot open the database file {path} ({exc})") \
+            from exc
+
+
 @contextlib.asynccontextmanager
 async def open_resources(
     settings: Settings, *, upstream: Upstream | None = None, embedder: Embedder | None = None,
@@ -126,9 +141,9 @@ async def open_resources(
 
     ``storage.backend: sqlite`` — memories, ledgers and the learning queue in one file.
     ``storage.backend: redis`` — one ``redis.asyncio`` client for memories
-    (:class:`~proxy.memory.redis_store.RedisMemoryStore`), ledgers
-    (:class:`~proxy.ledger_redis.RedisLedger`) and the learning queue
-    (:class:`~proxy.learning.redis_queue.RedisLearningQueue`), so every gateway and
+    (:class:`~proxy.backends.redis.store.RedisMemoryStore`), ledgers
+    (:class:`~proxy.backends.redis.ledger.RedisLedger`) and the learning queue
+    (:class:`~proxy.backends.redis.queue.RedisLearningQueue`), so every gateway and
     worker process pointed at that Redis shares one queue; no local file is used. The
     search index is created or migrated here; when Redis is down at startup the gateway
     starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
@@ -146,10 +161,10 @@ async def open_resources(
         ledger: Ledger
         queue: LearningQueue
         if storage.backend == "redis":
-            from proxy.learning.redis_queue import RedisLearningQueue
-            from proxy.ledger_redis import RedisLedger
-            from proxy.memory.redis_store import RedisMemoryStore
-            from proxy.redis_client import connect
+            from proxy.backends.redis.client import connect
+            from proxy.backends.redis.ledger import RedisLedger
+            from proxy.backends.redis.queue import RedisLearningQueue
+            from proxy.backends.redis.store import RedisMemoryStore
 
             assert storage.url is not None  # StorageSettings guarantees it
             vector_dim = storage.vector_dim
@@ -170,6 +185,11 @@ async def open_resources(
             store, ledger = redis_store, RedisLedger(client, key_prefix=storage.key_prefix)
             queue = RedisLearningQueue(client, key_prefix=storage.key_prefix)
         else:
+            from proxy.backends.sqlite.database import SqliteDatabase
+            from proxy.backends.sqlite.ledger import SqliteLedger
+            from proxy.backends.sqlite.queue import SqliteLearningQueue
+            from proxy.backends.sqlite.store import SqliteMemoryStore
+
             db = await stack.enter_async_context(SqliteDatabase(storage.path))
             store, ledger = SqliteMemoryStore(db), SqliteLedger(db)
             queue = SqliteLearningQueue(db)

@@ -161,7 +161,7 @@ class StorageSettings(_Section):
       (``redis://``, ``rediss://`` or ``unix://``; a secret, so usually
       ``os.environ/NAME``). Keys start with ``key_prefix``; ``vector_dim`` is the
       embedder's dimension (``None``: no vector index). The learning queue lives there
-      too (Redis Streams, :mod:`proxy.learning.redis_queue`): gateways and workers
+      too (Redis Streams, :mod:`proxy.backends.redis.queue`): gateways and workers
       sharing the Redis share the queue. ``path`` is not used.
     """
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.ledger import LearningUsage, Ledger, SqliteLedger, Totals, UsageRecord
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.ledger import SqliteLedger
+from proxy.ledger import LearningUsage, Ledger, Totals, UsageRecord
 from proxy.memory.store import StoreUnavailableError
-from proxy.sqlite import SqliteDatabase
 from tests.redis_server import free_port
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -23,8 +24,8 @@ async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         async with SqliteDatabase(tmp_path / "ledger.db") as db:
             yield SqliteLedger(db)
         return
-    from proxy.ledger_redis import RedisLedger
-    from proxy.redis_client import connect
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.ledger import RedisLedger
 
     url = request.getfixturevalue("redis_url")
     async with connect(url) as client:
@@ -68,8 +69,8 @@ async def test_learning_tokens_are_kept_apart_from_usage(ledger: Ledger) -> None
 @pytest.mark.redis
 async def test_redis_ledger_failure_is_store_unavailable() -> None:
     """An unreachable Redis surfaces as StoreUnavailableError from the Redis ledger."""
-    from proxy.ledger_redis import RedisLedger
-    from proxy.redis_client import connect
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.ledger import RedisLedger
 
     async with connect(f"redis://127.0.0.1:{free_port()}/0") as client:
         broken = RedisLedger(client)

@@ -15,9 +15,9 @@ import random
 from datetime import timedelta
 from pathlib import Path
 
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.records import Category, Memory, Profile, ScoredTag, new_id, utcnow
-from proxy.memory.sqlite_store import SqliteMemoryStore
-from proxy.sqlite import SqliteDatabase
 
 TENANT = "default"  # open mode: every caller is tenant "default"
 USER = "bench-user"

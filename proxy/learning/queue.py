@@ -7,7 +7,7 @@ Three job kinds flow through one durable queue:
   ``batch_messages`` new user messages it seals them into a batch and enqueues ``learn``
   — in the same transaction (SQLite), or through an outbox that survives a crash between
   the two (Redis, where the job may live in another Cluster slot; see
-  :mod:`proxy.learning.redis_queue`).
+  :mod:`proxy.backends.redis.queue`).
 - ``flush`` — seal whatever a conversation has buffered (idle timeout or explicit flush).
 - ``learn`` — score, extract and consolidate one sealed batch.
 
@@ -16,8 +16,8 @@ the job becomes claimable again when the lease runs out. Effects are idempotent 
 in the store, fingerprints in the buffer). A job that keeps failing is moved to the dead
 letter list with its last error after ``max_attempts``.
 
-Backends: :class:`~proxy.learning.sqlite_queue.SqliteLearningQueue` (the embedded file) and
-:class:`~proxy.learning.redis_queue.RedisLearningQueue` (Redis Streams, shared by every
+Backends: :class:`~proxy.backends.sqlite.queue.SqliteLearningQueue` (the embedded file) and
+:class:`~proxy.backends.redis.queue.RedisLearningQueue` (Redis Streams, shared by every
 gateway and worker process); ``tests/learning/test_queue_contract.py`` holds both to the
 same behaviour.
 """

@@ -25,14 +25,14 @@ SLACK = 0.1
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LearningQueue]:
     if request.param == "sqlite":
-        from proxy.learning.sqlite_queue import SqliteLearningQueue
-        from proxy.sqlite import SqliteDatabase
+        from proxy.backends.sqlite.database import SqliteDatabase
+        from proxy.backends.sqlite.queue import SqliteLearningQueue
 
         async with SqliteDatabase(tmp_path / "queue.db") as db:
             yield SqliteLearningQueue(db)
         return
-    from proxy.learning.redis_queue import RedisLearningQueue
-    from proxy.redis_client import connect
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.queue import RedisLearningQueue
 
     async with connect(request.getfixturevalue("redis_url")) as client:
         yield RedisLearningQueue(client, key_prefix=request.getfixturevalue("redis_prefix"))

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.queue import SqliteLearningQueue
 from proxy.learning.queue import LearningQueue
-from proxy.learning.sqlite_queue import SqliteLearningQueue
 from proxy.learning.worker import MAX_ERROR_PAUSE_SECONDS, Worker, backoff
 from proxy.memory.store import ListQuery, StoreUnavailableError
-from proxy.sqlite import SqliteDatabase
 from tests.fakes import (
     FakeUpstream,
     FlakyQueue,

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.embed import CachedEmbedder, cosine
 from proxy.memory.embed_local import BUNDLED_MODEL, LocalEmbeddings, resolve_model_dir
 from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory
 from proxy.memory.retrieve import Retriever, SubQuery
-from proxy.memory.sqlite_store import SqliteMemoryStore
 from proxy.settings import ConfigError
-from proxy.sqlite import SqliteDatabase
 
 needs_model = pytest.mark.skipif(
     importlib.util.find_spec("sentence_transformers") is None

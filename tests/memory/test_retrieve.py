@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.embed import CachedEmbedder
 from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory
 from proxy.memory.retrieve import Retriever, SubQuery, plan_queries, sentences
-from proxy.memory.sqlite_store import SqliteMemoryStore
 from proxy.memory.store import SearchQuery
-from proxy.sqlite import SqliteDatabase
 from tests.fakes import ConceptBackend, concept_embedder
 
 NOW = datetime(2024, 6, 30, tzinfo=UTC)

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.records import ConversationRecord, Memory, Profile, ScoredTag, new_id
-from proxy.memory.sqlite_store import SqliteMemoryStore
 from proxy.memory.store import (
     AuditEvent,
     ChangeSet,
@@ -24,7 +25,6 @@ from proxy.memory.store import (
     UserSettings,
 )
 from proxy.memory.text import normalize, query_terms
-from proxy.sqlite import SqliteDatabase
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DIM = 4
@@ -36,8 +36,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         async with SqliteDatabase(tmp_path / "memory.db") as db:
             yield SqliteMemoryStore(db)
         return
-    from proxy.memory.redis_store import RedisMemoryStore
-    from proxy.redis_client import connect
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.store import RedisMemoryStore
 
     url = request.getfixturevalue("redis_url")
     prefix = request.getfixturevalue("redis_prefix")

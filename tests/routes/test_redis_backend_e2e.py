@@ -122,9 +122,9 @@ async def test_the_gateway_uses_the_redis_backend(
 ) -> None:
     """With storage.backend redis the gateway's store, ledger and learning queue are the
     Redis ones, and no local database file is created."""
-    from proxy.learning.redis_queue import RedisLearningQueue
-    from proxy.ledger_redis import RedisLedger
-    from proxy.memory.redis_store import RedisMemoryStore
+    from proxy.backends.redis.ledger import RedisLedger
+    from proxy.backends.redis.queue import RedisLearningQueue
+    from proxy.backends.redis.store import RedisMemoryStore
 
     async with running_gateway(learning_settings) as gateway:
         assert isinstance(gateway.res.store, RedisMemoryStore)

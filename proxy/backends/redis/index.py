@@ -1,7 +1,7 @@
 """The RedisVL search index over memory hashes: schema, versioning, migration, queries.
 
 **Schema** (one index over every key starting with ``<key_prefix>:m:``; fields are
-described in :mod:`proxy.memory.redis_codec`):
+described in :mod:`proxy.backends.redis.codec`):
 
 - TAG (case-sensitive digests / flags): ``ix_tenant``, ``ix_user`` (``"shared"`` for no
   user), ``ix_ns``, ``ix_id`` (sortable: listing is newest id first), ``category``,
@@ -9,7 +9,7 @@ described in :mod:`proxy.memory.redis_codec`):
   TAG ``scope`` and ``source`` (fixed vocabularies);
 - TEXT ``ix_terms`` (``NOSTEM``): pre-segmented terms (:func:`proxy.memory.text.index_terms`,
   jieba for CJK) turned into exactly the terms SQLite's ``porter unicode61
-  remove_diacritics 2`` tokenizer indexes (:func:`~proxy.memory.redis_codec.stemmed_terms`:
+  remove_diacritics 2`` tokenizer indexes (:func:`~proxy.backends.redis.codec.stemmed_terms`:
   Latin diacritics folded, Porter stems), at write and at query time. RediSearch does no
   stemming of its own (it would index word and stem both, double-crediting stemmed
   words) and keeps its default LANGUAGE english: never ``chinese``, whose tokenizer would
@@ -75,8 +75,8 @@ from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 from redisvl.utils.token_escaper import TokenEscaper
 
-from proxy.memory.redis_codec import embedding_field, stemmed_terms
-from proxy.memory.redis_keys import SHARED_USER, KeyLayout, channel_token
+from proxy.backends.redis.codec import embedding_field, stemmed_terms
+from proxy.backends.redis.keys import SHARED_USER, KeyLayout, channel_token
 
 SCHEMA_VERSION = 1
 KEYWORD_SCORER = "BM25STD"

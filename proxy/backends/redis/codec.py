@@ -8,7 +8,7 @@ vector. Fields named ``ix_*`` exist only for the search index:
 
 - ``ix_id``: the memory id again, as a sortable tag (``id`` would clash with the key
   that RedisVL reports as ``id``);
-- ``ix_tenant`` / ``ix_user`` / ``ix_ns``: digest tokens (:mod:`proxy.memory.redis_keys`);
+- ``ix_tenant`` / ``ix_user`` / ``ix_ns``: digest tokens (:mod:`proxy.backends.redis.keys`);
   ``ix_user`` is ``"shared"`` for memories with no user;
 - ``ix_active`` (enabled and not retired), ``ix_retired``, ``ix_about`` (subject is the
   user): ``"1"``/``"0"``; ``ix_chan``: digest of ``source_channel`` (absent when none);
@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from proxy.memory.records import ConversationRecord, Memory, from_iso, to_iso
-from proxy.memory.redis_keys import (
+from proxy.backends.redis.keys import (
     SHARED_USER,
     channel_token,
     namespace_token,
     tenant_token,
     user_token,
 )
+from proxy.memory.records import ConversationRecord, Memory, from_iso, to_iso
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.memory.text import fold_diacritics, index_terms, normalize
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.memory.records import (
     MAX_SUMMARIES,
     ConversationRecord,
@@ -42,7 +43,6 @@ from proxy.memory.store import (
     related_by_keywords,
 )
 from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
-from proxy.sqlite import SqliteDatabase
 
 _COLUMNS = (
     "id, tenant, user_id, scope, category, subcategory, title, content, tags, subject, source, "
@@ -278,7 +278,8 @@ def _put_profile(conn: sqlite3.Connection, profile: Profile) -> None:
 
 
 class SqliteMemoryStore:
-    """:class:`~proxy.memory.store.MemoryStore` on a :class:`~proxy.sqlite.SqliteDatabase`."""
+    """:class:`~proxy.memory.store.MemoryStore` on a
+    :class:`~proxy.backends.sqlite.database.SqliteDatabase`."""
 
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db

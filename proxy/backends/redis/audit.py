@@ -9,7 +9,7 @@ without a user (shared memories) go to the tenant stream only.
 Both streams are trimmed approximately (``XADD … MAXLEN ~``), which trims whole radix-tree
 nodes and so costs nothing per append. Ids returned by :meth:`AuditStreams.read` are the
 entries' stream ids as integers (``ms × 1000 + seq``,
-:func:`~proxy.memory.redis_codec.audit_id`), ordered within the stream read: the user's
+:func:`~proxy.backends.redis.codec.audit_id`), ordered within the stream read: the user's
 when a user is named, else the tenant's.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from proxy.memory.redis_codec import audit_entry, audit_from_entry, audit_id, stream_id
-from proxy.memory.redis_keys import KeyLayout, tenant_token, user_token
+from proxy.backends.redis.codec import audit_entry, audit_from_entry, audit_id, stream_id
+from proxy.backends.redis.keys import KeyLayout, tenant_token, user_token
 from proxy.memory.store import AuditEvent
 
 # A learning batch writes ~5-20 events: 10k keeps one user's last ~500-2000 batches.

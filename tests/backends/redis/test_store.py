@@ -12,11 +12,12 @@ import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
+from proxy.backends.redis.client import connect
+from proxy.backends.redis.codec import memory_to_hash
+from proxy.backends.redis.index import index_name
+from proxy.backends.redis.keys import KeyLayout, user_token
+from proxy.backends.redis.store import RedisMemoryStore
 from proxy.memory.records import ConversationRecord, Memory, Profile, new_id
-from proxy.memory.redis_codec import memory_to_hash
-from proxy.memory.redis_index import index_name
-from proxy.memory.redis_keys import KeyLayout, user_token
-from proxy.memory.redis_store import RedisMemoryStore
 from proxy.memory.store import (
     AuditEvent,
     ChangeSet,
@@ -26,7 +27,6 @@ from proxy.memory.store import (
     UserSettings,
 )
 from proxy.memory.text import query_terms
-from proxy.redis_client import connect
 from tests.redis_server import free_port
 
 pytestmark = pytest.mark.redis
@@ -184,8 +184,8 @@ async def test_keyword_ranking_agrees_with_sqlite(
     namespace filters. Small differences in BM25 constants may swap near-ties."""
     import random
 
-    from proxy.memory.sqlite_store import SqliteMemoryStore
-    from proxy.sqlite import SqliteDatabase
+    from proxy.backends.sqlite.database import SqliteDatabase
+    from proxy.backends.sqlite.store import SqliteMemoryStore
 
     rng = random.Random(11)
     memories = [Memory(id=f"{u}{i:05d}", tenant="t1", user_id=f"u{u}", title="",
@@ -321,7 +321,7 @@ async def test_no_deleted_text_stays_in_redis(client: Redis, redis_prefix: str) 
 async def test_audit_streams_are_trimmed(client: Redis, redis_prefix: str) -> None:
     """The audit streams keep about their MAXLEN newest entries (approximate trimming
     drops whole 100-entry nodes), newest first as always."""
-    from proxy.memory.redis_audit import AuditStreams
+    from proxy.backends.redis.audit import AuditStreams
 
     streams = AuditStreams(client, KeyLayout(redis_prefix), user_maxlen=50, tenant_maxlen=80)
     for n in range(6):

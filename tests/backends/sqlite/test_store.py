@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.memory.records import Memory, new_id, utcnow
-from proxy.memory.sqlite_store import (
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.store import (
     _ACTIVE,
     _COLUMNS,
     SqliteMemoryStore,
@@ -19,9 +19,9 @@ from proxy.memory.sqlite_store import (
     shared_token,
     user_token,
 )
+from proxy.memory.records import Memory, new_id, utcnow
 from proxy.memory.store import SearchQuery
 from proxy.memory.text import query_terms
-from proxy.sqlite import SqliteDatabase
 
 WORDS = ("ramen", "lisbon", "kafka", "pipelines", "chess", "sailing", "tea", "rust")
 

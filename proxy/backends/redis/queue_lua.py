@@ -1,4 +1,4 @@
-"""Lua scripts of :mod:`proxy.learning.redis_queue` (sources only, no I/O).
+"""Lua scripts of :mod:`proxy.backends.redis.queue` (sources only, no I/O).
 
 Each script runs atomically on one hash slot and touches only the keys it is given:
 

@@ -1,15 +1,15 @@
 """:class:`~proxy.memory.store.MemoryStore` on Redis 8 / Redis Stack (RediSearch + RedisVL).
 
-Same semantics as :class:`~proxy.memory.sqlite_store.SqliteMemoryStore` (one contract test
-suite runs against both). Key layout: :mod:`proxy.memory.redis_keys`; hash fields:
-:mod:`proxy.memory.redis_codec`; index schema, versioning and migration:
-:mod:`proxy.memory.redis_index`.
+Same semantics as :class:`~proxy.backends.sqlite.store.SqliteMemoryStore` (one contract test
+suite runs against both). Key layout: :mod:`proxy.backends.redis.keys`; hash fields:
+:mod:`proxy.backends.redis.codec`; index schema, versioning and migration:
+:mod:`proxy.backends.redis.index`.
 
 **Atomicity.** Every key of a (tenant, user) shares one Cluster hash tag, so each write is
 one ``MULTI``/``EXEC`` on one slot. Read-then-write operations (``apply``, ``update``,
 ``delete``, ``clear``) use optimistic ``WATCH``: they read what they decide on, queue the
 writes, and ``EXEC`` fails if a watched key changed meanwhile, in which case the whole
-operation is retried (:func:`proxy.redis_client.transact`). WATCH rather than a Lua
+operation is retried (:func:`proxy.backends.redis.client.transact`). WATCH rather than a Lua
 script keeps the encoding in typed Python, and conflicts are rare (two writers on the same
 user at the same instant). Nothing a transaction queues can fail at run time (each key has
 one type, values are encoded before ``MULTI``), so an ``EXEC`` applies everything.
@@ -19,7 +19,7 @@ one type, values are encoded before ``MULTI``), so an ``EXEC`` applies everythin
 concurrent apply of the same batch aborts the ``EXEC`` and, on retry, sees the key. Batch
 keys are kept :data:`APPLIED_BATCH_RETENTION_SECONDS` (SQLite keeps them forever).
 
-**Audit log.** Redis Streams per user and per tenant (:mod:`proxy.memory.redis_audit`): a
+**Audit log.** Redis Streams per user and per tenant (:mod:`proxy.backends.redis.audit`): a
 user's events are appended inside the transaction that makes the change, the tenant copy
 right after it.
 
@@ -53,17 +53,10 @@ from redis.exceptions import RedisError
 from redisvl.exceptions import RedisVLError
 from redisvl.query.filter import FilterExpression, Num, Tag
 
-from proxy.memory.records import (
-    ConversationRecord,
-    Memory,
-    Profile,
-    from_iso,
-    to_iso,
-    utcnow,
-)
-from proxy.memory.redis_audit import AuditStreams
-from proxy.memory.redis_codec import memory_from_hash, memory_to_hash, stored_norm
-from proxy.memory.redis_index import (
+from proxy.backends.redis.audit import AuditStreams
+from proxy.backends.redis.client import multi, require_resp2_bytes, transact
+from proxy.backends.redis.codec import memory_from_hash, memory_to_hash, stored_norm
+from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
     MemoryIndex,
@@ -73,7 +66,7 @@ from proxy.memory.redis_index import (
     namespace_filter,
     tag_is,
 )
-from proxy.memory.redis_keys import (
+from proxy.backends.redis.keys import (
     SHARED_USER,
     KeyLayout,
     channel_token,
@@ -82,7 +75,15 @@ from proxy.memory.redis_keys import (
     tenant_token,
     user_token,
 )
-from proxy.memory.redis_user import UserRecords
+from proxy.backends.redis.users import UserRecords
+from proxy.memory.records import (
+    ConversationRecord,
+    Memory,
+    Profile,
+    from_iso,
+    to_iso,
+    utcnow,
+)
 from proxy.memory.store import (
     AuditEvent,
     Candidate,
@@ -96,7 +97,6 @@ from proxy.memory.store import (
     related_by_keywords,
 )
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
-from proxy.redis_client import multi, require_resp2_bytes, transact
 
 log = structlog.get_logger("proxy.memory.redis")
 
@@ -136,7 +136,7 @@ def _like(haystack: str, needle: str) -> bool:
 
 class RedisMemoryStore:
     """:class:`~proxy.memory.store.MemoryStore` on one ``redis.asyncio`` client (RESP2,
-    bytes — see :func:`proxy.redis_client.connect`), which the caller owns and closes.
+    bytes — see :func:`proxy.backends.redis.client.connect`), which the caller owns and closes.
 
     ``key_prefix`` starts every key (``storage.key_prefix``); ``vector_dim`` is the
     embedding dimension of the vector index (``None``: keyword search only).
@@ -168,7 +168,7 @@ class RedisMemoryStore:
         return self._index.serving
 
     async def prepare(self) -> None:
-        """Create or migrate the search index now (see :mod:`proxy.memory.redis_index`).
+        """Create or migrate the search index now (see :mod:`proxy.backends.redis.index`).
         Raises :class:`StoreUnavailableError` when Redis is unreachable or refuses."""
         with _unavailable("index setup"):
             await self._ensure_index()

@@ -1,8 +1,8 @@
 """Indexes of the Redis learning queue's buffered work, and the sweeps that keep them true.
 
-Buffers and seen sets live in each user's hash slot (:mod:`proxy.learning.redis_queue`);
+Buffers and seen sets live in each user's hash slot (:mod:`proxy.backends.redis.queue`);
 finding them across users needs sorted sets in the queue's slot (layout:
-:mod:`proxy.memory.redis_keys`):
+:mod:`proxy.backends.redis.keys`):
 
 - ``idle`` — ``<ns>:<cd>`` → newest unsealed message time of the conversation;
 - ``aged`` — ``<ns>:<cd>`` → oldest unsealed message time;
@@ -28,8 +28,8 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from proxy.learning import redis_queue_lua as lua
-from proxy.memory.redis_keys import KeyLayout
+from proxy.backends.redis import queue_lua as lua
+from proxy.backends.redis.keys import KeyLayout
 
 SWEEP_CHUNK = 500  # index entries verified per pipeline
 _STATE_FIELDS = ["tenant", "user", "conversation", "users", "count", "first", "last"]

@@ -2,7 +2,7 @@
 
 Each usage or learning record adds (``HINCRBY``) to two hashes: the user's
 (``<prefix>:usage:{u…}`` / ``<prefix>:learning:{u…}``, in the user's hash slot — see
-:mod:`proxy.memory.redis_keys`) and the tenant's (``…:{t…}``). Records without a user count
+:mod:`proxy.backends.redis.keys`) and the tenant's (``…:{t…}``). Records without a user count
 for the tenant only. Fields: ``requests``, ``prompt_tokens``, ``completion_tokens`` and,
 for usage, ``memory_tokens``, ``memories_injected`` and ``estimated`` (records whose
 tokens were estimated). Totals are therefore O(1) to read, at the cost of the per-request
@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
+from proxy.backends.redis.client import require_resp2_bytes, unavailable_on_redis_error
+from proxy.backends.redis.keys import KeyLayout, tenant_token, user_token
 from proxy.ledger import LearningUsage, Totals, UsageRecord
-from proxy.memory.redis_keys import KeyLayout, tenant_token, user_token
-from proxy.redis_client import require_resp2_bytes, unavailable_on_redis_error
 
 
 class RedisLedger:

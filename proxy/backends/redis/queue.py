@@ -1,10 +1,10 @@
 """:class:`~proxy.learning.queue.LearningQueue` on Redis: Streams for jobs, one hash slot
 per user for buffered messages.
 
-Same semantics as :class:`~proxy.learning.sqlite_queue.SqliteLearningQueue` (one contract
+Same semantics as :class:`~proxy.backends.sqlite.queue.SqliteLearningQueue` (one contract
 suite, ``tests/learning/test_queue_contract.py``, runs on both), for several gateway pods
 and ``memory-proxy worker`` processes sharing one Redis. Keys: the learning-queue part of
-:mod:`proxy.memory.redis_keys`; scripts: :mod:`proxy.learning.redis_queue_lua`.
+:mod:`proxy.backends.redis.keys`; scripts: :mod:`proxy.backends.redis.queue_lua`.
 
 **Jobs.** All job keys share the tag ``{prefix}``, and every state change is one Lua script
 over them, so it is atomic. A ready job is an entry (field ``id``) of the ``ready`` stream;
@@ -37,7 +37,7 @@ Cluster it cannot be written in the sealing transaction. Instead: (1) seal — b
 outbox entry written by one script; (2) enqueue ``learn:<batch key>`` (ignored when
 present); (3) remove the key from the outbox. A crash after (1) leaves the key in the
 outbox. The conversation's entry in the ``idle`` index — written after every buffering and
-removed only by a sweep (:mod:`proxy.learning.redis_sweep`), which first hands the user's
+removed only by a sweep (:mod:`proxy.backends.redis.sweep`), which first hands the user's
 outbox back here to enqueue every key whose batch still exists — brings maintenance
 (``idle_conversations``, every worker's ``maintenance_interval_seconds``) back to it once
 the conversation has been quiet for ``idle_flush_seconds``. So no sealed batch is left
@@ -49,7 +49,7 @@ seals it — and the store applies a batch key at most once, so a redelivered ``
 
 **Indexes.** Finding idle conversations, old buffered text and old fingerprints across
 users takes sorted sets in the queue's slot; they are hints verified on every read
-(:mod:`proxy.learning.redis_sweep`). Only the ``buffered`` gauge of :meth:`depth` can
+(:mod:`proxy.backends.redis.sweep`). Only the ``buffered`` gauge of :meth:`depth` can
 drift, by a crash between a buffer script and its ``INCRBY``; it is clamped at zero.
 
 **Durability.** Nothing is kept in a process: with Redis persistence on (AOF, or a managed
@@ -69,18 +69,18 @@ import orjson
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from proxy.learning import redis_queue_lua as lua
-from proxy.learning.exchange import Exchange, TranscriptMessage
-from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
-from proxy.learning.redis_sweep import BufferIndexes
-from proxy.memory.redis_keys import KeyLayout, conversation_token, user_token
-from proxy.memory.store import StoreUnavailableError
-from proxy.redis_client import (
+from proxy.backends.redis import queue_lua as lua
+from proxy.backends.redis.client import (
     multi,
     require_resp2_bytes,
     transact,
     unavailable_on_redis_error,
 )
+from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
+from proxy.backends.redis.sweep import BufferIndexes
+from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
+from proxy.memory.store import StoreUnavailableError
 
 MAX_ERROR_CHARS = 2000  # as the SQLite queue keeps
 PROMOTE_PER_CLAIM = 100  # due delayed jobs moved to the stream by one claim, at most
@@ -105,7 +105,7 @@ def _text(value: bytes | str) -> str:
 
 class RedisLearningQueue:
     """The learning queue on one ``redis.asyncio`` client (RESP2, bytes — see
-    :func:`proxy.redis_client.connect`), which the caller owns and closes; keys start with
+    :func:`proxy.backends.redis.client.connect`), which the caller owns and closes; keys start with
     ``key_prefix`` (``storage.key_prefix``). ``consumer_idle_seconds``: stream consumers
     holding no job and silent that long are deleted by :meth:`expire`."""
 

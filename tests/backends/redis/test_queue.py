@@ -11,14 +11,14 @@ import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
+from proxy.backends.redis.client import connect
+from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
+from proxy.backends.redis.queue import RedisLearningQueue, redis_batch_key
+from proxy.backends.redis.queue_lua import GROUP
+from proxy.backends.redis.sweep import Buffered, BufferIndexes
 from proxy.learning.exchange import Exchange, TranscriptMessage
 from proxy.learning.queue import JobKind
-from proxy.learning.redis_queue import RedisLearningQueue, redis_batch_key
-from proxy.learning.redis_queue_lua import GROUP
-from proxy.learning.redis_sweep import Buffered, BufferIndexes
-from proxy.memory.redis_keys import KeyLayout, conversation_token, user_token
 from proxy.memory.store import StoreUnavailableError
-from proxy.redis_client import connect
 from tests.redis_server import free_port
 
 pytestmark = pytest.mark.redis

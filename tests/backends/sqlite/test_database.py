@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.sqlite import SqliteDatabase
+from proxy.backends.sqlite.database import SqliteDatabase
 
 
 async def test_concurrent_reads_each_get_their_result(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def require_resp2_bytes(client: Redis) -> None:
     options = client.connection_pool.connection_kwargs
     if str(options.get("protocol")) != "2":
         raise ValueError("the Redis client must use RESP2 (protocol=2); build it with "
-                         "proxy.redis_client.connect")
+                         "proxy.backends.redis.client.connect")
     if options.get("decode_responses"):
         raise ValueError("the Redis client must return bytes (decode_responses=False)")
 

@@ -1,6 +1,6 @@
 """A user's records besides memories, on Redis: profile, conversation records, settings
 and tombstones (digests of deleted contents, never the text) — all in the user's hash
-slot (:mod:`proxy.memory.redis_keys`).
+slot (:mod:`proxy.backends.redis.keys`).
 
 ``queue_*`` methods add commands to a transaction the caller runs (``apply``, ``clear``);
 the others are single commands. Errors are the caller's to translate.
@@ -16,6 +16,13 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from proxy.backends.redis.codec import (
+    conversation_fields,
+    conversation_from_hash,
+    settings_fields,
+    settings_from_hash,
+)
+from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.memory.records import (
     MAX_SUMMARIES,
     ConversationRecord,
@@ -25,13 +32,6 @@ from proxy.memory.records import (
     profile_to_json,
     to_iso,
 )
-from proxy.memory.redis_codec import (
-    conversation_fields,
-    conversation_from_hash,
-    settings_fields,
-    settings_from_hash,
-)
-from proxy.memory.redis_keys import KeyLayout, user_token
 from proxy.memory.store import UserSettings
 
 

@@ -364,3 +364,11 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";\n") if s.strip()]
+
+
+def preflight(path: Path) -> None:
+    """Check that the database file at ``path`` can be created and opened (its folder is
+    made if missing), before a server starts. Raises :class:`OSError` or
+    :class:`sqlite3.Error` with the reason."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sqlite3.connect(path).close()

@@ -3,9 +3,10 @@
 Every state change is one SQLite transaction on the writer connection, so several worker
 processes sharing the file (``memory-proxy worker`` next to ``serve``) never claim the same
 job twice or seal the same message into two batches. Every ``sqlite3`` error (a file locked
-by another process past :data:`~proxy.sqlite.BUSY_TIMEOUT_SECONDS`, a full disk, I/O
-errors) surfaces as :class:`~proxy.memory.store.StoreUnavailableError`, as from the memory
-store: the job is retried and the worker carries on.
+by another process past
+:data:`~proxy.backends.sqlite.database.BUSY_TIMEOUT_SECONDS`, a full disk, I/O errors)
+surfaces as :class:`~proxy.memory.store.StoreUnavailableError`, as from the memory store:
+the job is retried and the worker carries on.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import TypeVar
 
 import orjson
 
+from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.learning.exchange import Exchange, TranscriptMessage
 from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
 from proxy.memory.store import StoreUnavailableError
-from proxy.sqlite import SqliteDatabase
 
 T = TypeVar("T")
 _MAX_ERROR_CHARS = 2000

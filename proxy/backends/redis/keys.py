@@ -22,7 +22,7 @@ key name::
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
 
-The learning queue (:mod:`proxy.learning.redis_queue`) keeps its jobs under one tag of
+The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
 its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
 buffered messages under the user's tag (one script dedups, buffers and seals them)::
 
