@@ -25,7 +25,7 @@ from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
-from proxy.routes import admin, chat, health, memories, models, responses
+from proxy.routes import admin, chat, health, memories, messages, models, responses
 from proxy.settings import Settings
 
 log = structlog.get_logger("proxy.app")
@@ -180,6 +180,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
         Route("/chat/completions", chat.chat_completions, methods=["POST"]),
         Route("/v1/responses", responses.create_response, methods=["POST"]),
+        Route("/v1/messages", messages.create_message, methods=["POST"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/models", models.list_models, methods=["GET"]),
         Route("/v1/memories", memories.list_memories, methods=["GET"]),

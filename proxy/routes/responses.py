@@ -35,11 +35,11 @@ from proxy.protocols import responses as protocol
 from proxy.request import ChatRequest, parse_chat_request
 from proxy.resources import Resources
 from proxy.routes import chat
-from proxy.transcript import Usage, reply_from_completion, usage_from
+from proxy.routes.translated import SSE_HEADERS, stream_response
+from proxy.transcript import reply_from_completion
 from proxy.upstream.base import UpstreamCall
 
 log = structlog.get_logger("proxy.responses")
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
@@ -81,7 +81,7 @@ async def create_response(request: Request) -> Response:
 
     async def respond(call: chat.Call) -> Response:
         if call.chat.stream:
-            return await _translated_stream(call, shell)
+            return await stream_response(call, protocol.StreamTranslator(shell))
         completion, usage = await chat.complete(call)
         replies, _ = reply_from_completion(completion.data)
         data = protocol.response_from_reply(shell, replies.get(0), usage)
@@ -89,49 +89,6 @@ async def create_response(request: Request) -> Response:
                         headers={**completion.headers, **call.headers()})
 
     return await chat.serve(call, respond)
-
-
-async def _translated_stream(call: chat.Call, shell: protocol.ResponseShell) -> Response:
-    forwarder = await chat.open_stream(call)
-    translator = protocol.StreamTranslator(shell)
-
-    async def events() -> Any:
-        usage: Usage | None = None
-        try:
-            yield translator.opening()
-            async for frames in forwarder.body():
-                out = []
-                for frame in frames.split(b"\n\n"):
-                    chunk = _chunk(frame)
-                    if chunk is None:
-                        continue
-                    usage = usage_from(chunk.get("usage")) or usage
-                    out.append(translator.feed(chunk))
-                if any(out):
-                    yield b"".join(out)
-            if forwarder.error is not None:
-                yield translator.failure(forwarder.error)
-            else:
-                yield translator.closing(usage or forwarder.usage or Usage(0, 0, 0))
-        finally:
-            with anyio.CancelScope(shield=True):
-                await forwarder.aclose()
-            chat.stream_finished(call, forwarder)
-
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={**forwarder.headers, **call.headers(), **_SSE_HEADERS})
-
-
-def _chunk(frame: bytes) -> dict[str, Any] | None:
-    """The chat chunk of one ``data:`` frame the forwarder wrote (``None`` for ``[DONE]``,
-    an error event or anything that is not a chunk)."""
-    if not frame.startswith(b"data: ") or frame == b"data: [DONE]":
-        return None
-    try:
-        chunk = orjson.loads(frame[6:])
-    except orjson.JSONDecodeError:
-        return None
-    return chunk if isinstance(chunk, dict) and "error" not in chunk else None
 
 
 # --------------------------------------------------------------------------- native
@@ -213,7 +170,7 @@ async def _native_stream(call: chat.Call, upstream_call: UpstreamCall) -> Respon
             res.metrics.requests.labels(call.chat.model, "true", status).inc()
 
     return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={**upstream.headers, **call.headers(), **_SSE_HEADERS})
+                             headers={**upstream.headers, **call.headers(), **SSE_HEADERS})
 
 
 def _event(payload: bytes) -> dict[str, Any] | None:
