@@ -177,7 +177,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             yield
         log.info("gateway_stopped")
 
-    mcp_endpoint = mcp.McpEndpoint(lambda: app.state.resources)
+    mcp_endpoint = mcp.McpEndpoint()
     routes = [
         Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
         Route("/chat/completions", chat.chat_completions, methods=["POST"]),
@@ -203,7 +203,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
     ]
-    app = Starlette(
+    return Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
@@ -213,4 +213,3 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             Exception: _unexpected,
         },
     )
-    return app

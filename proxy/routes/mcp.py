@@ -10,8 +10,9 @@ missing or unknown key is a 401 before any MCP message is read. Every tool is sc
 ``/v1/memories``: the tenant from the key, the user from a user-bound key, else the user
 header (``X-User-Id``), else the tool's ``user`` argument. A memory of another user is "not
 found". Every call is audited (``searched``, ``created``, ``edited``, ``deleted``,
-``viewed``; ``detail.via = "mcp"``), and ``add_memory`` / ``update_memory`` meet the
-manual-memory rules (no instructions or links, no personal data or secrets).
+``viewed``, and ``rejected`` for a write the rules refused; ``detail.via = "mcp"``), and
+``add_memory`` / ``update_memory`` meet the manual-memory rules (no instructions or links,
+no personal data or secrets).
 
 Tools: ``search_memories``, ``add_memory``, ``update_memory``, ``delete_memory``,
 ``get_profile``. Results are the memory API's JSON shapes.
@@ -23,7 +24,7 @@ whatever host name it is deployed at, and every call needs a gateway key.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -76,87 +77,109 @@ def _event(res: Resources, tenant: str, user: str, action: str, memory_id: str |
                       detail={"via": "mcp", **detail})
 
 
-def build_server(resources: Callable[[], Resources]) -> MCPServer:
-    """The MCP server with the five memory tools; ``resources()`` gives the running app's
-    resources (they exist only once the lifespan started)."""
+async def _rejected(res: Resources, tenant: str, user: str, memory_id: str | None, *,
+                    tool: str, code: str | None) -> None:
+    """Audit a write the manual-memory rules refused (``reason``: the error code)."""
+    event = _event(res, tenant, user, "rejected", memory_id, tool=tool)
+    await res.store.audit([replace(event, reason=code or "invalid_value")])
+
+
+def _resources(ctx: Context) -> Resources:
+    """The running app's resources (the MCP request carries the app's HTTP request)."""
+    request: Any = ctx.request_context.request
+    resources: Resources = request.app.state.resources
+    return resources
+
+
+async def search_memories(query: str, ctx: Context, limit: int = 10,
+                          user: str | None = None) -> dict[str, Any]:
+    """Search the user's memories by text (keyword search, best matches first).
+    Returns {"object": "list", "data": [memory, ...]}."""
+    res = _resources(ctx)
+    tenant, who = _owner(res, ctx.headers, user)
+    limit = max(1, min(limit, SEARCH_LIMIT_MAX))
+    found = await res.store.list_memories(ListQuery(
+        tenant=tenant, user=who, text=query.strip() or None, limit=limit))
+    await res.store.audit([_event(res, tenant, who, "searched", tool="search_memories",
+                                  results=len(found))])
+    return {"object": "list", "data": [m.to_api() for m in found]}
+
+
+async def add_memory(content: str, ctx: Context, *, title: str = "",
+                     category: Category = "user_preference", tags: list[str] | None = None,
+                     user: str | None = None) -> dict[str, Any]:
+    """Remember a durable fact about the user (a statement, not an instruction).
+    Returns the stored memory."""
+    res = _resources(ctx)
+    tenant, who = _owner(res, ctx.headers, user)
+    try:
+        new = NewMemory(content=content, title=title, category=category, tags=tags or [])
+        memory = await add_manual(res, tenant, who, new, via="mcp")
+    except ValidationError as exc:
+        await _rejected(res, tenant, who, None, tool="add_memory", code="invalid_value")
+        raise ToolError(f"Invalid memory: {exc.errors()[0]['msg']}") from exc
+    except ProxyError as exc:
+        await _rejected(res, tenant, who, None, tool="add_memory", code=exc.code)
+        raise ToolError(exc.message) from exc
+    return memory.to_api()
+
+
+async def update_memory(memory_id: str, ctx: Context, *, content: str | None = None,
+                        title: str | None = None, category: Category | None = None,
+                        tags: list[str] | None = None,
+                        user: str | None = None) -> dict[str, Any]:
+    """Correct one of the user's memories: the fields given replace the stored ones.
+    Returns the updated memory."""
+    res = _resources(ctx)
+    tenant, who = _owner(res, ctx.headers, user)
+    memory = await res.store.get(tenant, who, memory_id)
+    if memory is None:
+        raise ToolError(f"No memory {memory_id!r} for this user.")
+    try:
+        updated = await _edited(res, memory, content=content, title=title,
+                                category=category, tags=tags)
+    except ProxyError as exc:
+        await _rejected(res, tenant, who, memory.id, tool="update_memory",
+                        code=exc.code)
+        raise ToolError(exc.message) from exc
+    try:
+        await res.store.update(updated, audit=_event(res, tenant, who, "edited",
+                                                     memory.id, tool="update_memory"))
+    except KeyError as exc:  # deleted meanwhile
+        raise ToolError(f"No memory {memory_id!r} for this user.") from exc
+    return updated.to_api()
+
+
+async def delete_memory(memory_id: str, ctx: Context,
+                        user: str | None = None) -> dict[str, Any]:
+    """Delete one of the user's memories for good (it is not learned again)."""
+    res = _resources(ctx)
+    tenant, who = _owner(res, ctx.headers, user)
+    deleted = await res.store.delete(tenant, who, memory_id, audit=_event(
+        res, tenant, who, "deleted", memory_id, tool="delete_memory"))
+    if not deleted:
+        raise ToolError(f"No memory {memory_id!r} for this user.")
+    return {"id": memory_id, "object": "memory.deleted", "deleted": True}
+
+
+async def get_profile(ctx: Context, user: str | None = None) -> dict[str, Any]:
+    """The user's profile: summary, traits and interests learned over time."""
+    res = _resources(ctx)
+    tenant, who = _owner(res, ctx.headers, user)
+    profile = await res.store.get_profile(tenant, who)
+    await res.store.audit([_event(res, tenant, who, "viewed", tool="get_profile")])
+    return (profile or Profile(tenant=tenant, user_id=who)).to_api(res.clock())
+
+
+TOOL_FUNCTIONS = (search_memories, add_memory, update_memory, delete_memory, get_profile)
+
+
+def build_server() -> MCPServer:
+    """The MCP server with the five memory tools (names and descriptions from the
+    functions above)."""
     server: MCPServer = MCPServer(name="memory-proxy", instructions=INSTRUCTIONS)
-
-    @server.tool()
-    async def search_memories(query: str, ctx: Context, limit: int = 10,
-                              user: str | None = None) -> dict[str, Any]:
-        """Search the user's memories by text (keyword search, best matches first).
-        Returns {"object": "list", "data": [memory, ...]}."""
-        res = resources()
-        tenant, who = _owner(res, ctx.headers, user)
-        limit = max(1, min(limit, SEARCH_LIMIT_MAX))
-        found = await res.store.list_memories(ListQuery(
-            tenant=tenant, user=who, text=query.strip() or None, limit=limit))
-        await res.store.audit([_event(res, tenant, who, "searched", tool="search_memories",
-                                      results=len(found))])
-        return {"object": "list", "data": [m.to_api() for m in found]}
-
-    @server.tool()
-    async def add_memory(content: str, ctx: Context, *, title: str = "",
-                         category: Category = "user_preference", tags: list[str] | None = None,
-                         user: str | None = None) -> dict[str, Any]:
-        """Remember a durable fact about the user (a statement, not an instruction).
-        Returns the stored memory."""
-        res = resources()
-        tenant, who = _owner(res, ctx.headers, user)
-        try:
-            new = NewMemory(content=content, title=title, category=category, tags=tags or [])
-            memory = await add_manual(res, tenant, who, new, via="mcp")
-        except ValidationError as exc:
-            raise ToolError(f"Invalid memory: {exc.errors()[0]['msg']}") from exc
-        except ProxyError as exc:
-            raise ToolError(exc.message) from exc
-        return memory.to_api()
-
-    @server.tool()
-    async def update_memory(memory_id: str, ctx: Context, *, content: str | None = None,
-                            title: str | None = None, category: Category | None = None,
-                            tags: list[str] | None = None,
-                            user: str | None = None) -> dict[str, Any]:
-        """Correct one of the user's memories: the fields given replace the stored ones.
-        Returns the updated memory."""
-        res = resources()
-        tenant, who = _owner(res, ctx.headers, user)
-        memory = await res.store.get(tenant, who, memory_id)
-        if memory is None:
-            raise ToolError(f"No memory {memory_id!r} for this user.")
-        try:
-            updated = await _edited(res, memory, content=content, title=title,
-                                    category=category, tags=tags)
-        except ProxyError as exc:
-            raise ToolError(exc.message) from exc
-        try:
-            await res.store.update(updated, audit=_event(res, tenant, who, "edited",
-                                                         memory.id, tool="update_memory"))
-        except KeyError as exc:  # deleted meanwhile
-            raise ToolError(f"No memory {memory_id!r} for this user.") from exc
-        return updated.to_api()
-
-    @server.tool()
-    async def delete_memory(memory_id: str, ctx: Context,
-                            user: str | None = None) -> dict[str, Any]:
-        """Delete one of the user's memories for good (it is not learned again)."""
-        res = resources()
-        tenant, who = _owner(res, ctx.headers, user)
-        deleted = await res.store.delete(tenant, who, memory_id, audit=_event(
-            res, tenant, who, "deleted", memory_id, tool="delete_memory"))
-        if not deleted:
-            raise ToolError(f"No memory {memory_id!r} for this user.")
-        return {"id": memory_id, "object": "memory.deleted", "deleted": True}
-
-    @server.tool()
-    async def get_profile(ctx: Context, user: str | None = None) -> dict[str, Any]:
-        """The user's profile: summary, traits and interests learned over time."""
-        res = resources()
-        tenant, who = _owner(res, ctx.headers, user)
-        profile = await res.store.get_profile(tenant, who)
-        await res.store.audit([_event(res, tenant, who, "viewed", tool="get_profile")])
-        return (profile or Profile(tenant=tenant, user_id=who)).to_api(res.clock())
-
+    for tool in TOOL_FUNCTIONS:
+        server.add_tool(tool)
     return server
 
 
@@ -196,9 +219,8 @@ class McpEndpoint:
     """The ASGI endpoint at ``/mcp``: the gateway key checked (401 in the OpenAI error
     shape otherwise), then the SDK's streamable HTTP transport."""
 
-    def __init__(self, resources: Callable[[], Resources]) -> None:
-        self._resources = resources
-        self.server = build_server(resources)
+    def __init__(self) -> None:
+        self.server = build_server()
         # The SDK's app is not mounted (its route and lifespan are the app's own); it is
         # built for the session manager it configures.
         self.server.streamable_http_app(
@@ -214,7 +236,9 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            self._resources().keyring.authenticate(Request(scope).headers)
+            request = Request(scope)
+            res: Resources = request.app.state.resources
+            res.keyring.authenticate(request.headers)
         except ProxyError as exc:
             response = error_response(exc, headers={"WWW-Authenticate": "Bearer"}
                                       if exc.status_code == 401 else None)

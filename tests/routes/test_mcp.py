@@ -97,6 +97,11 @@ async def test_manual_memory_rules_apply(gateway: Gateway, content: str,
                                          content=content)
         found = await call(client, "search_memories", query="")
     assert [m["content"] for m in found["data"]] == ["Enjoys hiking"]
+    events = await gateway.res.store.audit_log("default", "alice")
+    refused = [event for _, event in events if event.action == "rejected"]
+    assert [(e.detail["tool"], e.memory_id) for e in refused] == \
+        [("update_memory", added["id"]), ("add_memory", None)]  # newest first
+    assert all(e.reason in ("instruction_not_allowed", "pii_not_allowed") for e in refused)
 
 
 async def test_users_are_isolated(gateway: Gateway) -> None:
