@@ -241,6 +241,10 @@ async def test_memory_goes_to_system_and_is_isolated(gateway: Gateway,
             model="m", max_tokens=64, messages=ask("Where do I live?"))
     assert raw.headers["x-memory-injected"] == "0"
     assert "Lisbon" not in str(upstream.last_chat["messages"])
+    await gateway.res.usage.flush()  # accounted as chat is: one row each, memory apart
+    alice = await gateway.res.ledger.usage_totals("default", "alice")
+    assert (alice.requests, alice.prompt_tokens, alice.completion_tokens) == (1, 12, 3)
+    assert alice.memory_tokens > 0
 
 
 async def test_cache_control_blocks_stay_whole_on_litellm_routes(

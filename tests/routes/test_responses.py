@@ -234,6 +234,11 @@ async def test_memory_is_injected_and_isolated(gateway: Gateway, upstream: FakeU
                                                               input="Where do I live?")
     assert raw.headers["x-memory-injected"] == "0"
     assert "Lisbon" not in str(upstream.last_chat["messages"])
+    await gateway.res.usage.flush()  # accounted as chat is: one row each, memory apart
+    alice = await gateway.res.ledger.usage_totals("default", "alice")
+    assert (alice.requests, alice.prompt_tokens, alice.completion_tokens) == (1, 12, 3)
+    assert alice.memory_tokens > 0
+    assert (await gateway.res.ledger.usage_totals("default", "bob")).memory_tokens == 0
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -343,6 +348,10 @@ async def test_native_upstream_gets_memory_in_instructions(native: Gateway,
     assert sent["input"] == "Dinner idea?"
     assert sent["instructions"].startswith("Be brief.\n\n" + BLOCK_START)
     assert "Is vegetarian" in sent["instructions"]
+    await native.res.usage.flush()
+    totals = await native.res.ledger.usage_totals("default", "erin")
+    assert (totals.requests, totals.prompt_tokens, totals.completion_tokens) == (1, 30, 4)
+    assert totals.memory_tokens > 0
 
 
 @pytest.mark.parametrize("transport", ["auto", "litellm"])
@@ -373,3 +382,20 @@ async def test_native_stream_is_relayed_and_learned(tmp_path: Path, upstream: Fa
     extract = [body for kind, body in upstream.learning_calls if kind == "extract"]
     assert "I love jazz." in str(extract[-1]["messages"])
     assert "Noted: you like jazz." in str(extract[-1]["messages"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_native_upstream_errors_reach_the_sdk(native: Gateway, upstream: FakeUpstream,
+                                                    stream: bool) -> None:
+    """A Responses upstream's error before the first byte is the SDK's error class, with
+    the upstream's message."""
+    upstream.push(Reply(status=400, json={"error": {
+        "message": "Previous response with id 'resp_x' not found.",
+        "type": "invalid_request_error", "param": "previous_response_id",
+        "code": "previous_response_not_found"}}))
+    async with sdk(native, "erin") as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(model="m", input="hi", stream=stream,
+                                          previous_response_id="resp_x")
+    assert "resp_x" in str(caught.value)
+    assert upstream.paths[-1] == "/v1/responses"
