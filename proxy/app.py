@@ -25,7 +25,7 @@ from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
-from proxy.routes import admin, chat, health, memories, models
+from proxy.routes import admin, chat, health, mcp, memories, messages, models, responses
 from proxy.settings import Settings
 
 log = structlog.get_logger("proxy.app")
@@ -171,14 +171,19 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             gc.collect()
             gc.freeze()
             await stack.enter_async_context(_running(res))
+            await stack.enter_async_context(mcp_endpoint.running())
             log.info("gateway_started", models=res.registry.names,
                      learning=res.learning_enabled, storage=settings.storage.backend)
             yield
         log.info("gateway_stopped")
 
+    mcp_endpoint = mcp.McpEndpoint()
     routes = [
         Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
         Route("/chat/completions", chat.chat_completions, methods=["POST"]),
+        Route("/v1/responses", responses.create_response, methods=["POST"]),
+        Route("/v1/messages", messages.create_message, methods=["POST"]),
+        Route("/mcp", mcp_endpoint),  # GET, POST, DELETE: the MCP streamable HTTP transport
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/models", models.list_models, methods=["GET"]),
         Route("/v1/memories", memories.list_memories, methods=["GET"]),

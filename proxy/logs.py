@@ -44,7 +44,8 @@ def configure_logging(*, level: str = "info", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "aiohttp", "LiteLLM", "litellm", "LiteLLM Router"):
+    for noisy in ("httpx", "httpcore", "aiohttp", "LiteLLM", "litellm", "LiteLLM Router",
+                  "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -79,6 +79,7 @@ class Route:
     supports_system_messages: bool
     supports_response_schema: bool = False
     supports_vision: bool = False
+    supports_responses_api: bool = False
 
     @property
     def timeout(self) -> float | None:
@@ -122,6 +123,9 @@ def build_route(
     vision = overrides.supports_vision
     if vision is None:
         vision = bool(info.get("supports_vision"))
+    responses = overrides.supports_responses_api
+    if responses is None:
+        responses = official_openai or provider == "azure"
     return Route(
         model_name=deployment.model_name,
         deployment=deployment,
@@ -136,6 +140,7 @@ def build_route(
         supports_system_messages=bool(system),
         supports_response_schema=schema,
         supports_vision=vision,
+        supports_responses_api=responses,
     )
 
 

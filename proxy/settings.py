@@ -133,6 +133,9 @@ class ModelInfo(BaseModel):
     # Structured output (response_format json_schema) and image input, for learning calls.
     supports_response_schema: bool | None = None
     supports_vision: bool | None = None
+    # The upstream speaks OpenAI's Responses API (POST /v1/responses is relayed, not
+    # translated to chat completions). Default: true for OpenAI's own API and Azure.
+    supports_responses_api: bool | None = None
 
 
 class Deployment(BaseModel):

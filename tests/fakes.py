@@ -128,6 +128,7 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []  # the URL path of each request, in order
         self.script: deque[Reply] = deque()
         self.closed_streams = 0
         self.opened_streams = 0
@@ -166,6 +167,7 @@ class FakeUpstream:
         body = orjson.loads(request.content)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        self.paths.append(request.url.path)
         kind = _learning_kind(body)
         if kind is not None:
             self.learning_calls.append((kind, body))
@@ -407,6 +409,7 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
         if settings.upstream.transport == "litellm":
             router = stack.enter_context(respx.mock(assert_all_called=False))
             router.post(f"{UPSTREAM_BASE}/chat/completions").mock(side_effect=fake.handler)
+            router.post(f"{UPSTREAM_BASE}/responses").mock(side_effect=fake.handler)
             router.route().pass_through()
         relay = await stack.enter_async_context(relay_to(fake, settings))
         dispatcher = Dispatcher(relay, LiteLLMUpstream(settings.upstream))

@@ -55,6 +55,9 @@ class Injection:
     memory_ids: tuple[str, ...] = ()
     recall_ms: float = 0.0
     trimmed: int = 0
+    # The memory block itself ("" when none): protocols that carry it outside the chat
+    # messages (Responses ``instructions``, Anthropic ``system``) place it themselves.
+    block: str = ""
 
     @property
     def injected(self) -> bool:
@@ -187,7 +190,7 @@ class MemoryService:
             messages=messages, status="degraded" if degraded else "injected",
             count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
             recall_ms=recall_ms, trimmed=plan.trimmed,
-            reason=degraded or ("budget" if plan.trimmed else None),
+            reason=degraded or ("budget" if plan.trimmed else None), block=plan.text,
         )
 
     async def _recall(

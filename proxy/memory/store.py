@@ -84,6 +84,7 @@ class AuditEvent:
         "scored", "skipped", "extracted", "created", "merged", "retired", "edited",
         "deleted", "cleared", "promoted", "evicted", "purged", "failed", "rejected",
         "profile_updated", "settings_changed",
+        "searched", "viewed",  # reads through the MCP tools (search_memories, get_profile)
     ]
     actor: Literal["auto", "user", "admin"]
     at: datetime

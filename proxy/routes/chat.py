@@ -6,6 +6,7 @@ its own module.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.auth import Principal
 from proxy.errors import (
     AuthenticationError,
     ContextLengthExceededError,
@@ -35,7 +37,7 @@ from proxy.request import ChatRequest, parse_chat_request
 from proxy.resources import Resources
 from proxy.streaming import StreamForwarder
 from proxy.transcript import ReplyAssembler, Usage, generated_text, reply_from_completion
-from proxy.upstream.base import UpstreamCall
+from proxy.upstream.base import Completion, UpstreamCall
 
 log = structlog.get_logger("proxy.chat")
 
@@ -75,9 +77,24 @@ async def chat_completions(request: Request) -> Response:
     started = time.perf_counter()
     principal = res.keyring.authenticate(request.headers)
     chat = parse_chat_request(await read_body(request, res.settings.server.max_request_bytes))
+    call = await begin(request, principal, chat, started=started)
+    return await serve(call, _stream if chat.stream else _complete)
+
+
+# The steps below are shared with the other protocols' adapters (routes/responses.py,
+# routes/messages.py), which translate their request to a ChatRequest and back.
+Call = _Call
+
+
+async def begin(request: Request, principal: Principal, chat: ChatRequest, *,
+                started: float, route: Route | None = None) -> _Call:
+    """identify → route (unless given) → recall/splice: the request's state for the steps
+    below. Raises :class:`InvalidRequestError` (bad identity headers) and
+    :class:`NotFoundError` (unknown model)."""
+    res: Resources = request.app.state.resources
     identity = resolve_identity(principal, request.headers, chat.body, chat.messages,
                                 res.settings.identity)
-    route = res.registry.route(chat.model)
+    route = route or res.registry.route(chat.model)
     injection = await res.memory.prepare(identity, chat, route)
     res.metrics.memory_outcomes.labels(injection.status, injection.reason or "").inc()
     if injection.injected:
@@ -86,22 +103,27 @@ async def chat_completions(request: Request) -> Response:
     if principal.bound_user is not None and chat.body.get("user") not in (None, identity.user):
         # A user-bound key names its user upstream too, not whoever the body claimed (B26).
         chat.body["user"] = identity.user
-    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key)
+    return _Call(res, request, chat, identity, route, injection, started, principal.client_key)
+
+
+async def serve(call: _Call, respond: Callable[[_Call], Awaitable[Response]]) -> Response:
+    """``respond(call)`` with the upstream's refusal of the gateway's own credentials
+    reported as a 502 ``upstream_auth_failed``, and a client that went away as 499."""
     try:
-        if chat.stream:
-            return await _stream(call)
-        return await _complete(call)
+        return await respond(call)
     except (AuthenticationError, PermissionDeniedError) as exc:
         if call.api_key is not None:
             raise  # the client's own key (bring your own key) was refused: its problem
         raise UpstreamError(
-            f"The upstream refused the gateway's credentials for model '{chat.model}' "
+            f"The upstream refused the gateway's credentials for model '{call.chat.model}' "
             f"({exc.status_code}: {exc.message}). Check litellm_params.api_key.",
             code="upstream_auth_failed",
         ) from exc
     except ClientDisconnectedError:
-        log.info("client_disconnected", model=chat.model, stream=chat.stream)
-        res.metrics.requests.labels(chat.model, str(chat.stream).lower(), "disconnected").inc()
+        log.info("client_disconnected", model=call.chat.model, stream=call.chat.stream)
+        res = call.res
+        res.metrics.requests.labels(call.chat.model, str(call.chat.stream).lower(),
+                                    "disconnected").inc()
         return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
@@ -115,7 +137,10 @@ def _without_memory(call: _Call) -> bool:
     return True
 
 
-async def _complete(call: _Call) -> Response:
+async def complete(call: _Call) -> tuple[Completion, Usage]:
+    """forward → account → learn, without streaming: the upstream's completion and its
+    usage (the gateway's estimate when it sent none). Raises the upstream's
+    :class:`ProxyError`; retries once without memory after an overflow it caused."""
     res = call.res
     try:
         completion = await until_disconnected(call.request, res.upstream.complete(
@@ -137,14 +162,22 @@ async def _complete(call: _Call) -> Response:
     if first is not None and first.finish_reason is not None:
         _learn(call, first.content)
     res.metrics.requests.labels(call.chat.model, "false", "ok").inc()
+    return completion, usage
+
+
+async def _complete(call: _Call) -> Response:
+    completion, _ = await complete(call)
     return Response(completion.raw, media_type="application/json",
                     headers={**completion.headers, **call.headers()})
 
 
-async def _stream(call: _Call) -> Response:
+async def open_stream(call: _Call) -> StreamForwarder:
+    """forward, streaming: a started :class:`StreamForwarder` (its held frames not yet
+    sent). Raises the upstream's error before the first content; retries once without
+    memory after an overflow it caused. Call :func:`stream_finished` when it ends."""
     res = call.res
 
-    async def open_stream() -> StreamForwarder:
+    async def opened() -> StreamForwarder:
         upstream = await res.upstream.stream(call.upstream_call())
         forwarder = StreamForwarder(
             upstream, include_usage=call.chat.include_usage,
@@ -160,14 +193,19 @@ async def _stream(call: _Call) -> Response:
         return forwarder
 
     try:
-        forwarder = await until_disconnected(call.request, open_stream())
+        forwarder = await until_disconnected(call.request, opened())
     except ContextLengthExceededError:
         if not _without_memory(call):
             raise
-        forwarder = await until_disconnected(call.request, open_stream())
+        forwarder = await until_disconnected(call.request, opened())
     ttft = time.perf_counter() - call.started
     res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(ttft)
     res.metrics.request_seconds.labels("true").observe(ttft)
+    return forwarder
+
+
+async def _stream(call: _Call) -> Response:
+    forwarder = await open_stream(call)
 
     async def body() -> Any:
         try:
@@ -176,14 +214,15 @@ async def _stream(call: _Call) -> Response:
         finally:
             with anyio.CancelScope(shield=True):
                 await forwarder.aclose()
-            _stream_finished(call, forwarder)
+            stream_finished(call, forwarder)
 
     return StreamingResponse(body(), media_type="text/event-stream",
                              headers={**forwarder.headers, **call.headers(),
                                       "cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
-def _stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
+def stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
+    """account → learn, after a stream ended (or was cut): call in the body's ``finally``."""
     res = call.res
     status = "ok" if forwarder.completed else ("error" if forwarder.error else "aborted")
     res.metrics.requests.labels(call.chat.model, "true", status).inc()
@@ -197,6 +236,16 @@ def _stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
         first = forwarder.assembler.replies().get(0)
         if first is not None:
             _learn(call, first.content)
+
+
+def record(call: _Call, usage: Usage | None, generated: str, *, learn: str | None) -> None:
+    """account (``usage``, else an estimate from the ``generated`` text) → learn from the
+    reply ``learn`` (``None``: the reply was not complete), for replies that did not pass
+    through :func:`complete` or :func:`open_stream` (natively relayed protocols)."""
+    estimated = usage is None
+    _account(call, usage or _estimate(call, generated), estimated=estimated)
+    if learn is not None:
+        _learn(call, learn)
 
 
 def _estimate(call: _Call, reply: str) -> Usage:

@@ -18,6 +18,7 @@ DELETE). A memory of another user or tenant is indistinguishable from a missing 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 import orjson
@@ -50,7 +51,7 @@ class NewMemory(BaseModel):
     user: str | None = None  # accepted like the chat body's ``user``
 
 
-def _check_manual(text: str, scrubber: Scrubber) -> None:
+def check_manual(text: str, scrubber: Scrubber) -> None:
     """Manual memories meet the rules learned ones do: statements, not orders, links or
     role markers (case B30), and no personal data or secrets (case B28). Both checks see
     through full-width, look-alike and invisible-character spellings
@@ -150,6 +151,15 @@ async def create_memory(request: Request) -> Response:
         raise InvalidRequestError(f"{param}: {first['msg']}", param=param,
                                   code="invalid_value") from exc
     tenant, user = _owner(request, res, raw)
+    memory = await add_manual(res, tenant, user, new)
+    return json_response(memory.to_api(), status_code=201)
+
+
+async def add_manual(res: Resources, tenant: str, user: str, new: NewMemory, *,
+                     via: str = "api") -> Memory:
+    """Store a manual memory for (tenant, user) — cleaned, checked (:func:`check_manual`),
+    embedded when an embedder is configured — with a ``created`` audit event (``via``: the
+    surface it came from, ``api`` or ``mcp``). Raises :class:`InvalidRequestError`."""
     # Stored without zero-width, bidi-control and other invisible characters.
     content = strip_invisible(new.content).strip()
     if not content:
@@ -159,7 +169,7 @@ async def create_memory(request: Request) -> Response:
     subject = strip_invisible(new.subject).strip() or "user"
     tags = (strip_invisible(t).strip() for t in new.tags)
     # The subject is injected too ("About <subject>: …"), so it meets the same rules.
-    _check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
+    check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
     now = res.clock()
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
@@ -169,17 +179,26 @@ async def create_memory(request: Request) -> Response:
         subject=subject, source="manual", score=1.0,
         created_at=now, updated_at=now, last_seen_at=now,
     )
-    if res.embedder is not None:  # no vector (embedder down) → stored all the same
-        vectors = await MemoryVectors(
-            res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
-            timeout_seconds=res.settings.memory.embedder.timeout_seconds,
-        ).embed(
-            [memory.content], tenant=tenant, user=user, source="manual")
-        if vectors:
-            memory = memory.with_changes(embedding=vectors[memory.content])
+    embedding = await embed_manual(res, tenant, user, memory.content)
+    if embedding is not None:  # no vector (embedder down) → stored all the same
+        memory = memory.with_changes(embedding=embedding)
     audit = _audit(tenant, user, "created", memory.id, res=res, reason="manual")
+    if via != "api":
+        audit = replace(audit, detail={"via": via})
     await res.store.add(memory, audit=audit)
-    return json_response(memory.to_api(), status_code=201)
+    return memory
+
+
+async def embed_manual(res: Resources, tenant: str, user: str,
+                       text: str) -> tuple[float, ...] | None:
+    """The vector of a manual memory's text (``None``: no embedder, or it failed)."""
+    if res.embedder is None:
+        return None
+    vectors = await MemoryVectors(
+        res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
+        timeout_seconds=res.settings.memory.embedder.timeout_seconds,
+    ).embed([text], tenant=tenant, user=user, source="manual")
+    return vectors.get(text) if vectors else None
 
 
 async def get_memory(request: Request) -> Response:

@@ -28,11 +28,14 @@ def forwardable_headers(headers: Mapping[str, str]) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class UpstreamCall:
     """One call: the route, the body to send (``model`` is set by the adapter) and an
-    optional caller-supplied key (bring your own key)."""
+    optional caller-supplied key (bring your own key). ``path``: the endpoint under the
+    upstream's ``api_base`` — ``chat/completions``, or ``responses`` for OpenAI's Responses
+    API relayed natively (the body and the reply are then Responses objects)."""
 
     route: Route
     body: dict[str, Any]
     api_key: str | None = None
+    path: str = "chat/completions"
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,11 +205,17 @@ class LiteLLMUpstream:
         kwargs["max_retries"] = 0
         return kwargs
 
+    @staticmethod
+    def _entry(litellm: Any, call: UpstreamCall) -> Any:
+        """``litellm.aresponses`` for a natively relayed Responses call (Azure, OpenAI),
+        ``litellm.acompletion`` otherwise."""
+        return litellm.aresponses if call.path == "responses" else litellm.acompletion
+
     async def complete(self, call: UpstreamCall) -> Completion:
         litellm = await self._litellm.get()
         kwargs = self._kwargs(call, stream=False)
         try:
-            response = await litellm.acompletion(**kwargs)
+            response = await self._entry(litellm, call)(**kwargs)
         except Exception as exc:
             raise translate_litellm_error(exc) from exc
         raw = response.model_dump_json(exclude_none=True).encode()
@@ -219,7 +225,7 @@ class LiteLLMUpstream:
         litellm = await self._litellm.get()
         kwargs = self._kwargs(call, stream=True)
         try:
-            response = await litellm.acompletion(**kwargs)
+            response = await self._entry(litellm, call)(**kwargs)
         except Exception as exc:
             raise translate_litellm_error(exc) from exc
         return _LiteLLMStream(response)

@@ -193,7 +193,7 @@ class RelayUpstream:
                 f"The request body cannot be re-encoded ({exc}); nesting deeper than 254 "
                 "levels is not supported.", code="invalid_json",
             ) from exc
-        return f"{route.api_base}/chat/completions", content, headers, timeout
+        return f"{route.api_base}/{call.path}", content, headers, timeout
 
     async def _send(self, call: UpstreamCall, *, stream: bool,
                     where: str) -> aiohttp.ClientResponse:
@@ -221,7 +221,7 @@ class RelayUpstream:
         data = _loads(raw)
         if not isinstance(data, dict):
             raise UpstreamError("The upstream returned a body that is not a JSON object.")
-        if "error" in data and "choices" not in data:
+        if "error" in data and "choices" not in data and "output" not in data:
             raise upstream_error_from_body(502, data)
         return Completion(raw=raw, data=data, headers=forwardable_headers(response.headers))
 

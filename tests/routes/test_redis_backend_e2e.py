@@ -59,6 +59,11 @@ from tests.routes.test_identity_and_memories import (
     test_other_users_memory_is_not_found,
     test_users_never_see_each_others_memories,
 )
+from tests.routes.test_mcp import (
+    test_add_search_update_delete_round_trip_is_audited,
+    test_profile_is_the_users_own,
+    test_users_are_isolated,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -87,6 +92,9 @@ REUSED = (
     test_store_outage_mid_batch_is_retried,
     test_timeouts_are_retried_then_succeed,
     test_truncated_extraction_is_retried_with_more_tokens,
+    test_add_search_update_delete_round_trip_is_audited,
+    test_profile_is_the_users_own,
+    test_users_are_isolated,
 )
 
 

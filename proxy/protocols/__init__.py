@@ -1,0 +1,1 @@
+"""Other APIs translated to and from chat completions (pure functions, no I/O)."""
