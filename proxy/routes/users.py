@@ -164,6 +164,7 @@ async def erase_me(request: Request) -> Response:
     await res.sink.flush()
     if res.queue is not None:
         await res.queue.forget_user(me.tenant, me.user)
+        await res.queue.scrub_user(me.tenant, me.user)
     await res.usage.flush()
     await res.ledger.erase_user(me.tenant, me.user)
     deleted = await res.store.erase_user(me.tenant, me.user, audit=me.audit(res, "erased"))
