@@ -2,11 +2,19 @@
 
 The user is identified exactly as for chat (:func:`proxy.identity.resolve_user`): a user-
 bound key, else the user header, else ``user`` in the body (POST) or query string (GET,
-DELETE). A memory of another user or tenant is indistinguishable from a missing one (404).
+DELETE); an admin key may act for a user of its tenant (:mod:`proxy.routes.owner`). A
+memory of another user or tenant is indistinguishable from a missing one (404). Query and
+body parameters are validated by the models in :mod:`proxy.routes.shapes` (400 naming the
+parameter).
 
-- ``GET /v1/memories`` → ``{"object": "list", "data": [memory…], "has_more"}``;
-  query: ``limit`` (1–500, default 100), ``offset``, ``category``, ``q`` (text search),
+- ``GET /v1/memories`` → ``{"object": "list", "data": [memory…], "first_id", "last_id",
+  "has_more"}``; query: ``limit`` (1–500, default 100), ``after`` (cursor: the previous
+  page's ``last_id``), ``offset``, ``category``, ``q`` (text search), ``enabled``,
+  ``source``, ``scope`` (``personal``; ``shared``/``system``: the tenant's, read-only),
   ``include_retired`` (default false)
+- ``PATCH /v1/memories/{id}`` ``{title?, content?, category?, subcategory?, tags?,
+  enabled?}`` → the memory (:func:`patch_memory`)
+- ``GET /v1/memories/stats`` → counts and learning switches (:func:`memory_stats`)
 - ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
   → 201 with the memory (``source: "manual"``; embedded when an embedder is configured,
   stored without a vector when it fails — ``has_embedding`` says which)
