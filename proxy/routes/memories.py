@@ -35,6 +35,7 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
+from proxy.http import read_body
 from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id, to_iso
@@ -266,7 +267,8 @@ async def patch_memory(request: Request) -> Response:
     key). 404 for a memory that is not the user's."""
     res: Resources = request.app.state.resources
     try:
-        raw = orjson.loads(await request.body() or b"null")
+        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
+                          or b"null")
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError("The request body is not valid JSON.",
                                   code="invalid_json") from exc
