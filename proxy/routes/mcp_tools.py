@@ -35,7 +35,9 @@ from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, Pro
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.resources import Resources
-from proxy.routes.memories import NewMemory, add_manual, check_manual, embed_manual
+from proxy.routes.memories import add_manual, check_manual, embed_manual
+from proxy.routes.owner import Owner
+from proxy.routes.shapes import NewMemory
 
 Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 SEARCH_LIMIT_MAX = 50  # results per search_memories call
@@ -48,8 +50,9 @@ INSTRUCTIONS = (
 
 
 def _owner(res: Resources, headers: Mapping[str, str] | None,
-           user: str | None) -> tuple[str, str]:
-    """(tenant, user) for a tool call. Raises :class:`ToolError` naming what is missing."""
+           user: str | None) -> Owner:
+    """The (tenant, user) a tool call acts on. Raises :class:`ToolError` naming what is
+    missing."""
     try:
         principal = res.keyring.authenticate(headers or {})
         who, _ = resolve_user(principal, headers or {}, {"user": user} if user else None,
@@ -59,7 +62,7 @@ def _owner(res: Resources, headers: Mapping[str, str] | None,
     if who is None:
         raise ToolError(f"Identify the end user: send header "
                         f"{res.settings.identity.user_header} or pass 'user'.")
-    return principal.tenant, who
+    return Owner(principal.tenant, who, "admin" if principal.is_admin else "user", principal)
 
 
 def _event(res: Resources, tenant: str, user: str, action: str, memory_id: str | None = None,
@@ -88,7 +91,8 @@ async def search_memories(query: str, ctx: Context, limit: int = 10,
     """Search the user's memories by text (keyword search, best matches first).
     Returns {"object": "list", "data": [memory, ...]}."""
     res = _resources(ctx)
-    tenant, who = _owner(res, ctx.headers, user)
+    me = _owner(res, ctx.headers, user)
+    tenant, who = me.tenant, me.user
     limit = max(1, min(limit, SEARCH_LIMIT_MAX))
     found = await res.store.list_memories(ListQuery(
         tenant=tenant, user=who, text=query.strip() or None, limit=limit))
@@ -103,10 +107,11 @@ async def add_memory(content: str, ctx: Context, *, title: str = "",
     """Remember a durable fact about the user (a statement, not an instruction).
     Returns the stored memory."""
     res = _resources(ctx)
-    tenant, who = _owner(res, ctx.headers, user)
+    me = _owner(res, ctx.headers, user)
+    tenant, who = me.tenant, me.user
     try:
         new = NewMemory(content=content, title=title, category=category, tags=tags or [])
-        memory = await add_manual(res, tenant, who, new, via="mcp")
+        memory = await add_manual(res, me, new, via="mcp")
     except ValidationError as exc:
         await _rejected(res, tenant, who, None, tool="add_memory", code="invalid_value")
         raise ToolError(f"Invalid memory: {exc.errors()[0]['msg']}") from exc
@@ -123,7 +128,8 @@ async def update_memory(memory_id: str, ctx: Context, *, content: str | None = N
     """Correct one of the user's memories: the fields given replace the stored ones.
     Returns the updated memory."""
     res = _resources(ctx)
-    tenant, who = _owner(res, ctx.headers, user)
+    me = _owner(res, ctx.headers, user)
+    tenant, who = me.tenant, me.user
     memory = await res.store.get(tenant, who, memory_id)
     if memory is None:
         raise ToolError(f"No memory {memory_id!r} for this user.")
@@ -146,7 +152,8 @@ async def delete_memory(memory_id: str, ctx: Context,
                         user: str | None = None) -> dict[str, Any]:
     """Delete one of the user's memories for good (it is not learned again)."""
     res = _resources(ctx)
-    tenant, who = _owner(res, ctx.headers, user)
+    me = _owner(res, ctx.headers, user)
+    tenant, who = me.tenant, me.user
     deleted = await res.store.delete(tenant, who, memory_id, audit=_event(
         res, tenant, who, "deleted", memory_id, tool="delete_memory"))
     if not deleted:
@@ -157,7 +164,8 @@ async def delete_memory(memory_id: str, ctx: Context,
 async def get_profile(ctx: Context, user: str | None = None) -> dict[str, Any]:
     """The user's profile: summary, traits and interests learned over time."""
     res = _resources(ctx)
-    tenant, who = _owner(res, ctx.headers, user)
+    me = _owner(res, ctx.headers, user)
+    tenant, who = me.tenant, me.user
     profile = await res.store.get_profile(tenant, who)
     await res.store.audit([_event(res, tenant, who, "viewed", tool="get_profile")])
     return (profile or Profile(tenant=tenant, user_id=who)).to_api(res.clock())

@@ -17,9 +17,12 @@ key name::
     P:batches:{ns}             ZSET    applied learning batch keys → epoch seconds
     P:audit:{ns}               STREAM  the user's learning log
     P:audit:{t…}               STREAM  the tenant's learning log (all users and shared)
+    P:auditrefs:{ns}           LIST    ids of the user's entries in the tenant's log (erasure)
+    P:auditrefs:{t…}           STRING  first tenant-log id written with refs kept (erasure)
     P:usage:{ns|t…}            HASH    usage ledger counters (per user / per tenant)
     P:learning:{ns|t…}         HASH    learning ledger counters (per user / per tenant)
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
+    P:unames:{ns}              SET     the name keys above the user is in (erasure)
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
 
 The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
@@ -140,6 +143,11 @@ class KeyLayout:
         """The learning-log stream of a namespace (``ns``) or of a tenant (``t…``)."""
         return f"{self.prefix}:audit:{{{token}}}"
 
+    def audit_refs(self, token: str) -> str:
+        """For a user (``ns``): the ids of their entries in the tenant's log; for a tenant
+        (``t…``): the first tenant-log id written since such refs are kept."""
+        return f"{self.prefix}:auditrefs:{{{token}}}"
+
     def usage(self, token: str) -> str:
         return f"{self.prefix}:usage:{{{token}}}"
 
@@ -148,6 +156,10 @@ class KeyLayout:
 
     def names(self, tenant_tok: str, name_norm: str) -> str:
         return f"{self.prefix}:names:{{{tenant_tok}}}:{_digest(name_norm)}"
+
+    def user_names(self, ns: str) -> str:
+        """The :meth:`names` keys a user was added to (so erasure needs no key scan)."""
+        return f"{self.prefix}:unames:{{{ns}}}"
 
     def prompts(self, tenant_tok: str, kind: str) -> str:
         return f"{self.prefix}:prompts:{{{tenant_tok}}}:{kind}"
