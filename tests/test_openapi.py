@@ -20,7 +20,10 @@ from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
 ADMIN_KEY = "admin-key-for-fuzzing"
 # Routes outside the management API: the OpenAI-compatible chat (documented by OpenAI)
 # and the document itself.
+# The model protocols are documented by their owners (OpenAI's and Anthropic's API
+# references); /mcp speaks MCP, not REST. The document covers the management routes.
 UNDOCUMENTED = {("POST", "/v1/chat/completions"), ("POST", "/chat/completions"),
+                ("POST", "/v1/responses"), ("POST", "/v1/messages"),
                 ("GET", "/models"), ("GET", "/openapi.json")}
 EXAMPLES_PER_OPERATION = 15  # per generation mode (valid and invalid data)
 
