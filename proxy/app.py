@@ -194,6 +194,8 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/admin/dead-letters", admin.dead_letters, methods=["GET"]),
         Route("/v1/admin/dead-letters/{job_id:path}/requeue", admin.requeue,
               methods=["POST"]),
+        Route("/v1/admin/dead-letters/{job_id:path}", admin.drop_dead_letter,
+              methods=["DELETE"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

@@ -22,7 +22,7 @@ import structlog
 
 from proxy.learning.exchange import Exchange, TranscriptMessage, group_namespace, transcript
 from proxy.learning.privacy import Scrubbers
-from proxy.learning.queue import JobKind
+from proxy.learning.queue import NewJob
 from proxy.memory.records import new_id
 from proxy.metrics import Metrics
 from proxy.request import Message
@@ -74,7 +74,7 @@ class NullSink:
 
 
 class Enqueuer(Protocol):
-    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None: ...
+    async def enqueue_many(self, jobs: list[NewJob]) -> None: ...
 
 
 class QueueSink:
@@ -126,7 +126,7 @@ class QueueSink:
         await self.aclose()
 
     async def _write(self, turns: list[Turn]) -> None:
-        jobs: list[tuple[JobKind, str, bytes]] = []
+        jobs: list[NewJob] = []
         fresh: list[str] = []
         for turn in turns:
             owner = group_namespace(turn.group) if turn.group is not None else turn.user
@@ -152,7 +152,8 @@ class QueueSink:
                 model=turn.model, messages=scrubbed, at=turn.at, speaker=turn.user,
                 speaker_name=speaker_name,
             )
-            jobs.append(("exchange", f"exchange:{exchange.id}", orjson.dumps(exchange.to_json())))
+            jobs.append(NewJob("exchange", f"exchange:{exchange.id}",
+                               orjson.dumps(exchange.to_json()), turn.tenant))
             fresh.extend(m.fingerprint for m in messages)
             if binding is not None:
                 fresh.append(binding)

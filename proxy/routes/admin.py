@@ -6,7 +6,14 @@
   ``{"text": ""}`` goes back to the configured / built-in prompt
 - ``GET /v1/admin/audit?user=&limit=&before=`` — the learning log
 - ``GET /v1/admin/usage?user=`` — user usage and, apart, learning tokens
-- ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue``
+- ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue`` ·
+  ``DELETE /v1/admin/dead-letters/{id}`` — the tenant's failed learning jobs: list, run
+  again, drop. A job of another tenant (or one dead-lettered before jobs carried their
+  tenant) is not listed and answers 404 ``job_not_found``; the operator's CLI
+  ``memory-proxy dead-letters`` sees every job.
+
+Every route reads and writes only the admin key's tenant (``tests/routes/test_admin.py``
+holds a table of every route against a foreign tenant's data).
 """
 
 from __future__ import annotations
@@ -118,18 +125,26 @@ async def usage(request: Request) -> Response:
 
 
 async def dead_letters(request: Request) -> Response:
-    res, _, _ = _admin(request)
+    res, tenant, _ = _admin(request)
     if res.queue is None:
         return json_response({"object": "list", "data": []})
-    dead = await res.queue.dead_letters(limit=500)
+    dead = await res.queue.dead_letters(limit=500, tenant=tenant)
     return json_response({"object": "list", "data": [
         {"id": d.id, "kind": d.kind, "attempts": d.attempts, "last_error": d.last_error,
          "failed_at": d.failed_at} for d in dead]})
 
 
 async def requeue(request: Request) -> Response:
-    res, _, _ = _admin(request)
+    res, tenant, _ = _admin(request)
     job_id = request.path_params["job_id"]
-    if res.queue is None or not await res.queue.requeue(job_id):
+    if res.queue is None or not await res.queue.requeue(job_id, tenant=tenant):
         raise NotFoundError("No dead job with that id.", param="job_id", code="job_not_found")
     return json_response({"object": "job.requeued", "id": job_id})
+
+
+async def drop_dead_letter(request: Request) -> Response:
+    res, tenant, _ = _admin(request)
+    job_id = request.path_params["job_id"]
+    if res.queue is None or not await res.queue.drop(job_id, tenant=tenant):
+        raise NotFoundError("No dead job with that id.", param="job_id", code="job_not_found")
+    return json_response({"object": "job.deleted", "id": job_id, "deleted": True})

@@ -223,7 +223,7 @@ async def flush_learning(request: Request) -> Response:
                             code="learning_disabled")
     await res.sink.flush()
     await res.queue.enqueue("flush", f"flush:{tenant}:{user}:{new_id()}",
-                            orjson.dumps({"tenant": tenant, "user": user}))
+                            orjson.dumps({"tenant": tenant, "user": user}), tenant=tenant)
     return json_response({"object": "memory.flush", "queued": True}, status_code=202)
 
 
