@@ -20,7 +20,13 @@ from typing import Protocol
 import orjson
 import structlog
 
-from proxy.learning.exchange import Exchange, TranscriptMessage, group_namespace, transcript
+from proxy.learning.exchange import (
+    Exchange,
+    TranscriptMessage,
+    as_told_by,
+    group_namespace,
+    transcript,
+)
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import NewJob
 from proxy.memory.records import new_id
@@ -43,6 +49,9 @@ class Turn:
     messages: list[Message]
     reply: str
     at: float
+    # Whether the caller may name other speakers (an app key, the open mode); False for a
+    # user-bound key: its group turns become its own knowledge (exchange.as_told_by).
+    names_trusted: bool = True
 
 
 class LearningSink(Protocol):
@@ -129,14 +138,18 @@ class QueueSink:
         jobs: list[NewJob] = []
         fresh: list[str] = []
         for turn in turns:
-            owner = group_namespace(turn.group) if turn.group is not None else turn.user
+            group, channel, sent = turn.group, turn.channel, turn.messages
+            if group is not None and not turn.names_trusted:
+                group, channel, sent = None, "private", as_told_by(turn.messages)
+            owner = group_namespace(group) if group is not None else turn.user
             messages = [
                 m for m in transcript(tenant=turn.tenant, user=owner,
-                                      messages=turn.messages, reply=turn.reply,
+                                      messages=sent, reply=turn.reply,
                                       limit=self._max_messages)
                 if m.fingerprint not in self._recent
             ]
-            speaker_name = _latest_name(turn.messages)
+            # Only a trusted caller binds a display name to its user (exchange module doc).
+            speaker_name = _latest_name(sent) if turn.names_trusted else None
             binding = f"{turn.tenant}\x1f{turn.user}\x1f{speaker_name}" if speaker_name else None
             if not messages and (binding is None or binding in self._recent):
                 continue  # nothing new to learn, and the user's name is already known
@@ -148,7 +161,7 @@ class QueueSink:
             )
             exchange = Exchange(
                 id=new_id(), tenant=turn.tenant, user=owner,
-                conversation=turn.conversation, channel=turn.channel, group=turn.group,
+                conversation=turn.conversation, channel=channel, group=group,
                 model=turn.model, messages=scrubbed, at=turn.at, speaker=turn.user,
                 speaker_name=speaker_name,
             )

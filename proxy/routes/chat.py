@@ -52,6 +52,8 @@ class _Call:
     injection: Injection
     started: float
     api_key: str | None
+    # False for a user-bound key: it speaks only for its own user (learning.exchange).
+    names_trusted: bool = True
 
     def body(self) -> dict[str, Any]:
         body = {**self.chat.body, "messages": self.injection.messages}
@@ -86,7 +88,8 @@ async def chat_completions(request: Request) -> Response:
     if principal.bound_user is not None and chat.body.get("user") not in (None, identity.user):
         # A user-bound key names its user upstream too, not whoever the body claimed (B26).
         chat.body["user"] = identity.user
-    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key)
+    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key,
+                 names_trusted=principal.bound_user is None)
     try:
         if chat.stream:
             return await _stream(call)
@@ -231,4 +234,5 @@ def _learn(call: _Call, reply: str) -> None:
         tenant=identity.tenant, user=identity.user, conversation=identity.conversation,
         channel=identity.channel, group=identity.group, model=call.chat.model,
         messages=call.chat.messages, reply=reply, at=time.time(),
+        names_trusted=call.names_trusted,
     ))
