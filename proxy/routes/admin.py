@@ -30,6 +30,7 @@ from proxy.memory.records import to_iso
 from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
 from proxy.routes.json import json_response
+from proxy.routes.params import check_text, int_param, optional_int_param, text_param
 
 MAX_PROMPT_CHARS = 20_000
 PromptKind = Literal["scoring", "extraction"]
@@ -83,6 +84,7 @@ async def put_prompt(request: Request) -> Response:
             f"Send {{\"text\": \"...\"}} with at most {MAX_PROMPT_CHARS} characters "
             "(an empty text restores the configured / built-in prompt).", param="text",
             code="invalid_value")
+    check_text(text, "text")
     saved = await res.store.save_prompt(tenant, kind, text.strip(), actor, res.clock())
     await res.store.audit([AuditEvent(
         tenant=tenant, user_id=None, action="edited", actor="admin", at=res.clock(),
@@ -95,13 +97,9 @@ async def put_prompt(request: Request) -> Response:
 
 async def audit_log(request: Request) -> Response:
     res, tenant, _ = _admin(request)
-    user = request.query_params.get("user") or None
-    try:
-        limit = min(max(int(request.query_params.get("limit", "100")), 1), 1000)
-        before_raw = request.query_params.get("before")
-        before = int(before_raw) if before_raw else None
-    except ValueError as exc:
-        raise InvalidRequestError("'limit' and 'before' are integers.", param="limit") from exc
+    user = text_param(request.query_params, "user")
+    limit = int_param(request.query_params, "limit", 100, 1, 1000)
+    before = optional_int_param(request.query_params, "before", 1, 2**63 - 1)
     rows = await res.store.audit_log(tenant, user, limit=limit, before_id=before)
     return json_response({"object": "list", "data": [_event(i, e) for i, e in rows]})
 
@@ -115,8 +113,8 @@ def _event(event_id: int, event: AuditEvent) -> dict[str, Any]:
 
 async def usage(request: Request) -> Response:
     res, tenant, _ = _admin(request)
+    user = text_param(request.query_params, "user")
     await res.usage.flush()
-    user = request.query_params.get("user") or None
     return json_response({
         "object": "usage", "tenant": tenant, "user": user,
         "usage": (await res.ledger.usage_totals(tenant, user)).to_api(),

@@ -35,6 +35,7 @@ from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
+from proxy.routes.params import check_text, flag_param, int_param, text_param
 
 
 class NewMemory(BaseModel):
@@ -83,31 +84,11 @@ def _owner(request: Request, res: Resources, source: dict[str, Any]) -> tuple[st
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise InvalidRequestError(f"'{name}' must be an integer.", param=name) from exc
-    if not low <= value <= high:
-        raise InvalidRequestError(f"'{name}' must be between {low} and {high}.", param=name)
-    return value
-
-
-_TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
+    return int_param(request.query_params, name, default, low, high)
 
 
 def _flag(request: Request, name: str) -> bool:
-    """A boolean query parameter (absent = false). Raises :class:`InvalidRequestError` for
-    anything but 1/0, true/false, yes/no."""
-    raw = request.query_params.get(name, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise InvalidRequestError(f"'{name}' must be true or false (got {raw[:40]!r}).",
-                              param=name, code="invalid_value")
+    return flag_param(request.query_params, name)
 
 
 def _audit(tenant: str, user: str, action: str, memory_id: str | None, *, res: Resources,
@@ -123,8 +104,8 @@ async def list_memories(request: Request) -> Response:
     offset = _int(request, "offset", 0, 0, 1_000_000)
     memories = await res.store.list_memories(ListQuery(
         tenant=tenant, user=user, include_retired=_flag(request, "include_retired"),
-        category=request.query_params.get("category") or None,
-        text=request.query_params.get("q") or None, limit=limit + 1, offset=offset,
+        category=text_param(request.query_params, "category", max_chars=60),
+        text=text_param(request.query_params, "q"), limit=limit + 1, offset=offset,
     ))
     return json_response({
         "object": "list", "data": [m.to_api() for m in memories[:limit]],
@@ -149,6 +130,10 @@ async def create_memory(request: Request) -> Response:
         param = ".".join(str(p) for p in first["loc"]) or None
         raise InvalidRequestError(f"{param}: {first['msg']}", param=param,
                                   code="invalid_value") from exc
+    for field in ("content", "title", "subcategory", "subject"):
+        check_text(getattr(new, field), field)
+    for tag in new.tags:
+        check_text(tag, "tags")
     tenant, user = _owner(request, res, raw)
     # Stored without zero-width, bidi-control and other invisible characters.
     content = strip_invisible(new.content).strip()
