@@ -35,7 +35,8 @@ stay untouched:
 - ``secret`` → ``[SECRET]``: vendor key formats (OpenAI/Anthropic ``sk-``, GitHub
   ``ghp_``…/``github_pat_``, Slack ``xox?-``, AWS ``AKIA``/``ASIA``, Google ``AIza``, Stripe
   ``sk_live_``…), also pasted in equal groups separated by spaces, dashes or dots
-  (``AKIA-IOSF-ODNN-7EXA-MPLE``, ``sk- abcd 1234 …``), JWTs, ``Bearer``/``Authorization`` credentials, PEM private-key blocks
+  (``AKIA-IOSF-ODNN-7EXA-MPLE``, ``sk- abcd 1234 …``), JWTs, ``Bearer``/``Authorization``
+  credentials, PEM private-key blocks
   (whole block; a truncated block up to the end of its base64 body), the password in
   ``scheme://user:password@host``, the value of assignments whose name ends in a secret word
   (``OPENAI_API_KEY=sk-…`` → ``OPENAI_API_KEY=[SECRET]``, ``"password": "…"``, ``--token x``,
