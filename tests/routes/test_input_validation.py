@@ -157,3 +157,14 @@ def test_the_shared_parameter_rules() -> None:
         with pytest.raises(InvalidRequestError) as caught:
             call()
         assert caught.value.param == "n"
+
+
+@pytest.mark.parametrize("name", [5, ["Alice"], "Al\x00ice", "Al\x1bice", "A" * 300])
+async def test_a_bad_speaker_name_is_400(gw: Gateway, name: Any) -> None:
+    """A message ``name`` (read as a group speaker's identity) of the wrong type, too long
+    or with a control character is a 400 naming ``messages[0].name``."""
+    async with gw.client(headers=USER) as client:
+        response = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "name": name, "content": "hi"}]})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].name"
