@@ -54,7 +54,7 @@ from proxy.backends.sqlite.ledger import SqliteLedger  # noqa: E402
 from proxy.backends.sqlite.queue import SqliteLearningQueue  # noqa: E402
 from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN  # noqa: E402
-from proxy.learning.queue import LearningQueue  # noqa: E402
+from proxy.learning.queue import LearningQueue, NewJob  # noqa: E402
 from proxy.learning.sink import Turn  # noqa: E402
 from proxy.resources import Resources, build_resources  # noqa: E402
 from proxy.settings import load_settings  # noqa: E402
@@ -166,7 +166,7 @@ async def queue_operations(workdir: Path, jobs: int, queues: dict[str, QueueFact
                 started = time.perf_counter()
                 for start in range(0, jobs, 200):
                     await queue.enqueue_many([
-                        ("exchange", f"j{i}", payload)
+                        NewJob("exchange", f"j{i}", payload, "bench")
                         for i in range(start, min(jobs, start + 200))])
                 enqueued = jobs / (time.perf_counter() - started)
 

@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
@@ -74,6 +76,39 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, _exc: Exception) -> Response:
     log.exception("unhandled_error", path=request.url.path)
     return error_response(ProxyError("The gateway failed unexpectedly; see its logs."))
+
+
+class _AnswerUnexpected:
+    """ASGI middleware: an exception no handler knows, raised before the response started,
+    is answered 500 in the error envelope *here*, so the keep-alive connection stays open
+    (Starlette's own last-resort handler re-raises after answering, and uvicorn then closes
+    the connection). Raised after the response started (a stream), it propagates: the
+    connection must close, as the client cannot be told otherwise."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled_error", path=scope.get("path"))
+            response = error_response(
+                ProxyError("The gateway failed unexpectedly; see its logs."))
+            await response(scope, receive, send)
 
 
 async def _every(seconds: float, action: Callable[[], Awaitable[None]], name: str,
@@ -222,6 +257,8 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/admin/dead-letters", admin.dead_letters, methods=["GET"]),
         Route("/v1/admin/dead-letters/{job_id:path}/requeue", admin.requeue,
               methods=["POST"]),
+        Route("/v1/admin/dead-letters/{job_id:path}", admin.drop_dead_letter,
+              methods=["DELETE"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
@@ -229,6 +266,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
     return Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=[Middleware(_AnswerUnexpected)],
         exception_handlers={
             ProxyError: _proxy_error,
             StoreUnavailableError: _store_unavailable,

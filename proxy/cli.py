@@ -4,7 +4,9 @@
 ``worker`` runs only the learning worker against the configured storage, for running
 learning in separate processes — next to ``serve`` on the SQLite file, or any number of
 them on the Redis queue that ``serve --no-worker`` pods feed (``storage.backend: redis``);
-``dead-letters`` lists learning jobs that failed for good and requeues them.
+``dead-letters`` lists learning jobs that failed for good (of every tenant, and those
+dead-lettered before jobs carried a tenant, which no tenant's admin API lists), requeues
+or drops them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     group = dead.add_mutually_exclusive_group()
     group.add_argument("--requeue", metavar="JOB_ID", help="requeue one job")
     group.add_argument("--requeue-all", action="store_true", help="requeue every dead job")
+    group.add_argument("--drop", metavar="JOB_ID", help="delete one dead job for good")
     return parser
 
 
@@ -125,13 +128,18 @@ async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     async with open_resources(settings) as res:
         assert res.queue is not None
         dead = await res.queue.dead_letters(limit=10_000)
+        if args.drop:
+            dropped = await res.queue.drop(args.drop)
+            print(f"dropped {int(dropped)} job(s)")
+            return 0 if dropped else 1
         if args.requeue or args.requeue_all:
             wanted = [d.id for d in dead] if args.requeue_all else [args.requeue]
             done = [job_id for job_id in wanted if await res.queue.requeue(job_id)]
             print(f"requeued {len(done)} job(s)")
             return 0 if len(done) == len(wanted) else 1
         for item in dead:
-            print(f"{item.id}\t{item.kind}\tattempts={item.attempts}\t{item.last_error[:160]}")
+            print(f"{item.id}\t{item.kind}\ttenant={item.tenant or '-'}\t"
+                  f"attempts={item.attempts}\t{item.last_error[:160]}")
         print(f"{len(dead)} dead job(s)")
     return 0
 

@@ -9,7 +9,7 @@ never added to a user's usage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
@@ -75,20 +75,49 @@ class Ledger(Protocol):
 
 
 class UsageWriter:
-    """Buffers usage rows in memory and writes them in batches (one transaction per flush),
-    so the hot path never waits on the ledger. Rows still buffered when the process dies
-    are lost; the Prometheus token counters have them too."""
+    """Buffers usage rows in memory and writes them in batches (one write per flush), so
+    the hot path never waits on the ledger. A failed write keeps its rows, oldest first,
+    for the next flush (the app flushes every second): nothing is cleared before the write
+    succeeded. Past ``max_pending`` rows (the ledger has been away a long time) the newest
+    rows are dropped and counted (``dropped``; with ``on_drop``, e.g. the
+    ``memory_proxy_learning_events_total{event="spool_dropped", label="usage"}`` counter).
+    Rows still buffered when the process dies are lost; the Prometheus token counters
+    have them too."""
 
-    def __init__(self, ledger: Ledger, *, max_pending: int = 10_000) -> None:
+    def __init__(self, ledger: Ledger, *, max_pending: int = 10_000,
+                 on_drop: Callable[[int], None] | None = None) -> None:
         self._ledger = ledger
         self._pending: list[UsageRecord] = []
         self._max = max_pending
+        self._on_drop = on_drop
+        self.dropped = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
 
     def add(self, record: UsageRecord) -> None:
         if len(self._pending) < self._max:
             self._pending.append(record)
+            return
+        self.dropped += 1
+        if self._on_drop is not None:
+            self._on_drop(1)
 
     async def flush(self) -> None:
+        """Write the buffered rows. Raises what the ledger raised (the rows stay)."""
         pending, self._pending = self._pending, []
-        if pending:
+        if not pending:
+            return
+        try:
             await self._ledger.record_usage(pending)
+        except BaseException:
+            # Back in front of rows added meanwhile, within the cap (newest dropped).
+            merged = pending + self._pending
+            self._pending = merged[:self._max]
+            lost = len(merged) - len(self._pending)
+            if lost:
+                self.dropped += lost
+                if self._on_drop is not None:
+                    self._on_drop(lost)
+            raise

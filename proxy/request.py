@@ -17,6 +17,7 @@ import orjson
 from proxy.errors import InvalidRequestError
 
 Message = dict[str, Any]
+MAX_NAME_CHARS = 256  # a message's ``name`` (as identity.MAX_ID_LENGTH for user ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,14 @@ def _check_message(index: int, message: Any) -> None:
     if not isinstance(role, str) or not role:
         raise InvalidRequestError(f"{param}.role is required and must be a string.",
                                   param=f"{param}.role", code="invalid_type")
+    name = message.get("name")
+    # The gateway reads ``name`` as a group speaker's display name (identity): a string of
+    # at most MAX_NAME_CHARS printable characters.
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS
+                             or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name)):
+        raise InvalidRequestError(
+            f"{param}.name must be a string of at most {MAX_NAME_CHARS} printable characters.",
+            param=f"{param}.name", code="invalid_value")
     content = message.get("content")
     if content is None or isinstance(content, str):
         return

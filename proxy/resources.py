@@ -64,7 +64,8 @@ class Resources:
     clock: Callable[[], datetime] = utcnow
 
     def __post_init__(self) -> None:
-        self.usage = UsageWriter(self.ledger)
+        dropped = self.metrics.learning_events.labels("spool_dropped", "usage")
+        self.usage = UsageWriter(self.ledger, on_drop=dropped.inc)
 
     @property
     def learning_enabled(self) -> bool:

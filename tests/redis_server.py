@@ -60,21 +60,25 @@ def free_port() -> int:
 class RedisServer:
     """``with RedisServer() as server: server.url`` — a private Redis on 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, persistent: bool = False) -> None:
+        """``persistent``: an append-only file keeps the data across :meth:`kill` and
+        :meth:`start` (an outage and a restart of the same server)."""
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._persistent = persistent
 
     def start(self) -> RedisServer:
         """Start and wait for PING. Raises :class:`RedisServerError` with the server's
         output when it does not come up within :data:`START_TIMEOUT_SECONDS`."""
         server, modules = find_binaries()
-        self._dir = tempfile.TemporaryDirectory(prefix="mp-redis-")
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="mp-redis-")
         log = Path(self._dir.name) / "redis.log"
         args = [str(server), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", self._dir.name,
-                "--logfile", str(log)]
+                "--save", "", "--appendonly", "yes" if self._persistent else "no",
+                "--appendfsync", "always", "--dir", self._dir.name, "--logfile", str(log)]
         for module in modules:
             args += ["--loadmodule", str(module)]
         self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
@@ -114,6 +118,20 @@ class RedisServer:
         text = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
         return (f"redis-server on port {self.port} {what}: "
                 f"{stderr.decode(errors='replace')[-2000:]}{text}")
+
+    def kill(self) -> None:
+        """Stop the server process but keep its directory (with ``persistent``, its data):
+        :meth:`start` brings the same server back on the same port."""
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=5)
+            if self._process.stderr is not None:
+                self._process.stderr.close()
+            self._process = None
 
     def stop(self) -> None:
         if self._process is not None:

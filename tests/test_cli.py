@@ -85,10 +85,35 @@ def test_dead_letters_are_listed_and_requeued(tmp_path: Path,
     listed = capsys.readouterr().out
     assert "learn:b1" in listed
     assert "UpstreamError: 500" in listed
+    assert "tenant=-" in listed  # inserted without a tenant, like a pre-tenant job
     assert main(["dead-letters", "--config", str(config), "--requeue-all"]) == 0
     assert "requeued 1 job(s)" in capsys.readouterr().out
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT status, attempts FROM jobs").fetchone() == ("ready", 0)
+
+
+def test_a_dead_job_is_dropped_from_the_cli(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``memory-proxy dead-letters --drop ID`` deletes a dead job of any tenant (legacy jobs
+    without one included); an unknown id exits 1."""
+    import sqlite3
+
+    from proxy.cli import main
+
+    db = tmp_path / "db.sqlite"
+    config = tmp_path / "c.yaml"
+    config.write_text(f"storage: {{path: '{db}'}}\n")
+    assert main(["dead-letters", "--config", str(config)]) == 0  # creates the schema
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO jobs (id, kind, payload, status, attempts, available_at, "
+                     "last_error, created_at, updated_at) VALUES ('learn:b1', 'learn', x'7b7d', "
+                     "'dead', 8, 0, 'UpstreamError: 500', 0, 0)")
+    capsys.readouterr()
+    assert main(["dead-letters", "--config", str(config), "--drop", "learn:b1"]) == 0
+    assert "dropped 1 job(s)" in capsys.readouterr().out
+    assert main(["dead-letters", "--config", str(config), "--drop", "learn:b1"]) == 1
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
 
 
 def test_a_busy_port_is_reported_before_anything_starts(tmp_path: Path,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import pytest
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.ledger import SqliteLedger
-from proxy.ledger import LearningUsage, Ledger, Totals, UsageRecord
+from proxy.ledger import LearningUsage, Ledger, Totals, UsageRecord, UsageWriter
 from proxy.memory.store import StoreUnavailableError
 from tests.redis_server import free_port
 
@@ -90,3 +90,49 @@ async def test_erase_user_removes_only_that_users_rows(ledger: Ledger) -> None:
     assert await ledger.learning_totals("t1", "u1") == Totals(0, 0, 0, 0)
     assert await ledger.usage_totals("t1", "u2") == Totals(1, 1, 1, 0)
     assert await ledger.learning_totals("t1", "u2") == Totals(1, 1, 1, 0)
+class _AwayLedger:
+    """A ledger whose writes fail while ``away`` (the store is unreachable)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.away = True
+
+    async def record_usage(self, records: Sequence[UsageRecord]) -> None:
+        if self.away:
+            raise StoreUnavailableError("ledger away")
+        await self.ledger.record_usage(records)
+
+
+async def test_usage_rows_survive_a_failed_write(ledger: Ledger) -> None:
+    """A failed flush keeps every row (the buffer is not cleared before the write
+    succeeded); the next flush after the store returns writes each row once."""
+    away = _AwayLedger(ledger)
+    writer = UsageWriter(away)  # type: ignore[arg-type]
+    writer.add(usage("u1", 10, 1))
+    with pytest.raises(StoreUnavailableError):
+        await writer.flush()
+    writer.add(usage("u1", 20, 2))
+    with pytest.raises(StoreUnavailableError):
+        await writer.flush()
+    assert writer.pending == 2
+    away.away = False
+    await writer.flush()
+    await writer.flush()
+    assert writer.pending == 0
+    assert await ledger.usage_totals("t1", "u1") == Totals(2, 30, 3, 0)
+
+
+async def test_usage_rows_past_the_cap_are_dropped_and_counted(ledger: Ledger) -> None:
+    """With the store away, rows beyond ``max_pending`` are dropped and counted (the oldest
+    are kept); nothing is dropped silently."""
+    away = _AwayLedger(ledger)
+    counted: list[int] = []
+    writer = UsageWriter(away, max_pending=3, on_drop=counted.append)  # type: ignore[arg-type]
+    for prompt in range(1, 6):
+        writer.add(usage("u1", prompt, 0))
+    with pytest.raises(StoreUnavailableError):
+        await writer.flush()
+    assert (writer.pending, writer.dropped, sum(counted)) == (3, 2, 2)
+    away.away = False
+    await writer.flush()
+    assert await ledger.usage_totals("t1", "u1") == Totals(3, 6, 0, 0)

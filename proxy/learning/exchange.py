@@ -6,6 +6,19 @@ arguments are left out: they are not statements of the user (cases B03, B30). Ea
 carries a fingerprint — a hash of (tenant, user, role, normalised text) — so that clients
 resending the whole history every turn never get a message learned twice, even after they
 truncate history or the conversation id changes (SPEC §3.1).
+
+**Group chats: display names are identity only for trusted callers.** In a group channel
+the messages name their speakers with OpenAI's ``name`` field. An *app key* (a server-side
+key that may already name any user with ``X-User-Id``, SPEC §3.10) is trusted to name the
+speakers: its group turns are buffered in the group's namespace (:func:`group_namespace`)
+and each line is attributed to the participant its name resolves to, and its requester's
+display name is bound to the requester (``speaker_name``). A *user-bound key* (and, later,
+a JWT user) speaks only for its own user: :func:`as_told_by` rewrites its group turn into
+the caller's own private knowledge — the caller's latest message is theirs, a line under
+another ``name`` becomes a report ``[<name> said] …`` that can only teach facts about that
+person (subject = that name) into the caller's memory — and it binds no display name, so it
+can neither write into another participant's memory or profile nor claim or shadow their
+name.
 """
 
 from __future__ import annotations
@@ -100,6 +113,30 @@ class Exchange:
 
 
 GROUP_PREFIX = "group:"
+
+
+def as_told_by(messages: list[Message]) -> list[Message]:
+    """A group transcript sent by an untrusted caller (a user-bound key), as the caller's
+    own knowledge: the latest user message is the caller's own (its ``name`` dropped); an
+    earlier user message under a ``name`` becomes a user message ``[<name> said] <text>``
+    (text only: another person's images are not the caller's to share); unnamed user
+    messages are the caller's; assistant and other messages pass unchanged."""
+    latest = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    out: list[Message] = []
+    for index, message in enumerate(messages):
+        if message.get("role") != "user":
+            out.append(message)
+            continue
+        name = message.get("name")
+        name = name.strip() if isinstance(name, str) else ""
+        rest = {k: v for k, v in message.items() if k != "name"}
+        if index == latest or not name:
+            out.append(rest)
+            continue
+        text = message_text(message).strip()
+        if text:
+            out.append({"role": "user", "content": f"[{name[:80]} said] {text}"})
+    return out
 
 
 def group_namespace(group: str) -> str:

@@ -12,21 +12,31 @@ stay untouched:
   mainland mobiles ``1[3-9]`` + 9 digits (MIIT numbering plan; contiguous or 3-4-4, optional
   ``+86``) that also covers blocks phonenumbers' metadata does not know. Only digit runs of
   ≥ 7 characters that are not plain dates reach phonenumbers; numbers glued together by
-  spaces, which the matcher reads as one invalid candidate, are retried piecewise.
+  spaces, which the matcher reads as one invalid candidate, are retried piecewise. Two
+  safety nets catch what the matcher's validity metadata rejects, where it found nothing:
+  any ``+``/``＋`` number of 8-15 digits (ITU-T E.164) in groups separated by a space, dash,
+  dot or bracket (fictional ranges such as +44 7700 900xxx, unassigned country codes), and
+  national forms with a bracketed area code or dashes (``(555) 010-0147``,
+  ``(0755) 8888-6666``, ``555-010-0147``).
 - ``email`` → ``[EMAIL]``: practical RFC 5322 subset (dot-atom local part, plus-addressing,
-  subdomains, alphabetic TLD). Not ``@mentions``, ``icon@2x.png`` asset names, or ``git@host``.
+  subdomains, alphabetic TLD), also with a full-width ``＠``/``．``; and addresses spelled
+  out as "name at domain dot tld" (``at``/``dot`` as words or in brackets) when the last
+  label is a common TLD. Not ``@mentions``, ``icon@2x.png`` asset names, or ``git@host``.
 - ``cn_id`` → ``[ID_NUMBER]``: PRC resident identity number, GB 11643-1999: 6-digit area
   code, birth date YYYYMMDD (1900..current year, a real calendar date), 3-digit sequence,
   ISO 7064 MOD 11-2 check character (weights 7 9 10 5 8 4 2 1 6 3 7 9 10 5 8 4 2, check
-  characters ``10X98765432``). Contiguous or spaced 6-8-4. The 15-digit pre-1999 form has no
-  checksum and is not detected.
+  characters ``10X98765432``). Contiguous, 6-8-4 or in groups of four (4-4-4-4-2) with one
+  kind of separator (space, dash or dot). The 15-digit pre-1999 form has no checksum and is
+  not detected.
 - ``bank_card`` → ``[BANK_CARD]``: 13-19 digits, contiguous or in groups of 4 (or Amex
-  4-6-5) separated by one space or dash, passing the Luhn check (ISO/IEC 7812-1 Annex B) and
+  4-6-5) separated by one space, dash or dot, passing the Luhn check (ISO/IEC 7812-1 Annex B) and
   starting with a payment-card major industry identifier (ISO/IEC 7812: 2-6 and 9, the last
   for Chinese domestic cards), which keeps 13-digit millisecond timestamps (``17…``) out.
 - ``secret`` → ``[SECRET]``: vendor key formats (OpenAI/Anthropic ``sk-``, GitHub
   ``ghp_``…/``github_pat_``, Slack ``xox?-``, AWS ``AKIA``/``ASIA``, Google ``AIza``, Stripe
-  ``sk_live_``…), JWTs, ``Bearer``/``Authorization`` credentials, PEM private-key blocks
+  ``sk_live_``…), also pasted in equal groups separated by spaces, dashes or dots
+  (``AKIA-IOSF-ODNN-7EXA-MPLE``, ``sk- abcd 1234 …``), JWTs, ``Bearer``/``Authorization``
+  credentials, PEM private-key blocks
   (whole block; a truncated block up to the end of its base64 body), the password in
   ``scheme://user:password@host``, the value of assignments whose name ends in a secret word
   (``OPENAI_API_KEY=sk-…`` → ``OPENAI_API_KEY=[SECRET]``, ``"password": "…"``, ``--token x``,
@@ -118,6 +128,24 @@ _PHONE_RUN = re.compile(
 _MIN_PHONE_DIGITS = 7
 _MAX_PHONE_SPLITS = 6
 _MAX_SPLIT_RUN = 80  # longer runs (tables of numbers) get one matcher pass only
+# Any ``+``-prefixed international number, whatever phonenumbers' validity metadata says
+# (fictional ranges such as +44 7700 900xxx, new or unallocated blocks): ``+``, a country
+# code and then digits in groups separated by one space, dash, dot or bracket; 8-15 digits
+# in all (ITU-T E.164 allows at most 15).
+_INTL_PHONE = re.compile(
+    r"(?<![0-9A-Za-z+\uff0b])[+\uff0b][1-9][0-9]{0,2}"
+    r"(?:[ \-.\u00a0]?\(?[0-9]{1,5}\)?)(?:[ \-.\u00a0]?[0-9]{1,5}){1,6}(?![0-9])"
+)
+_E164_DIGITS = (8, 15)
+# National numbers written with an area code in brackets or with dashes, which
+# phonenumbers may not accept outside the default region: "(555) 123-4567", "(010)
+# 1234-5678", "555-123-4567", "0755-8888-6666".
+_NATIONAL_PHONE = re.compile(
+    r"(?<![0-9A-Za-z\-./])(?:"
+    r"[(\uff08]0?[0-9]{2,4}[)\uff09][ \u00a0]?[0-9]{3,4}[ \-.]?[0-9]{4}"
+    r"|0?[0-9]{2,4}-[0-9]{3,4}-[0-9]{4}"
+    r")(?![0-9A-Za-z]|[\-.][0-9])"
+)
 # A country code left just before a number the matcher read without it ("+1 (415) …").
 _DANGLING_COUNTRY_CODE = re.compile(r"[+\uff0b][0-9]{1,3}[ \-.]?$")
 # A run that is exactly one mainland mobile needs no phonenumbers parse.
@@ -130,12 +158,30 @@ _DATE_RUN = re.compile(
 )
 
 # --- email -------------------------------------------------------------------------------
+# "@" may be the full-width "\uff20" and dots the full-width "\uff0e" or ideographic "\u3002".
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+-])"
     r"[A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*"
-    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+    r"[@\uff20](?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?[.\uff0e\u3002])+[A-Za-z]{2,63}"
     r"(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
 )
+# Spelled-out addresses: "alice at example dot com", "alice [at] example (dot) co (dot) uk",
+# "alice AT example DOT org". The last label must be a common top-level domain, so
+# "look at this dot product" stays prose.
+_AT_WORD = r"\s*(?:[\[({<]\s*(?i:at)\s*[\])}>]|(?<=\s)(?i:at)(?=\s))\s*"
+_DOT_WORD = r"\s*(?:[\[({<]\s*(?i:dot)\s*[\])}>]|(?<=\s)(?i:dot)(?=\s))\s*"
+_SPELLED_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*" + _AT_WORD
+    + r"[A-Za-z0-9][A-Za-z0-9-]*(?:" + _DOT_WORD + r"[A-Za-z0-9][A-Za-z0-9-]*)*"
+    + _DOT_WORD + r"(?P<tld>[A-Za-z]{2,6})(?![A-Za-z0-9])"
+)
+_COMMON_TLDS = frozenset({
+    "com", "net", "org", "edu", "gov", "mil", "int", "io", "co", "ai", "app", "dev", "me",
+    "info", "biz", "xyz", "online", "site", "tech", "cn", "uk", "de", "fr", "jp", "kr",
+    "ru", "in", "br", "au", "ca", "us", "eu", "nl", "es", "it", "ch", "se", "no", "dk",
+    "fi", "pl", "be", "at", "ie", "nz", "sg", "hk", "tw", "mx", "ar", "za", "il", "tr",
+    "ua", "pt", "gr", "cz", "hu", "ro", "vn", "th", "id", "my", "ph",
+})
 _RETINA_ASSET = re.compile(r"@[0-9]+(?:\.[0-9]+)?x\.")
 _URL_USERINFO_TAIL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@?#]*$")
 
@@ -144,6 +190,14 @@ _CN_ID = re.compile(
     r"(?<![0-9A-Za-z])[1-9][0-9]{5} ?(?:19|20)[0-9]{2}(?:0[1-9]|1[0-2])"
     r"(?:0[1-9]|[12][0-9]|3[01]) ?[0-9]{3}[0-9Xx](?![0-9A-Za-z])"
 )
+# The same number written with dashes, dots or spaces: 6-8-4 with one separator, or in
+# groups of four (4-4-4-4-2) as people copy it from a card.
+_CN_ID_SEPARATED = re.compile(
+    r"(?<![0-9A-Za-z])(?:"
+    r"[1-9][0-9]{5}([ .\-])(?:19|20)[0-9]{6}\1[0-9]{3}[0-9Xx]"
+    r"|[1-9][0-9]{3}([ .\-])[0-9]{4}\2[0-9]{4}\2[0-9]{4}\2[0-9][0-9Xx]"
+    r")(?![0-9A-Za-z])"
+)
 _CN_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _CN_ID_CHECK = "10X98765432"
 
@@ -151,8 +205,8 @@ _CN_ID_CHECK = "10X98765432"
 _CARD = re.compile(
     r"(?<![0-9])(?:"
     r"[0-9]{13,19}"
-    r"|[0-9]{4}([ -])[0-9]{4}(?:\1[0-9]{4}){1,2}(?:\1[0-9]{1,3})?"
-    r"|[0-9]{4}([ -])[0-9]{6}\2[0-9]{5}"
+    r"|[0-9]{4}([ .-])[0-9]{4}(?:\1[0-9]{4}){1,2}(?:\1[0-9]{1,3})?"
+    r"|[0-9]{4}([ .-])[0-9]{6}\2[0-9]{5}"
     r")(?![0-9])"
 )
 _CARD_MII = frozenset("234569")
@@ -174,6 +228,15 @@ _VENDOR_KEY = re.compile(
     r"|AIza[0-9A-Za-z_-]{35}"
     r"|eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"
     rf")(?![{_KEY_CHARS}])"
+)
+# The same keys pasted with separators between groups ("sk- abcd 1234 …",
+# "AKIA-IOSF-ODNN-7EXA-MPLE"): the prefix, then >= 3 groups of key characters of one length
+# (the last may be shorter) separated by one space, dash or dot — words of prose differ in
+# length — judged on the characters without the separators (:func:`_separated_key`).
+_SEPARATED_KEY = re.compile(
+    r"(?<![A-Za-z0-9_])(?P<prefix>sk-ant-|sk-|(?:sk|rk|pk)_(?:live|test)_|gh[pousr]_"
+    r"|github_pat_|xox[abposr]-|AKIA|ASIA|AIza)[ .\-]?"
+    r"(?P<body>[A-Za-z0-9_]{2,}(?:[ .\-][A-Za-z0-9_]{2,}){2,})(?![A-Za-z0-9_])"
 )
 _PEM = re.compile(
     r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:"
@@ -462,16 +525,26 @@ class Scrubber:
     def _phones(self, text: str, digits: int) -> Iterator[_Span]:
         if digits < _MIN_PHONE_DIGITS and not _FULLWIDTH_DIGIT.search(text):
             return
+        found: list[tuple[int, int]] = []
         for run in _PHONE_RUN.finditer(text):
             if len(run.group()) < _MIN_PHONE_DIGITS or _DATE_RUN.fullmatch(run.group()):
                 continue
             for m in _CN_MOBILE.finditer(text, max(0, run.start() - 1), run.end() + 1):
+                found.append((m.start(), m.end()))
                 yield m.start(), m.end(), "phone"
             if _CN_MOBILE_RUN.fullmatch(run.group()):
                 continue
             for start, end in self._phone_segment(text, run.start(), run.end(), _MAX_PHONE_SPLITS):
                 cc = _DANGLING_COUNTRY_CODE.search(text, max(run.start(), start - 5), start)
+                found.append(((cc.start() if cc else start), end))
                 yield (cc.start() if cc else start), end, "phone"
+        # Safety nets for what the matcher rejected; where it found a number, its extent
+        # stands (it knows where "+81 3-1234-5678" ends before "4111 1111 …").
+        for start, end, kind in [*_international_phones(text), *(
+                (m.start(), m.end(), "phone") for m in _NATIONAL_PHONE.finditer(text)
+                if not _DATE_RUN.fullmatch(m.group()))]:
+            if not any(a < end and start < b for a, b in found):
+                yield start, end, kind
 
     def _phone_segment(self, text: str, start: int, end: int, budget: int) -> list[tuple[int, int]]:
         """Phone numbers in the digit run ``text[start:end]``.
@@ -513,10 +586,15 @@ class Scrubber:
 
     @staticmethod
     def _emails(text: str, _digits: int) -> Iterator[_Span]:
-        if "@" not in text:
+        low = text.lower()
+        if "at" in low and "dot" in low:
+            for m in _SPELLED_EMAIL.finditer(text):
+                if m.group("tld").lower() in _COMMON_TLDS:
+                    yield m.start(), m.end(), "email"
+        if "@" not in text and "\uff20" not in text:
             return
         for m in _EMAIL.finditer(text):
-            local = m.group()[: m.group().index("@")]
+            local = m.group()[: max(m.group().find("@"), m.group().find("\uff20"))]
             if local == "git" or _RETINA_ASSET.match(m.group(), len(local)):
                 continue
             if _URL_USERINFO_TAIL.search(text, max(0, m.start() - 300), m.start()):
@@ -531,6 +609,10 @@ class Scrubber:
         for m in _CN_ID.finditer(text):
             if cn_id_valid(m.group().replace(" ", ""), current_year=year):
                 yield m.start(), m.end(), "cn_id"
+        for m in _CN_ID_SEPARATED.finditer(text):
+            number = re.sub(r"[ .\-]", "", m.group())
+            if cn_id_valid(number, current_year=year):
+                yield m.start(), m.end(), "cn_id"
 
     @staticmethod
     def _cards(text: str, digits: int) -> Iterator[_Span]:
@@ -540,11 +622,11 @@ class Scrubber:
         while m := _CARD.search(text, pos):
             match = m.group()
             ends = [len(match)]
-            cut = max(match.rfind(" "), match.rfind("-"))
+            cut = max(match.rfind(" "), match.rfind("-"), match.rfind("."))
             if cut > 0 and len(match) - cut <= 4:  # short last group: maybe not part of it
                 ends.append(cut)
             for end in ends:
-                number = match[:end].replace(" ", "").replace("-", "")
+                number = match[:end].replace(" ", "").replace("-", "").replace(".", "")
                 if 13 <= len(number) <= 19 and number[0] in _CARD_MII and luhn_valid(number):
                     yield m.start(), m.start() + end, "bank_card"
                     pos = m.end()
@@ -582,6 +664,10 @@ class Scrubber:
                 if not (any(c.isdigit() for c in body) or mixed):
                     continue  # "sk-learn-compatible-estimators" is prose
             yield m.start(), m.end(), "secret"
+        for m in _SEPARATED_KEY.finditer(text):
+            end = _separated_key(m)
+            if end is not None:
+                yield m.start(), end, "secret"
         if "PRIVATE KEY-----" in text:
             for m in _PEM.finditer(text):
                 yield m.start(), m.end(), "secret"
@@ -613,6 +699,63 @@ class Scrubber:
                 yield start, end, "secret"
         for m in _RANDOM_RUN.finditer(text):
             yield from _random_spans(text, m)
+
+
+def _international_phones(text: str) -> Iterator[_Span]:
+    """``+``-prefixed numbers of 8-15 digits (:data:`_INTL_PHONE`); a trailing group that
+    pushes a run past 15 digits is left out (it is another number)."""
+    if "+" not in text and "\uff0b" not in text:
+        return
+    for m in _INTL_PHONE.finditer(text):
+        end = m.end()
+        while True:
+            digits = sum(c.isdigit() for c in text[m.start():end])
+            if digits <= _E164_DIGITS[1]:
+                break
+            cut = max(text.rfind(c, m.start(), end) for c in " -.\u00a0")
+            if cut <= m.start():
+                break
+            end = cut
+        if _E164_DIGITS[0] <= digits <= _E164_DIGITS[1]:
+            yield m.start(), end, "phone"
+
+
+_KEY_GROUP = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _separated_key(m: re.Match[str]) -> int | None:
+    """End of the key a :data:`_SEPARATED_KEY` match holds, or ``None``: its groups of one
+    length (and one shorter last group), at least three of them, forming a key
+    (:func:`_separated_key_ok`)."""
+    body_text = m.group("body")
+    groups = list(_KEY_GROUP.finditer(body_text))
+    size = len(groups[0].group())
+    separator = body_text[groups[0].end():groups[1].start()]
+
+    def joined(i: int) -> bool:  # group i follows the one before with the same separator
+        return body_text[groups[i - 1].end():groups[i].start()] == separator
+
+    taken = 1
+    while taken < len(groups) and len(groups[taken].group()) == size and joined(taken):
+        taken += 1
+    if taken < len(groups) and len(groups[taken].group()) < size and joined(taken):
+        taken += 1
+    if taken < 3:
+        return None
+    body = "".join(g.group() for g in groups[:taken])
+    if not _separated_key_ok(m.group("prefix"), body):
+        return None
+    return m.start("body") + groups[taken - 1].end()
+
+
+def _separated_key_ok(prefix: str, body: str) -> bool:
+    """A vendor key once its separators are removed: AWS and Google keys by their exact
+    shape, the others with >= 16 characters holding a digit (prose after "sk-" has none)."""
+    if prefix in ("AKIA", "ASIA"):
+        return len(body) == 16 and body.isalnum() and body == body.upper()
+    if prefix == "AIza":
+        return len(body) == 35
+    return len(body) >= 16 and any(c.isdigit() for c in body)
 
 
 def _render(text: str, findings: tuple[Finding, ...]) -> str:

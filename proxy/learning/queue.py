@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import orjson
 
@@ -44,6 +44,17 @@ class Job:
     attempts: int  # deliveries so far, including this one
 
 
+class NewJob(NamedTuple):
+    """A job to enqueue. ``tenant`` is the tenant whose data the job reads and writes:
+    the admin API lists, requeues and drops a dead job only for an admin key of that
+    tenant. ``None`` only for jobs of no tenant (none are made today)."""
+
+    kind: JobKind
+    id: str
+    payload: bytes
+    tenant: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     id: str
@@ -51,6 +62,9 @@ class DeadLetter:
     attempts: int
     last_error: str
     failed_at: float
+    # The job's tenant; ``None`` for jobs dead-lettered before jobs carried one (listed
+    # to no tenant's admin: the operator requeues or drops them with the CLI).
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +99,13 @@ class LearningQueue(Protocol):
     """Durable queue + conversation buffer. Every method is safe to call from several
     worker processes at once."""
 
-    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
-        """Add a job; a job id already present is ignored (idempotent producers)."""
+    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes, *,
+                      tenant: str | None) -> None:
+        """Add a job of ``tenant``; a job id already present is ignored (idempotent
+        producers)."""
         ...
 
-    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None:
+    async def enqueue_many(self, jobs: list[NewJob]) -> None:
         """Several jobs at once (one transaction where the backend has them)."""
         ...
 
@@ -144,10 +160,21 @@ class LearningQueue(Protocol):
 
     async def depth(self) -> QueueDepth: ...
 
-    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]: ...
+    async def dead_letters(self, *, limit: int = 100,
+                           tenant: str | None = None) -> list[DeadLetter]:
+        """Dead jobs, newest first, at most ``limit``. With ``tenant``: only that
+        tenant's (jobs without a tenant are never listed to a tenant); without: all of them
+        (the operator's CLI)."""
+        ...
 
-    async def requeue(self, job_id: str) -> bool:
-        """Move a dead job back to ready with a fresh attempt count."""
+    async def requeue(self, job_id: str, *, tenant: str | None = None) -> bool:
+        """Move a dead job back to ready with a fresh attempt count. With ``tenant``, only
+        a job of that tenant. ``False`` when there is no such dead job."""
+        ...
+
+    async def drop(self, job_id: str, *, tenant: str | None = None) -> bool:
+        """Delete a dead job for good (the admin gave up on it). With ``tenant``, only a
+        job of that tenant. ``False`` when there is no such dead job."""
         ...
 
     async def forget_user(self, tenant: str, user: str) -> None:
@@ -195,6 +222,6 @@ def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
 
 
 __all__: Sequence[str] = (
-    "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "QueueDepth", "batch_key",
-    "batch_sizes", "blank_exchange",
+    "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "NewJob", "QueueDepth",
+    "batch_key", "batch_sizes", "blank_exchange",
 )

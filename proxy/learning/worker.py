@@ -237,7 +237,7 @@ class Worker:
         for tenant, user, conversation in idle:
             payload = orjson.dumps({"tenant": tenant, "user": user, "conversation": conversation})
             await self.queue.enqueue("flush", f"flush:{tenant}:{user}:{conversation}:{bucket}",
-                                      payload)
+                                     payload, tenant=tenant)
         await self.queue.expire(
             buffered_before=now - self._settings.buffer_ttl_seconds,
             seen_before=now - self._settings.seen_message_ttl_days * 86400,

@@ -6,7 +6,14 @@
   ``{"text": ""}`` goes back to the configured / built-in prompt
 - ``GET /v1/admin/audit?user=&limit=&before=`` — the learning log
 - ``GET /v1/admin/usage?user=`` — user usage and, apart, learning tokens
-- ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue``
+- ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue`` ·
+  ``DELETE /v1/admin/dead-letters/{id}`` — the tenant's failed learning jobs: list, run
+  again, drop. A job of another tenant (or one dead-lettered before jobs carried their
+  tenant) is not listed and answers 404 ``job_not_found``; the operator's CLI
+  ``memory-proxy dead-letters`` sees every job.
+
+Every route reads and writes only the admin key's tenant (``tests/routes/test_admin.py``
+holds a table of every route against a foreign tenant's data).
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ from proxy.memory.records import to_iso
 from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
 from proxy.routes.json import json_response
+from proxy.routes.params import check_text, int_param, optional_int_param, text_param
 from proxy.routes.shapes import (
     AuditList,
     AuditParams,
     DeadLetterList,
+    JobDeleted,
     PromptIn,
     PromptOut,
     PromptSaved,
@@ -88,6 +97,7 @@ async def put_prompt(request: Request) -> Response:
             f"Send {{\"text\": \"...\"}} with at most {MAX_PROMPT_CHARS} characters "
             "(an empty text restores the configured / built-in prompt).", param="text",
             code="invalid_value")
+    check_text(text, "text")
     saved = await res.store.save_prompt(tenant, kind, text.strip(), actor, res.clock())
     await res.store.audit([AuditEvent(
         tenant=tenant, user_id=None, action="edited", actor="admin", at=res.clock(),
@@ -100,13 +110,9 @@ async def put_prompt(request: Request) -> Response:
 
 async def audit_log(request: Request) -> Response:
     res, tenant, _ = _admin(request)
-    user = request.query_params.get("user") or None
-    try:
-        limit = min(max(int(request.query_params.get("limit", "100")), 1), 1000)
-        before_raw = request.query_params.get("before")
-        before = int(before_raw) if before_raw else None
-    except ValueError as exc:
-        raise InvalidRequestError("'limit' and 'before' are integers.", param="limit") from exc
+    user = text_param(request.query_params, "user")
+    limit = int_param(request.query_params, "limit", 100, 1, 1000)
+    before = optional_int_param(request.query_params, "before", 1, 2**63 - 1)
     rows = await res.store.audit_log(tenant, user, limit=limit, before_id=before)
     return json_response({"object": "list", "data": [_event(i, e) for i, e in rows]})
 
@@ -120,8 +126,8 @@ def _event(event_id: int, event: AuditEvent) -> dict[str, Any]:
 
 async def usage(request: Request) -> Response:
     res, tenant, _ = _admin(request)
+    user = text_param(request.query_params, "user")
     await res.usage.flush()
-    user = request.query_params.get("user") or None
     return json_response({
         "object": "usage", "tenant": tenant, "user": user,
         "usage": (await res.ledger.usage_totals(tenant, user)).to_api(),
@@ -130,21 +136,29 @@ async def usage(request: Request) -> Response:
 
 
 async def dead_letters(request: Request) -> Response:
-    res, _, _ = _admin(request)
+    res, tenant, _ = _admin(request)
     if res.queue is None:
         return json_response({"object": "list", "data": []})
-    dead = await res.queue.dead_letters(limit=500)
+    dead = await res.queue.dead_letters(limit=500, tenant=tenant)
     return json_response({"object": "list", "data": [
         {"id": d.id, "kind": d.kind, "attempts": d.attempts, "last_error": d.last_error,
          "failed_at": d.failed_at} for d in dead]})
 
 
 async def requeue(request: Request) -> Response:
-    res, _, _ = _admin(request)
+    res, tenant, _ = _admin(request)
     job_id = request.path_params["job_id"]
-    if res.queue is None or not await res.queue.requeue(job_id):
+    if res.queue is None or not await res.queue.requeue(job_id, tenant=tenant):
         raise NotFoundError("No dead job with that id.", param="job_id", code="job_not_found")
     return json_response({"object": "job.requeued", "id": job_id})
+
+
+async def drop_dead_letter(request: Request) -> Response:
+    res, tenant, _ = _admin(request)
+    job_id = request.path_params["job_id"]
+    if res.queue is None or not await res.queue.drop(job_id, tenant=tenant):
+        raise NotFoundError("No dead job with that id.", param="job_id", code="job_not_found")
+    return json_response({"object": "job.deleted", "id": job_id, "deleted": True})
 
 
 openapi.register(
@@ -162,5 +176,8 @@ openapi.register(
                       auth="admin", response=DeadLetterList, tags=("admin",)),
     openapi.Operation("POST", "/v1/admin/dead-letters/{job_id:path}/requeue",
                       "Retry a dead job", auth="admin", response=Requeued, errors=(404,),
+                      tags=("admin",)),
+    openapi.Operation("DELETE", "/v1/admin/dead-letters/{job_id:path}",
+                      "Drop a dead job", auth="admin", response=JobDeleted, errors=(404,),
                       tags=("admin",)),
 )

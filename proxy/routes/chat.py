@@ -57,6 +57,8 @@ class _Call:
     api_key: str | None
     # issue 12: the user's switches said no learning (X-Memory-Learning: off)
     learning: str | None = None
+    # False for a user-bound key: it speaks only for its own user (learning.exchange).
+    names_trusted: bool = True
 
     def body(self) -> dict[str, Any]:
         body = {**self.chat.body, "messages": self.injection.messages}
@@ -110,7 +112,7 @@ async def begin(request: Request, principal: Principal, chat: ChatRequest, *,
         # A user-bound key names its user upstream too, not whoever the body claimed (B26).
         chat.body["user"] = identity.user
     return _Call(res, request, chat, identity, route, injection, started, principal.client_key,
-                 learning)
+                 learning, names_trusted=principal.bound_user is None)
 
 
 async def serve(call: _Call, respond: Callable[[_Call], Awaitable[Response]]) -> Response:
@@ -307,4 +309,5 @@ def _learn(call: _Call, reply: str) -> None:
         channel=identity.channel, group=identity.group, model=call.chat.model,
         messages=call.chat.messages, reply=reply, at=time.time(),
         learn=call.learning != "off",
+        names_trusted=call.names_trusted,
     ))

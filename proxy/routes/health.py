@@ -5,6 +5,10 @@ answers 200 whenever chat can be served — a memory store outage degrades memor
 (SPEC §8), so it shows as ``"degraded"`` with 200 — and 503 only when no model is
 configured. ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the learning worker
 this process runs has ended (also ``"degraded"``: chat goes on, learning does not).
+``checks.spool`` shows what this process holds in memory because the store could not be
+written: finished turns and learning jobs waiting to be queued, usage rows waiting for the
+ledger, and how many were dropped past the buffers' caps since start (``"degraded"`` while
+anything waits on a failing store or anything was dropped).
 """
 
 from __future__ import annotations
@@ -50,10 +54,17 @@ async def readyz(request: Request) -> Response:
     checks["models"] = len(res.registry.names)
     checks["embedder"] = res.embedder.model if res.embedder is not None else "none"
     checks["learning"] = _learning(res)
+    spool = res.sink.spool()
+    checks["spool"] = {
+        "pending_turns": spool.pending_turns, "unwritten_jobs": spool.unwritten_jobs,
+        "dropped_turns": spool.dropped_turns, "failing_since": spool.failing_since,
+        "pending_usage_rows": res.usage.pending, "dropped_usage_rows": res.usage.dropped,
+    }
+    spooling = spool.unwritten_jobs > 0 or spool.dropped_turns > 0 or res.usage.dropped > 0
     if not res.registry.names:
         return json_response({"status": "unavailable", "checks": checks}, status_code=503)
     degraded = checks["store"] != "ok" or isinstance(checks.get("learning_queue"), str) \
-        or checks["learning"] == "stopped"
+        or checks["learning"] == "stopped" or spooling
     return json_response({"status": "degraded" if degraded else "ok", "checks": checks})
 
 

@@ -45,6 +45,7 @@ from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
 from proxy.routes.owner import Owner, learning_state, owner
+from proxy.routes.params import check_text
 from proxy.routes.shapes import (
     MAX_PAGE,
     ConfirmParams,
@@ -133,6 +134,10 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     audit event (``detail.via``: the surface it came from when not the REST API, e.g.
     ``mcp``). Raises :class:`InvalidRequestError`."""
     tenant, user = me.tenant, me.user
+    for name in ("content", "title", "subcategory", "subject"):
+        check_text(getattr(new, name), name)
+    for tag in new.tags:
+        check_text(tag, "tags")
     # Stored without zero-width, bidi-control and other invisible characters.
     content = strip_invisible(new.content).strip()
     if not content:
@@ -208,7 +213,7 @@ async def flush_learning(request: Request) -> Response:
                             code="learning_disabled")
     await res.sink.flush()
     await res.queue.enqueue("flush", f"flush:{tenant}:{user}:{new_id()}",
-                            orjson.dumps({"tenant": tenant, "user": user}))
+                            orjson.dumps({"tenant": tenant, "user": user}), tenant=tenant)
     return json_response({"object": "memory.flush", "queued": True}, status_code=202)
 
 

@@ -453,3 +453,9 @@ class DeadLetterList(BaseModel):
 class Requeued(BaseModel):
     object: Literal["job.requeued"]
     id: str
+
+
+class JobDeleted(BaseModel):
+    object: Literal["job.deleted"]
+    id: str
+    deleted: bool

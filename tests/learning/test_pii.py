@@ -724,3 +724,71 @@ def test_seeded_pii_never_survives(parts: list[tuple[str, str, str, str]], tail:
     # Filler has no digits, so any digit left over is a fragment of a seed.
     assert not re.search(r"[0-9]", result.text), result.text
     assert SCRUBBER.scrub(result.text).text == result.text
+
+
+# --- beyond the obvious layouts (issue 10, item 6) -------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("call me on +44 7700 900123", "call me on [PHONE]"),  # Ofcom drama range: "invalid"
+    ("call me on +44 7700 900 456.", "call me on [PHONE]."),
+    ("+1 555 010 0199 is my cell", "[PHONE] is my cell"),  # NANP fictional 555-01xx
+    ("+61 491 570 006", "[PHONE]"),  # ACMA fictional mobile
+    ("+999 1234 5678", "[PHONE]"),  # unassigned country code
+    ("＋44 7700 900123", "[PHONE]"),
+    ("(555) 010-0147 after six", "[PHONE] after six"),
+    ("office (0755) 8888-6666", "office [PHONE]"),
+    ("dial 555-010-0147 now", "dial [PHONE] now"),
+])
+def test_phone_numbers_whatever_their_metadata_says(text: str, expected: str) -> None:
+    """A ``+`` number of 8-15 digits is a phone number even when phonenumbers calls it
+    invalid (fictional or unassigned ranges); bracketed and dashed national forms too."""
+    assert scrubbed(text) == expected
+
+
+@pytest.mark.parametrize("separator", ["-", ".", " "])
+def test_id_and_card_numbers_with_separators(separator: str) -> None:
+    """PRC ID numbers (6-8-4 or groups of four) and card numbers written with dashes, dots
+    or spaces are found like the contiguous ones."""
+    number = VALID_IDS[1]
+    six_eight_four = separator.join((number[:6], number[6:14], number[14:]))
+    fours = separator.join(number[i:i + 4] for i in range(0, 18, 4))
+    card = group4(make_luhn("622202123456789"), separator)
+    assert scrubbed(f"ID {six_eight_four} ok") == "ID [ID_NUMBER] ok"
+    assert scrubbed(f"ID {fours} ok") == "ID [ID_NUMBER] ok"
+    assert scrubbed(f"card {card} ok") == "card [BANK_CARD] ok"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("mail alice＠example.com", "mail [EMAIL]"),
+    ("mail alice＠example．com", "mail [EMAIL]"),
+    ("write to alice at example dot com please", "write to [EMAIL] please"),
+    ("alice [at] example [dot] co [dot] uk", "[EMAIL]"),
+    ("alice(at)example(dot)org", "[EMAIL]"),
+    ("bob AT mail DOT cn", "[EMAIL]"),
+])
+def test_spelled_and_full_width_email_addresses(text: str, expected: str) -> None:
+    """E-mail addresses with a full-width ``＠`` or spelled "at … dot …" go."""
+    assert scrubbed(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("key sk- abcd 1234 efgh 5678 ijkl 9012 mnop", "key [SECRET]"),
+    ("key sk-abcd-1234-efgh-5678-ijkl-9012 ok", "key [SECRET] ok"),
+    ("aws AKIA-IOSF-ODNN-7EXA-MPLE", "aws [SECRET]"),
+    ("aws AKIA IOSF ODNN 7EXA MPLE.", "aws [SECRET]."),
+    ("token ghp_ABCD.1234.EFGH.5678.IJKL", "token [SECRET]"),
+])
+def test_keys_with_separators(text: str, expected: str) -> None:
+    """Vendor keys pasted in groups separated by spaces, dashes or dots go."""
+    assert scrubbed(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "look at this dot product", "we meet at home dot then go", "Score +12 to 345",
+    "Revenue grew +3.5% in 2024-01-15.", "ISBN 978-3-16-148410-0", "1234-5678",
+    "sk- learn is great for data science work", "AKIA is an acronym here",
+    "Meeting 2024-05-06 10-12-14", "between 2019-2023 and 2024-2026", "temperature +20.5 C",
+])
+def test_new_layouts_leave_ordinary_text_alone(text: str) -> None:
+    """The looser layouts do not take prose, dates, ranges, ISBNs or short numbers."""
+    assert scrubbed(text) == text

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from proxy.learning.exchange import Exchange, TranscriptMessage
-from proxy.learning.queue import Batch, Job, LearningQueue
+from proxy.learning.queue import Batch, Job, LearningQueue, NewJob
 
 LEASE = 0.4  # seconds; sleeps wait LEASE + SLACK
 SLACK = 0.1
@@ -82,7 +82,7 @@ def texts(batch: Batch) -> list[str]:
 
 async def test_an_enqueued_job_is_claimed_once_with_its_payload(queue: LearningQueue) -> None:
     """A claimed job carries kind, payload and attempt 1; nobody else can claim it."""
-    await queue.enqueue("exchange", "j1", b"\x00payload\xff")
+    await queue.enqueue("exchange", "j1", b"\x00payload\xff", tenant="t")
     job = await queue.claim("w1", lease_seconds=30)
     assert job == Job(id="j1", kind="exchange", payload=b"\x00payload\xff", attempts=1)
     assert await queue.claim("w2", lease_seconds=30) is None
@@ -91,16 +91,17 @@ async def test_an_enqueued_job_is_claimed_once_with_its_payload(queue: LearningQ
 async def test_a_job_id_already_present_is_ignored(queue: LearningQueue) -> None:
     """Enqueueing an id that is ready, leased or dead again changes nothing, also within
     one enqueue_many call."""
-    await queue.enqueue_many([("exchange", "a", b"first"), ("exchange", "a", b"second"),
-                              ("flush", "b", b"b")])
-    await queue.enqueue("exchange", "a", b"third")
+    await queue.enqueue_many([NewJob("exchange", "a", b"first", "t"),
+                              NewJob("exchange", "a", b"second", "t"),
+                              NewJob("flush", "b", b"b", "t")])
+    await queue.enqueue("exchange", "a", b"third", tenant="t")
     assert (await queue.depth()).ready == 2
     first = await queue.claim("w", lease_seconds=30)
     assert first is not None
     assert (first.id, first.payload) == ("a", b"first")
-    await queue.enqueue("exchange", "a", b"while leased")
+    await queue.enqueue("exchange", "a", b"while leased", tenant="t")
     await queue.bury(first, error="boom")
-    await queue.enqueue("exchange", "a", b"while dead")
+    await queue.enqueue("exchange", "a", b"while dead", tenant="t")
     depth = await queue.depth()
     assert (depth.ready, depth.leased, depth.dead) == (1, 0, 1)
     second = await queue.claim("w", lease_seconds=30)
@@ -111,7 +112,7 @@ async def test_a_job_id_already_present_is_ignored(queue: LearningQueue) -> None
 
 async def test_an_acknowledged_job_is_gone_and_its_id_free_again(queue: LearningQueue) -> None:
     """ack removes the job for good; the same id may then be enqueued anew."""
-    await queue.enqueue("learn", "j", b"1")
+    await queue.enqueue("learn", "j", b"1", tenant="t")
     job = await queue.claim("w", lease_seconds=LEASE)
     assert job is not None
     await queue.ack(job)
@@ -120,7 +121,7 @@ async def test_an_acknowledged_job_is_gone_and_its_id_free_again(queue: Learning
     depth = await queue.depth()
     assert (depth.ready, depth.delayed, depth.leased, depth.dead) == (0, 0, 0, 0)
     await queue.ack(job)  # twice: harmless
-    await queue.enqueue("learn", "j", b"2")
+    await queue.enqueue("learn", "j", b"2", tenant="t")
     again = await queue.claim("w", lease_seconds=30)
     assert again is not None
     assert (again.payload, again.attempts) == (b"2", 1)
@@ -128,10 +129,10 @@ async def test_an_acknowledged_job_is_gone_and_its_id_free_again(queue: Learning
 
 async def test_jobs_are_claimed_oldest_first(queue: LearningQueue) -> None:
     """Jobs come out in the order they were enqueued, across and within calls."""
-    await queue.enqueue("exchange", "1", b"")
-    await queue.enqueue_many([("exchange", "2", b""), ("flush", "3", b""),
-                              ("learn", "4", b"")])
-    await queue.enqueue("exchange", "5", b"")
+    await queue.enqueue("exchange", "1", b"", tenant="t")
+    await queue.enqueue_many([NewJob("exchange", "2", b"", "t"), NewJob("flush", "3", b"", "t"),
+                              NewJob("learn", "4", b"", "t")])
+    await queue.enqueue("exchange", "5", b"", tenant="t")
     assert [j.id for j in await claim_all(queue)] == ["1", "2", "3", "4", "5"]
 
 
@@ -140,7 +141,7 @@ async def test_an_expired_lease_redelivers_the_job_to_another_worker(
 ) -> None:
     """A worker that never finishes holds its job only until its lease ends; then another
     worker gets it, as a further attempt, while a live lease is respected."""
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t")
     held = await queue.claim("crashed", lease_seconds=LEASE)
     assert held is not None
     assert await queue.claim("other", lease_seconds=30) is None
@@ -154,7 +155,7 @@ async def test_an_expired_lease_redelivers_the_job_to_another_worker(
 
 async def test_retry_delays_the_job_and_keeps_its_attempts(queue: LearningQueue) -> None:
     """A retried job is not claimable before its delay, and is afterwards, as attempt 2."""
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t")
     job = await queue.claim("w", lease_seconds=30)
     assert job is not None
     await queue.retry(job, error="429", delay_seconds=LEASE)
@@ -170,7 +171,7 @@ async def test_retry_delays_the_job_and_keeps_its_attempts(queue: LearningQueue)
 
 async def test_retry_without_delay_is_claimable_at_once(queue: LearningQueue) -> None:
     """A zero delay puts the job straight back among the ready ones."""
-    await queue.enqueue("flush", "j", b"")
+    await queue.enqueue("flush", "j", b"", tenant="t")
     job = await queue.claim("w", lease_seconds=30)
     assert job is not None
     await queue.retry(job, error="oops", delay_seconds=0)
@@ -182,7 +183,7 @@ async def test_retry_without_delay_is_claimable_at_once(queue: LearningQueue) ->
 async def test_attempts_count_every_delivery(queue: LearningQueue) -> None:
     """Lease expiries and retries alike add one attempt per delivery (the worker
     dead-letters at learning.max_attempts on this count)."""
-    await queue.enqueue("learn", "j", b"")
+    await queue.enqueue("learn", "j", b"", tenant="t")
     first = await queue.claim("a", lease_seconds=LEASE)
     await asyncio.sleep(LEASE + SLACK)
     second = await queue.claim("b", lease_seconds=30)
@@ -195,7 +196,7 @@ async def test_attempts_count_every_delivery(queue: LearningQueue) -> None:
 async def test_a_buried_job_is_a_dead_letter_until_requeued(queue: LearningQueue) -> None:
     """bury moves a job to the dead letters with its last error and attempts; requeue
     makes it ready again with a fresh attempt count; only dead jobs can be requeued."""
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t")
     job = await queue.claim("w", lease_seconds=30)
     assert job is not None
     await queue.retry(job, error="first error", delay_seconds=0)
@@ -218,7 +219,7 @@ async def test_a_buried_job_is_a_dead_letter_until_requeued(queue: LearningQueue
 
 async def test_dead_letters_are_listed_newest_first(queue: LearningQueue) -> None:
     """The dead-letter list is ordered by failure time, newest first, and limited."""
-    await queue.enqueue_many([("learn", name, b"") for name in ("a", "b", "c")])
+    await queue.enqueue_many([NewJob("learn", name, b"", "t") for name in ("a", "b", "c")])
     for job in await claim_all(queue):
         await queue.bury(job, error=f"failed {job.id}")
         await asyncio.sleep(0.01)
@@ -227,9 +228,68 @@ async def test_dead_letters_are_listed_newest_first(queue: LearningQueue) -> Non
         "failed c", "failed b"]
 
 
+async def test_dead_letters_are_scoped_to_their_tenant(queue: LearningQueue) -> None:
+    """A tenant sees, requeues and drops only its own dead jobs; a job without a tenant
+    (dead-lettered before jobs carried one) is listed to no tenant, only to the operator."""
+    await queue.enqueue_many([NewJob("learn", "a1", b"", "acme"),
+                              NewJob("learn", "b1", b"", "beta"),
+                              NewJob("learn", "legacy", b"", None)])
+    await queue.enqueue("flush", "a2", b"", tenant="acme")
+    for job in await claim_all(queue):
+        await queue.bury(job, error="boom")
+    assert sorted(d.id for d in await queue.dead_letters(tenant="acme")) == ["a1", "a2"]
+    assert [d.id for d in await queue.dead_letters(tenant="beta")] == ["b1"]
+    assert {d.tenant for d in await queue.dead_letters(tenant="acme")} == {"acme"}
+    assert len(await queue.dead_letters(tenant="acme", limit=1)) == 1
+    assert await queue.dead_letters(tenant="nobody") == []
+    assert await queue.dead_letters(tenant="") == []
+    everything = {d.id: d.tenant for d in await queue.dead_letters()}
+    assert everything == {"a1": "acme", "a2": "acme", "b1": "beta", "legacy": None}
+    # another tenant's job: not requeued, not dropped, still dead
+    assert not await queue.requeue("b1", tenant="acme")
+    assert not await queue.drop("b1", tenant="acme")
+    assert not await queue.requeue("legacy", tenant="acme")
+    assert not await queue.drop("legacy", tenant="")
+    assert (await queue.depth()).dead == 4
+    # its own
+    assert await queue.drop("a2", tenant="acme")
+    assert not await queue.drop("a2", tenant="acme")
+    assert await queue.requeue("a1", tenant="acme")
+    # the operator (no tenant) reaches every job, legacy ones included
+    assert await queue.requeue("legacy")
+    assert await queue.drop("b1")
+    assert await queue.dead_letters() == []
+    assert sorted(j.id for j in await claim_all(queue)) == ["a1", "legacy"]
+
+
+async def test_a_dropped_job_is_gone_and_only_dead_jobs_drop(queue: LearningQueue) -> None:
+    """drop deletes a dead job and its payload for good; a ready job is not dropped."""
+    await queue.enqueue("learn", "j", b"p", tenant="t")
+    assert not await queue.drop("j")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    assert not await queue.drop("j")  # leased, not dead
+    await queue.bury(job, error="x")
+    assert await queue.drop("j")
+    assert (await queue.depth()).dead == 0
+    assert await queue.claim("w", lease_seconds=30) is None
+    await queue.enqueue("learn", "j", b"new", tenant="t")  # the id is free again
+    assert (await queue.claim("w", lease_seconds=30)) == Job("j", "learn", b"new", 1)
+
+
+async def test_a_sealed_batch_learn_job_carries_the_users_tenant(queue: LearningQueue) -> None:
+    """The learn job a seal enqueues belongs to the conversation's tenant."""
+    await queue.buffer(exchange(turn("one", "two"), user="u1"), batch_size=2, now=1.0)
+    [job] = await claim_all(queue)
+    assert job.kind == "learn"
+    await queue.bury(job, error="x")
+    assert [d.id for d in await queue.dead_letters(tenant="t1")] == [job.id]
+    assert await queue.dead_letters(tenant="other") == []
+
+
 async def test_depth_counts_jobs_by_state_and_buffered_messages(queue: LearningQueue) -> None:
     """depth() reports ready, delayed, leased and dead jobs and unsealed messages."""
-    await queue.enqueue_many([("exchange", str(i), b"") for i in range(5)])
+    await queue.enqueue_many([NewJob("exchange", str(i), b"", "t") for i in range(5)])
     leased = await queue.claim("w", lease_seconds=30)
     delayed = await queue.claim("w", lease_seconds=30)
     dead = await queue.claim("w", lease_seconds=30)

@@ -89,7 +89,8 @@ async def drain_together(workers: list[Worker], queue: LearningQueue) -> list[in
                     idle_before=float("inf")):
                 await queue.enqueue("flush", f"flush:{tenant}:{user}:{conversation}",
                                     orjson.dumps({"tenant": tenant, "user": user,
-                                                  "conversation": conversation}))
+                                                  "conversation": conversation}),
+                                    tenant=tenant)
         for _ in range(50):
             counts = await asyncio.gather(*(w.drain() for w in workers))
             done = [a + b for a, b in zip(done, counts, strict=True)]

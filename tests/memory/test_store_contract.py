@@ -6,6 +6,7 @@ prefix on the session's test Redis, vector index of dimension 4); each test runs
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -964,3 +965,54 @@ async def test_erase_user_leaves_only_the_marker_and_one_audit_event(
     assert await store.apply(late) is False
     assert {c.memory.id for c in await store.search(ask("City C", user="u2"))} == \
         {other.id, shared.id}
+# concurrent learning (issue 10, item 3) ----------------------------------------------
+
+async def test_concurrent_merges_of_one_fact_count_every_hit(store: MemoryStore) -> None:
+    """Several change sets consolidated from the same stale read (hits 1 → 2 each), applied
+    together: every new evidence pair adds one hit; a redelivered pair adds none."""
+    stored = mem("Likes sailing", hits=1)
+    await store.apply(batch("b0", stored, evidence=((stored.id, "b0"),)))
+    merges = [batch(f"b{i}", stored.with_changes(hits=2), evidence=((stored.id, f"b{i}"),))
+              for i in range(1, 9)]
+    assert all(await asyncio.gather(*(store.apply(m) for m in merges)))
+    again = batch("b9", stored.with_changes(hits=2), evidence=((stored.id, "b3"),))
+    assert await store.apply(again)
+    found = await store.get("t1", "u1", stored.id)
+    assert found is not None
+    assert found.hits == 9
+
+
+async def test_a_fact_created_twice_concurrently_is_one_row(store: MemoryStore) -> None:
+    """Change sets that each create the same fact (same subject and scope, normalised text
+    equal) from a read that saw neither make one active row with every hit; the audit of
+    the merged creation names the stored row. Another subject is another fact."""
+    creations = [
+        batch(f"c{i}", created := mem(text, hits=1), evidence=((created.id, f"c{i}"),),
+              audit=(event("created", memory_id=created.id),))
+        for i, text in enumerate(["Has a dog named Rex", "has a dog named rex.",
+                                  "Has a dog named Rex", "HAS A DOG NAMED REX"])]
+    assert all(await asyncio.gather(*(store.apply(c) for c in creations)))
+    other = mem("Has a dog named Rex", hits=1, subject="Alice")
+    await store.apply(batch("c9", other, evidence=((other.id, "c9"),)))
+    rows = await store.list_memories(ListQuery(tenant="t1", user="u1"))
+    mine = [m for m in rows if m.subject == "user"]
+    assert len(mine) == 1
+    assert mine[0].hits == 4
+    assert [m.id for m in rows if m.subject == "Alice"] == [other.id]
+    logged = {e.memory_id for _, e in await store.audit_log("t1", "u1")}
+    assert logged == {mine[0].id}
+
+
+async def test_a_retired_fact_does_not_absorb_a_new_one(store: MemoryStore) -> None:
+    """The uniqueness guard sees active rows only: a fact retired earlier and said again
+    is stored as a new row."""
+    old = mem("Lives in Lisbon", hits=3)
+    await store.add(old)
+    newer = mem("Lives in Porto")
+    await store.apply(batch("r1", newer, old.with_changes(
+        enabled=False, superseded_at=T0, superseded_by=newer.id)))
+    again = mem("Lives in Lisbon", minutes=5)
+    await store.apply(batch("r2", again, evidence=((again.id, "r2"),)))
+    active = {m.content: m.id for m in await store.list_memories(
+        ListQuery(tenant="t1", user="u1"))}
+    assert active == {"Lives in Porto": newer.id, "Lives in Lisbon": again.id}

@@ -109,3 +109,21 @@ async def test_usage_and_dead_letters(gw: Gateway, upstream: FakeUpstream) -> No
     async with gw.client(headers={**APP, "X-User-Id": "u1"}) as client:
         assert [m["content"] for m in (await client.get("/v1/memories")).json()["data"]] == [
             "Collects stamps"]
+
+
+async def test_a_dead_job_can_be_dropped(gw: Gateway, upstream: FakeUpstream) -> None:
+    """DELETE /v1/admin/dead-letters/{id} removes the tenant's failed job for good; a second
+    delete, or an unknown id, is 404."""
+    upstream.extract = lambda body: "not json at all"
+    await say(gw, "I collect coins.")
+    await gw.settle()
+    async with gw.client(headers=ADMIN) as client:
+        [dead] = (await client.get("/v1/admin/dead-letters")).json()["data"]
+        dropped = await client.delete(f"/v1/admin/dead-letters/{dead['id']}")
+        assert dropped.status_code == 200
+        assert dropped.json() == {"object": "job.deleted", "id": dead["id"], "deleted": True}
+        assert (await client.get("/v1/admin/dead-letters")).json()["data"] == []
+        again = await client.delete(f"/v1/admin/dead-letters/{dead['id']}")
+        assert again.status_code == 404
+        assert again.json()["error"]["code"] == "job_not_found"
+    assert (await gw.res.queue.depth()).dead == 0  # type: ignore[union-attr]

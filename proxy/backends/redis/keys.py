@@ -188,3 +188,8 @@ class KeyLayout:
 
     def outbox(self, ns: str) -> str:
         return f"{self.prefix}:lq:outbox:{{{ns}}}"
+
+    def facts(self, ns: str) -> str:
+        """HASH :func:`~proxy.memory.store.fact_key` → id of the active memory written with
+        it (a hint: apply verifies the memory before merging into it)."""
+        return f"{self.prefix}:facts:{{{ns}}}"

@@ -84,6 +84,7 @@ from proxy.learning.queue import (
     DeadLetter,
     Job,
     JobKind,
+    NewJob,
     QueueDepth,
     batch_key,
     blank_exchange,
@@ -99,6 +100,7 @@ end
 return 0
 """
 MAX_ERROR_CHARS = 2000  # as the SQLite queue keeps
+DEAD_PAGE = 500  # dead job ids read per round trip when listing one tenant's
 PROMOTE_PER_CLAIM = 100  # due delayed jobs moved to the stream by one claim, at most
 # A seal names the messages it seals; when the buffer changed in between it is asked
 # again with the new messages. Each retry means another writer sealed or expired the
@@ -113,6 +115,11 @@ _BATCH_KEY = re.compile(r"^(b_[0-9a-f]{32})\.([us][0-9a-f]{24})$")
 def redis_batch_key(fingerprints: list[str], conversation: str, ns: str) -> str:
     """``<batch_key>.<ns>``: deterministic from the messages, and names the user's slot."""
     return f"{batch_key(fingerprints, conversation)}.{ns}"
+
+
+def _scope(tenant: str | None) -> str:
+    """The dead-job scripts' tenant argument: ``=<tenant>``, or ``''`` for any tenant."""
+    return "" if tenant is None else "=" + tenant
 
 
 def _text(value: bytes | str) -> str:
@@ -138,21 +145,23 @@ class RedisLearningQueue:
         self._enqueue, self._claim = script(lua.ENQUEUE), script(lua.CLAIM)
         self._ack, self._retry, self._bury = script(lua.ACK), script(lua.RETRY), script(lua.BURY)
         self._requeue, self._depth = script(lua.REQUEUE), script(lua.DEPTH)
+        self._drop = script(lua.DROP)
         self._prune = script(lua.PRUNE_CONSUMERS)
         self._buffer, self._seal = script(lua.BUFFER), script(lua.SEAL)
         self._replace_payload = script(_REPLACE_PAYLOAD_LUA)
 
     # jobs ------------------------------------------------------------------------------
-    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
-        await self.enqueue_many([(kind, job_id, payload)])
+    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes, *,
+                      tenant: str | None) -> None:
+        await self.enqueue_many([NewJob(kind, job_id, payload, tenant)])
 
-    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None:
+    async def enqueue_many(self, jobs: list[NewJob]) -> None:
         """All of ``jobs`` in one script (one round trip); ids already present are skipped."""
         if not jobs:
             return
         args: list[str | bytes] = []
-        for kind, job_id, payload in jobs:
-            args += [kind, job_id, payload]
+        for kind, job_id, payload, tenant in jobs:
+            args += [kind, job_id, payload, tenant or ""]
         with unavailable_on_redis_error("learning queue enqueue"):
             await self._enqueue(keys=self._jobs, args=args)
 
@@ -179,31 +188,45 @@ class RedisLearningQueue:
         with unavailable_on_redis_error("learning queue bury"):
             await self._bury(keys=self._jobs, args=[job.id, error[:MAX_ERROR_CHARS]])
 
-    async def requeue(self, job_id: str) -> bool:
+    async def requeue(self, job_id: str, *, tenant: str | None = None) -> bool:
         with unavailable_on_redis_error("learning queue requeue"):
-            return bool(await self._requeue(keys=self._jobs, args=[job_id]))
+            return bool(await self._requeue(keys=self._jobs, args=[job_id, _scope(tenant)]))
 
-    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
-        """Newest first."""
+    async def drop(self, job_id: str, *, tenant: str | None = None) -> bool:
+        with unavailable_on_redis_error("learning queue drop"):
+            return bool(await self._drop(keys=self._jobs, args=[job_id, _scope(tenant)]))
+
+    async def dead_letters(self, *, limit: int = 100,
+                           tenant: str | None = None) -> list[DeadLetter]:
+        """Newest first. With ``tenant`` the ``dead`` set is read in pages of
+        :data:`DEAD_PAGE` until ``limit`` of the tenant's jobs are found."""
         if limit <= 0:
             return []
-        with unavailable_on_redis_error("learning queue dead letters"):
-            dead = cast(list[tuple[bytes, float]], await self._redis.zrevrange(
-                self._keys.queue("dead"), 0, limit - 1, withscores=True))
-            if not dead:
-                return []
-            headers = cast(list[bytes | None], await self._redis.hmget(
-                self._keys.queue("jobs"), [i for i, _ in dead]))
         out: list[DeadLetter] = []
-        for (job_id, failed_at), raw in zip(dead, headers, strict=True):
-            if raw is None:
-                continue
-            header = orjson.loads(raw)
-            out.append(DeadLetter(id=_text(job_id), kind=header["kind"],
-                                  attempts=int(header["attempts"]),
-                                  last_error=header.get("error") or "",
-                                  failed_at=float(failed_at)))
-        return out
+        start = 0
+        while len(out) < limit:
+            with unavailable_on_redis_error("learning queue dead letters"):
+                dead = cast(list[tuple[bytes, float]], await self._redis.zrevrange(
+                    self._keys.queue("dead"), start, start + DEAD_PAGE - 1, withscores=True))
+                if not dead:
+                    break
+                headers = cast(list[bytes | None], await self._redis.hmget(
+                    self._keys.queue("jobs"), [i for i, _ in dead]))
+            start += len(dead)
+            for (job_id, failed_at), raw in zip(dead, headers, strict=True):
+                if raw is None:
+                    continue
+                header = orjson.loads(raw)
+                owner = header.get("tenant") or None
+                if tenant is not None and owner != tenant:
+                    continue
+                out.append(DeadLetter(id=_text(job_id), kind=header["kind"],
+                                      attempts=int(header["attempts"]),
+                                      last_error=header.get("error") or "",
+                                      failed_at=float(failed_at), tenant=owner))
+            if len(dead) < DEAD_PAGE:
+                break
+        return out[:limit]
 
     async def depth(self) -> QueueDepth:
         with unavailable_on_redis_error("learning queue depth"):
@@ -237,8 +260,8 @@ class RedisLearningQueue:
                 oldest_seen=float(oldest) if oldest else None, added=added)
             if not added or len(got) < 5:
                 return None
-            return await self._seal_head(ns, cd, exchange.conversation, _text(got[4]),
-                                         minimum=batch_size)
+            return await self._seal_head(ns, cd, exchange.tenant, exchange.conversation,
+                                         _text(got[4]), minimum=batch_size)
 
     async def mark_seen(self, exchange: Exchange, *, now: float) -> None:
         if not exchange.messages:
@@ -259,10 +282,11 @@ class RedisLearningQueue:
             order = await self._redis.hget(self._keys.buffer(ns, cd), "order")
             if not order:
                 return None
-            return await self._seal_head(ns, cd, conversation, _text(order), minimum=0)
+            return await self._seal_head(ns, cd, tenant, conversation, _text(order),
+                                         minimum=0)
 
-    async def _seal_head(self, ns: str, cd: str, conversation: str, order: str, *,
-                         minimum: int) -> str | None:
+    async def _seal_head(self, ns: str, cd: str, tenant: str, conversation: str, order: str,
+                         *, minimum: int) -> str | None:
         """Seal the messages listed in ``order`` (the buffer's ``order`` text) if they hold
         at least ``minimum`` user messages, then enqueue the batch's ``learn`` job and clear
         its outbox entry. Returns the batch key, or ``None`` when there is nothing to seal.
@@ -278,18 +302,19 @@ class RedisLearningQueue:
                       self._keys.buffers(ns), self._keys.sealed(ns), self._keys.outbox(ns)],
                 args=[key, digest, "\n".join(entries)])
             if int(done):
-                await self._publish(ns, [key])
+                await self._publish(ns, [(key, tenant)])
                 await self._sweep.unbuffered(int(detail))
                 return key
             order = _text(detail)
         raise StoreUnavailableError(f"redis learning queue: gave up sealing after "
                                     f"{MAX_SEAL_ATTEMPTS} concurrent changes; retry later")
 
-    async def _publish(self, ns: str, keys: list[str]) -> None:
-        """Enqueue the ``learn`` jobs of sealed batches, then take them off the outbox."""
-        await self.enqueue_many([("learn", f"learn:{k}", orjson.dumps({"batch": k}))
-                                 for k in keys])
-        await self._redis.srem(self._keys.outbox(ns), *keys)
+    async def _publish(self, ns: str, batches: list[tuple[str, str]]) -> None:
+        """Enqueue the ``learn`` jobs of sealed batches (key, tenant), then take them off
+        the outbox."""
+        await self.enqueue_many([NewJob("learn", f"learn:{k}", orjson.dumps({"batch": k}), t)
+                                 for k, t in batches])
+        await self._redis.srem(self._keys.outbox(ns), *(k for k, _ in batches))
 
     async def buffered_conversations(self, tenant: str, user: str) -> list[str]:
         with unavailable_on_redis_error("learning queue buffered_conversations"):
@@ -389,11 +414,15 @@ class RedisLearningQueue:
     async def _recover(self, ns: str, keys: list[str]) -> None:
         """Enqueue the ``learn`` jobs of outbox ``keys`` of ``ns`` whose batch still
         exists (a crash came between sealing and enqueueing), then clear them."""
-        live = []
+        live: list[tuple[str, str]] = []
         for key in keys:
             parsed = _BATCH_KEY.match(key)
-            if parsed and await self._redis.exists(self._keys.batch(ns, parsed.group(1)[2:])):
-                live.append(key)
+            if parsed is None:
+                continue
+            tenant = await self._redis.hget(self._keys.batch(ns, parsed.group(1)[2:]),
+                                            "tenant")
+            if tenant is not None:
+                live.append((key, _text(tenant)))
         if live:
             await self._publish(ns, live)
         await self._redis.srem(self._keys.outbox(ns), *keys)

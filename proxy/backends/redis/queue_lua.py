@@ -8,7 +8,8 @@ Each script runs atomically on one hash slot and touches only the keys it is giv
               leased (ZSET), dead (ZSET)]
 
   A job's header in ``jobs`` is JSON ``{kind, attempts, state, created, available,
-  updated, error, entry, by}``; ``state`` is ``ready`` (an undelivered stream entry),
+  updated, error, entry, by, tenant}`` (``tenant`` absent on jobs queued before it was
+  kept, ``''`` for a job of no tenant); ``state`` is ``ready`` (an undelivered stream entry),
   ``leased`` (a pending entry of the group, and a member of ``leased``), ``delayed``
   (a member of ``delayed``, no stream entry) or ``dead`` (a member of ``dead``). Times are
   the Redis server's clock (``TIME``), epoch seconds, kept as ``%.17g`` strings.
@@ -59,18 +60,19 @@ local function header(id)
 end
 """
 
-# ARGV = (kind, id, payload)*. Jobs whose id is present (in any state) are ignored.
-# Returns how many were added.
+# ARGV = (kind, id, payload, tenant)*; tenant '' = none. Jobs whose id is present (in any
+# state) are ignored. Returns how many were added.
 ENQUEUE = _JOB_PRELUDE + """
 ensure_group()
 local now = fmt(clock())
 local added = 0
-for i = 1, #ARGV, 3 do
+for i = 1, #ARGV, 4 do
   local id = ARGV[i + 1]
   if redis.call('HEXISTS', KEYS[2], id) == 0 then
     local entry = redis.call('XADD', KEYS[1], '*', 'id', id)
     save(id, {kind = ARGV[i], attempts = 0, state = 'ready', created = now,
-              available = now, updated = now, error = '', entry = entry, by = ''})
+              available = now, updated = now, error = '', entry = entry, by = '',
+              tenant = ARGV[i + 3]})
     redis.call('HSET', KEYS[3], id, ARGV[i + 2])
     added = added + 1
   end
@@ -195,17 +197,40 @@ redis.call('ZADD', KEYS[6], now, id)
 return 1
 """
 
-# ARGV = (id). A dead job becomes ready with no attempts. Returns 1, or 0 if not dead.
-REQUEUE = _JOB_PRELUDE + """
+# A dead job of the tenant named by ARGV[2]: '=' + tenant, or '' for any tenant (the
+# operator's CLI). Jobs queued before jobs carried a tenant have none and match only ''.
+_DEAD_OF = """
+local function dead_of(id, scope)
+  local h = header(id)
+  if not h or h.state ~= 'dead' then return nil end
+  if scope ~= '' and (h.tenant == nil or h.tenant == '' or
+                      '=' .. h.tenant ~= scope) then return nil end
+  return h
+end
+"""
+
+# ARGV = (id, scope). A dead job becomes ready with no attempts. Returns 1, or 0 if not
+# a dead job (of the tenant).
+REQUEUE = _JOB_PRELUDE + _DEAD_OF + """
 local id = ARGV[1]
-local h = header(id)
-if not h or h.state ~= 'dead' then return 0 end
+local h = dead_of(id, ARGV[2])
+if not h then return 0 end
 ensure_group()
 local now = clock()
 redis.call('ZREM', KEYS[6], id)
 h.attempts = 0
 h.available = fmt(now)
 make_ready(id, h, now)
+return 1
+"""
+
+# ARGV = (id, scope). Deletes a dead job (of the tenant). Returns 1, or 0.
+DROP = _JOB_PRELUDE + _DEAD_OF + """
+local id = ARGV[1]
+if not dead_of(id, ARGV[2]) then return 0 end
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+redis.call('ZREM', KEYS[6], id)
 return 1
 """
 

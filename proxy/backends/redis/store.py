@@ -85,6 +85,7 @@ from proxy.memory.records import (
     utcnow,
 )
 from proxy.memory.store import (
+    ApplyPlan,
     AuditEvent,
     Candidate,
     ChangeSet,
@@ -94,6 +95,8 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
+    fact_key,
+    plan_apply,
     related_by_keywords,
 )
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
@@ -428,7 +431,8 @@ class RedisMemoryStore:
             ids = [_text(i) for i in await pipe.smembers(ids_key)]
             conversations = [_text(c) for c in await pipe.smembers(convs_key)]
             multi(pipe)
-            doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns)]
+            doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
+                      self._keys.facts(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]
@@ -480,10 +484,10 @@ class RedisMemoryStore:
         ns = user_token(changes.tenant, changes.user_id)
         batches, ids_key = self._keys.batches(ns), self._keys.ids(ns)
         now = utcnow().timestamp()
-        upserted = {m.id for m in changes.upserts}
 
         settings_key, tombs_key = self._keys.settings(ns), self._keys.tombstones(ns)
         summaries_key = self._keys.summaries(ns)
+        facts_key = self._keys.facts(ns)
 
         async def body(pipe: Pipeline) -> bool:
             if await pipe.zscore(batches, changes.batch_key) is not None:
@@ -491,20 +495,33 @@ class RedisMemoryStore:
             upserts = await self._still_wanted(pipe, changes, ns)
             if upserts is None:
                 return False
+            plan = await self._plan(pipe, changes, upserts, ns)
+            increments: dict[str, int] = {}
+            for memory_id, key in plan.evidence:
+                if memory_id in plan.counted and not await pipe.sismember(
+                        self._keys.evidence(ns, memory_id), key):
+                    increments[memory_id] = increments.get(memory_id, 0) + 1
             dropped = [] if changes.conversation is None else \
                 await self._users.summaries_to_drop(pipe, changes.conversation)
             # Evidence counts only for memories of this namespace (stored or written now).
-            others = sorted({mid for mid, _ in changes.evidence} - upserted)
-            known = set(upserted)
+            written = {m.id for m in plan.upserts}
+            others = sorted({mid for mid, _ in plan.evidence} - written)
+            known = set(written)
             if others:
                 flags = await pipe.smismember(ids_key, others)
                 known |= {mid for mid, flag in zip(others, flags, strict=True) if flag}
             multi(pipe)
             pipe.zadd(batches, {changes.batch_key: now})
             pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
-            for memory in upserts:
-                self._queue_upsert(pipe, memory)
-            for memory_id, evidence_key in changes.evidence:
+            for memory in plan.upserts:
+                # Hits: the stored count read under WATCH plus the new evidence pairs.
+                self._queue_upsert(pipe, memory.with_changes(
+                    hits=memory.hits + increments.pop(memory.id, 0)))
+                if memory.active:
+                    pipe.hset(facts_key, fact_key(memory), memory.id)
+            for memory_id, extra in increments.items():  # stored, not rewritten
+                pipe.hincrby(self._keys.memory(ns, memory_id), "hits", extra)
+            for memory_id, evidence_key in plan.evidence:
                 if memory_id in known:
                     pipe.sadd(self._keys.evidence(ns, memory_id), evidence_key)
             for memory_id in changes.deletes:
@@ -515,16 +532,54 @@ class RedisMemoryStore:
                 self._users.queue_profile(pipe, changes.profile)
             if changes.conversation is not None:
                 self._users.queue_conversation(pipe, changes.conversation, dropped)
-            self._audit.queue(pipe, changes.audit, ns)
+            self._audit.queue(pipe, plan.audit, ns)
             await pipe.execute()
+            audit[:] = plan.audit
             return True
 
+        audit: list[AuditEvent] = list(changes.audit)
         with _unavailable("apply"):
             applied = await transact(
-                self._redis, [batches, ids_key, settings_key, tombs_key, summaries_key], body)
+                self._redis, [batches, ids_key, settings_key, tombs_key, summaries_key,
+                              facts_key], body)
             if applied:
-                await self._audit.append(changes.audit, written_ns=ns)
+                await self._audit.append(audit, written_ns=ns)
         return applied
+
+    async def _plan(self, pipe: Pipeline, changes: ChangeSet, upserts: list[Memory],
+                    ns: str) -> ApplyPlan:
+        """:func:`~proxy.memory.store.plan_apply` with the stored hits and duplicates read
+        under WATCH (their memory keys are watched too: a change aborts and retries)."""
+        keys = [self._keys.memory(ns, m.id) for m in upserts]
+        if keys:
+            await pipe.watch(*keys)
+        stored_hits: dict[str, int] = {}
+        for memory, key in zip(upserts, keys, strict=True):
+            raw = await pipe.hget(key, "hits")
+            if raw is not None:
+                stored_hits[memory.id] = int(raw)
+        retiring = {m.id for m in upserts if not m.active}
+        duplicates: dict[str, Memory] = {}
+        for memory in upserts:
+            if memory.id in stored_hits or not memory.active:
+                continue
+            key = fact_key(memory)
+            found = await pipe.hget(self._keys.facts(ns), key)
+            if found is None:
+                continue
+            stored_id = _text(found)
+            if stored_id == memory.id or stored_id in retiring:
+                continue
+            stored_key = self._keys.memory(ns, stored_id)
+            await pipe.watch(stored_key)
+            data = await pipe.hgetall(stored_key)
+            if not data:
+                continue
+            stored = memory_from_hash(data)
+            if stored.active and stored.user_id == changes.user_id \
+                    and fact_key(stored) == key:
+                duplicates[memory.id] = stored
+        return plan_apply(changes, upserts, stored_hits=stored_hits, duplicates=duplicates)
 
     async def _still_wanted(self, pipe: Pipeline, changes: ChangeSet,
                             ns: str) -> list[Memory] | None:
@@ -662,7 +717,8 @@ class RedisMemoryStore:
             multi(pipe)
             doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
                       self._keys.tombstones(ns), self._keys.batches(ns),
-                      self._keys.settings(ns), self._keys.audit(ns)]
+                      self._keys.settings(ns), self._keys.audit(ns),
+                      self._keys.facts(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]

@@ -220,6 +220,15 @@ MIGRATIONS: tuple[str, ...] = (
         ON memories (tenant, user_id, hits DESC, last_seen_at DESC)
         WHERE enabled = 1 AND superseded_at IS NULL AND subject = 'user';
     """,
+    # 7: a learning job carries its tenant (the admin API is scoped to it); jobs queued
+    # before have none and are listed to no tenant's admin (the CLI handles them). Active
+    # memories by normalised text: apply() finds the stored copy of a new fact in it.
+    """
+    ALTER TABLE jobs ADD COLUMN tenant TEXT;
+    CREATE INDEX jobs_dead ON jobs (status, tenant, updated_at);
+    CREATE INDEX memories_fact ON memories (tenant, user_id, norm)
+        WHERE enabled = 1 AND superseded_at IS NULL;
+    """,
 )
 
 

@@ -25,6 +25,7 @@ from proxy.learning.queue import (
     DeadLetter,
     Job,
     JobKind,
+    NewJob,
     QueueDepth,
     batch_key,
     blank_exchange,
@@ -50,8 +51,8 @@ def _seal(
                      [(key, r[0]) for r in rows])
     conn.execute(
         "INSERT OR IGNORE INTO jobs (id, kind, payload, status, attempts, available_at, "
-        "created_at, updated_at) VALUES (?, 'learn', ?, 'ready', 0, ?, ?, ?)",
-        ("learn:" + key, orjson.dumps({"batch": key}), now, now, now),
+        "created_at, updated_at, tenant) VALUES (?, 'learn', ?, 'ready', 0, ?, ?, ?, ?)",
+        ("learn:" + key, orjson.dumps({"batch": key}), now, now, now, tenant),
     )
     return key
 
@@ -72,18 +73,20 @@ class SqliteLearningQueue:
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"sqlite learning queue write failed: {exc}") from exc
 
-    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
-        await self.enqueue_many([(kind, job_id, payload)])
+    async def enqueue(self, kind: JobKind, job_id: str, payload: bytes, *,
+                      tenant: str | None) -> None:
+        await self.enqueue_many([NewJob(kind, job_id, payload, tenant)])
 
-    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None:
+    async def enqueue_many(self, jobs: list[NewJob]) -> None:
         """Several jobs in one transaction (the gateway's writer batches its exchanges)."""
         if not jobs:
             return
         now = time.time()
         await self._write(lambda c: c.executemany(
             "INSERT OR IGNORE INTO jobs (id, kind, payload, status, attempts, available_at, "
-            "created_at, updated_at) VALUES (?, ?, ?, 'ready', 0, ?, ?, ?)",
-            [(job_id, kind, payload, now, now, now) for kind, job_id, payload in jobs],
+            "created_at, updated_at, tenant) VALUES (?, ?, ?, 'ready', 0, ?, ?, ?, ?)",
+            [(job_id, kind, payload, now, now, now, tenant)
+             for kind, job_id, payload, tenant in jobs],
         ))
 
     async def claim(self, worker: str, *, lease_seconds: float) -> Job | None:
@@ -255,24 +258,37 @@ class SqliteLearningQueue:
         result: QueueDepth = await self._read(run)
         return result
 
-    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+    async def dead_letters(self, *, limit: int = 100,
+                           tenant: str | None = None) -> list[DeadLetter]:
+        if limit <= 0:
+            return []
+        scope, args = ("AND tenant = ? ", (tenant,)) if tenant is not None else ("", ())
+
         def run(conn: sqlite3.Connection) -> list[DeadLetter]:
             rows = conn.execute(
-                "SELECT id, kind, attempts, last_error, updated_at FROM jobs "
-                "WHERE status = 'dead' ORDER BY updated_at DESC LIMIT ?",
-                (limit,),
+                "SELECT id, kind, attempts, last_error, updated_at, tenant FROM jobs "
+                f"WHERE status = 'dead' {scope}ORDER BY updated_at DESC LIMIT ?",
+                (*args, limit),
             ).fetchall()
-            return [DeadLetter(r[0], r[1], r[2], r[3] or "", r[4]) for r in rows]
+            return [DeadLetter(r[0], r[1], r[2], r[3] or "", r[4], r[5]) for r in rows]
 
         result: list[DeadLetter] = await self._read(run)
         return result
 
-    async def requeue(self, job_id: str) -> bool:
+    async def requeue(self, job_id: str, *, tenant: str | None = None) -> bool:
         now = time.time()
+        scope, args = ("AND tenant = ?", (tenant,)) if tenant is not None else ("", ())
         result: bool = await self._write(lambda c: c.execute(
             "UPDATE jobs SET status = 'ready', attempts = 0, available_at = ?, updated_at = ? "
-            "WHERE id = ? AND status = 'dead'",
-            (now, now, job_id),
+            f"WHERE id = ? AND status = 'dead' {scope}",
+            (now, now, job_id, *args),
+        ).rowcount > 0)
+        return result
+
+    async def drop(self, job_id: str, *, tenant: str | None = None) -> bool:
+        scope, args = ("AND tenant = ?", (tenant,)) if tenant is not None else ("", ())
+        result: bool = await self._write(lambda c: c.execute(
+            f"DELETE FROM jobs WHERE id = ? AND status = 'dead' {scope}", (job_id, *args),
         ).rowcount > 0)
         return result
 

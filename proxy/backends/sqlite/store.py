@@ -31,6 +31,7 @@ from proxy.memory.records import (
     utcnow,
 )
 from proxy.memory.store import (
+    ApplyPlan,
     AuditEvent,
     Candidate,
     ChangeSet,
@@ -40,6 +41,8 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
+    fact_key,
+    plan_apply,
     related_by_keywords,
 )
 from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
@@ -253,6 +256,35 @@ def _still_wanted(conn: sqlite3.Connection, changes: ChangeSet) -> list[Memory] 
         tuple(m.id for m in changes.upserts))} if changes.upserts else set()
     return [m for m in changes.upserts
             if m.id in stored or content_digest(normalize(m.content)) not in deleted]
+
+
+def _plan(conn: sqlite3.Connection, changes: ChangeSet,
+          upserts: list[Memory]) -> ApplyPlan:
+    """:func:`~proxy.memory.store.plan_apply` with the stored hits and the stored duplicates
+    read in the write transaction (so no other writer changes them before the commit)."""
+    stored_hits: dict[str, int] = {}
+    if upserts:
+        stored_hits = dict(conn.execute(
+            f"SELECT id, hits FROM memories WHERE tenant = ? AND user_id = ? AND id IN "
+            f"({', '.join('?' * len(upserts))})",
+            (changes.tenant, changes.user_id, *(m.id for m in upserts))).fetchall())
+    retiring = {m.id for m in upserts if not m.active}
+    duplicates: dict[str, Memory] = {}
+    for memory in upserts:
+        if memory.id in stored_hits or not memory.active:
+            continue
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM memories m WHERE m.tenant = ? AND m.user_id = ? AND "
+            "m.norm = ? AND m.enabled = 1 AND m.superseded_at IS NULL AND m.id != ?",
+            (changes.tenant, changes.user_id, normalize(memory.content), memory.id),
+        ).fetchall()
+        key = fact_key(memory)
+        for row in rows:
+            stored = _memory_from_row(row)
+            if stored.id not in retiring and fact_key(stored) == key:
+                duplicates[memory.id] = stored
+                break
+    return plan_apply(changes, upserts, stored_hits=stored_hits, duplicates=duplicates)
 
 
 def _channel_clause(channels: tuple[str | None, ...] | None) -> tuple[str, list[Any]]:
@@ -581,13 +613,16 @@ class SqliteMemoryStore:
             upserts = _still_wanted(conn, changes)
             if upserts is None:
                 return False
-            for memory in upserts:
+            plan = _plan(conn, changes, upserts)
+            for memory in plan.upserts:
                 _upsert(conn, memory)
-            conn.executemany(
-                "INSERT OR IGNORE INTO memory_evidence (memory_id, evidence_key, at) "
-                "VALUES (?, ?, ?)",
-                [(memory_id, key, now) for memory_id, key in changes.evidence],
-            )
+            for memory_id, key in plan.evidence:
+                added = conn.execute(
+                    "INSERT OR IGNORE INTO memory_evidence (memory_id, evidence_key, at) "
+                    "VALUES (?, ?, ?)", (memory_id, key, now)).rowcount
+                if added and memory_id in plan.counted:  # atomic: under the write lock
+                    conn.execute("UPDATE memories SET hits = hits + 1 WHERE id = ?",
+                                 (memory_id,))
             for memory_id in changes.deletes:
                 _delete_rows(conn, "id = ? AND tenant = ? AND user_id = ?",
                              (memory_id, changes.tenant, changes.user_id))
@@ -619,7 +654,7 @@ class SqliteMemoryStore:
                         (record.tenant, record.user_id, record.tenant, record.user_id,
                          MAX_SUMMARIES),
                     )
-            _insert_audit(conn, changes.audit)
+            _insert_audit(conn, plan.audit)
             return True
 
         result: bool = await self._write(run)

@@ -17,7 +17,7 @@ from proxy.backends.redis.queue import RedisLearningQueue, redis_batch_key
 from proxy.backends.redis.queue_lua import GROUP
 from proxy.backends.redis.sweep import Buffered, BufferIndexes
 from proxy.learning.exchange import Exchange, TranscriptMessage
-from proxy.learning.queue import JobKind
+from proxy.learning.queue import NewJob
 from proxy.memory.store import StoreUnavailableError
 from tests.redis_server import free_port
 
@@ -39,8 +39,8 @@ def said(text: str, *, user: str = "u1", conversation: str = "c1") -> Exchange:
 class DiesBeforeEnqueueingLearnJobs(RedisLearningQueue):
     """A worker process killed between sealing a batch and enqueueing its learn job."""
 
-    async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None:
-        if any(kind == "learn" for kind, _, _ in jobs):
+    async def enqueue_many(self, jobs: list[NewJob]) -> None:
+        if any(job.kind == "learn" for job in jobs):
             raise StoreUnavailableError("the process died here")
         await super().enqueue_many(jobs)
 
@@ -214,7 +214,7 @@ async def test_consumers_of_gone_workers_are_pruned(client: Redis, redis_prefix:
     holding a job stays, so its pending entry is kept for redelivery."""
     keys = KeyLayout(redis_prefix)
     queue = RedisLearningQueue(client, key_prefix=redis_prefix, consumer_idle_seconds=0)
-    await queue.enqueue("exchange", "j", b"")
+    await queue.enqueue("exchange", "j", b"", tenant="t")
     held = await queue.claim("busy", lease_seconds=30)
     assert held is not None
     assert await queue.claim("idle", lease_seconds=30) is None
@@ -231,7 +231,7 @@ async def test_a_pruned_holder_does_not_lose_its_job(client: Redis, redis_prefix
     is still redelivered when its lease ends."""
     keys = KeyLayout(redis_prefix)
     queue = RedisLearningQueue(client, key_prefix=redis_prefix)
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t")
     assert await queue.claim("gone", lease_seconds=0.05) is not None
     await client.xgroup_delconsumer(keys.queue("ready"), GROUP, "gone")
     import asyncio
@@ -250,7 +250,7 @@ async def test_every_operation_reports_an_unreachable_redis_as_unavailable() -> 
     async with connect(f"redis://127.0.0.1:{free_port()}/0") as down:
         queue = RedisLearningQueue(down, key_prefix="down")
         calls = [
-            queue.enqueue_many([("exchange", "j", b"")]),
+            queue.enqueue_many([NewJob("exchange", "j", b"", "t")]),
             queue.claim("w", lease_seconds=1),
             queue.depth(),
             queue.dead_letters(),
@@ -265,3 +265,25 @@ async def test_every_operation_reports_an_unreachable_redis_as_unavailable() -> 
         for call in calls:
             with pytest.raises(StoreUnavailableError):
                 await call
+
+
+async def test_a_legacy_dead_job_without_tenant_is_listed_to_no_tenant(
+        client: Redis, redis_prefix: str) -> None:
+    """A job dead-lettered before headers carried a tenant (no ``tenant`` field) is listed,
+    requeued and dropped only by the operator (no tenant), never by a tenant's admin."""
+    keys = KeyLayout(redis_prefix)
+    queue = RedisLearningQueue(client, key_prefix=redis_prefix)
+    await queue.enqueue("learn", "old", b"p", tenant="t")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.bury(job, error="boom")
+    header = orjson.loads(await client.hget(keys.queue("jobs"), "old"))
+    del header["tenant"]  # as written by the previous release
+    await client.hset(keys.queue("jobs"), "old", orjson.dumps(header))
+    assert await queue.dead_letters(tenant="t") == []
+    assert not await queue.requeue("old", tenant="t")
+    assert not await queue.drop("old", tenant="t")
+    [legacy] = await queue.dead_letters()
+    assert (legacy.id, legacy.tenant) == ("old", None)
+    assert await queue.requeue("old")
+    assert (await queue.claim("w", lease_seconds=30)) is not None

@@ -240,7 +240,7 @@ async def test_every_key_of_a_user_shares_one_cluster_slot(
     keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
     kinds = {k.decode().split(":")[1] for k in keys}
     assert kinds == {"m", "ids", "ev", "tomb", "prof", "conv", "convs", "settings", "batches",
-                     "audit", "auditrefs"}
+                     "audit", "auditrefs", "facts"}
     assert len({key_slot(k) for k in keys}) == 1
     assert await store.get("t1", user, memory.id) == memory
 
