@@ -25,6 +25,15 @@ MAX_QUERY_CHARS = 1000  # a text query value (search text, category, user) at mo
 _TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
 
 
+def check_query(query: Mapping[str, str]) -> None:
+    """Refuse a control character in any query value (no parameter of ours takes one).
+    Raises :class:`InvalidRequestError` naming the first such parameter."""
+    for name, raw in query.items():
+        if _CONTROL_QUERY.search(raw):
+            raise InvalidRequestError(f"'{name}' must not contain control characters.",
+                                      param=name, code="invalid_value")
+
+
 def int_param(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
     """``name`` as an integer in ``[low, high]``; ``default`` when absent or empty. Raises
     :class:`InvalidRequestError` for anything else (``1.5``, ``1e3``, ``2**64``)."""

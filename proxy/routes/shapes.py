@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+from proxy.routes.params import check_query
 
 CategoryName = Literal["user_preference", "business", "technical", "organizational",
                        "domain"]
@@ -38,6 +39,7 @@ def invalid(exc: ValidationError) -> InvalidRequestError:
 def parse_query(request: Request, model: type[M]) -> M:
     """Validate the query string with ``model``; empty values count as absent. Raises
     :class:`InvalidRequestError` (400, ``param`` = the parameter)."""
+    check_query(request.query_params)
     raw = {k: v for k, v in request.query_params.items() if v != ""}
     try:
         return model.model_validate(raw)

@@ -200,7 +200,6 @@ async def import_memories(request: Request) -> Response:
     created: dict[str, Memory] = {}
     merged: dict[str, Memory] = {}
     old_ids: dict[str, str] = {}
-    evidence: list[tuple[str, str]] = []
     audit: list[AuditEvent] = []
     for index, item in enumerate(items):
         try:
@@ -217,8 +216,9 @@ async def import_memories(request: Request) -> Response:
                                       last_seen_at=max(twin.last_seen_at,
                                                        memory.last_seen_at),
                                       updated_at=now)
+            # No evidence pair: the store counts one hit per pair, while an import adds the
+            # item's own count (the upsert's hits, kept as the larger of stored and given).
             (created if twin.id in created else merged)[twin.id] = grown
-            evidence.append((twin.id, f"{batch}:{index}"))
             audit.append(me.audit(res, "imported", twin.id, reason="merged"))
             target = twin.id
         else:
@@ -239,7 +239,7 @@ async def import_memories(request: Request) -> Response:
     if upserts:
         await res.store.apply(ChangeSet(
             tenant=me.tenant, user_id=me.user, batch_key=batch, upserts=tuple(upserts),
-            evidence=tuple(evidence), audit=tuple(audit)))
+            audit=tuple(audit)))
     return json_response({
         "object": "memory.import", "imported": len(created),
         "merged": len(items) - len(created) - len(rejected),

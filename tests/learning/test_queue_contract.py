@@ -537,13 +537,15 @@ async def test_scrub_user_blanks_the_users_queued_transcripts_only(queue: Learni
                                          group="team", at=2.0), speaker="u1")
     other = exchange(turn("I live in Porto"), user="u2", at=3.0)
     dead = exchange(turn("My dog is Rex"), at=4.0)
-    await queue.enqueue("exchange", "dead", orjson.dumps(dead.to_json()))
+    await queue.enqueue("exchange", "dead", orjson.dumps(dead.to_json()),
+                        tenant="t1")
     job = await queue.claim("w", lease_seconds=30)
     assert job is not None
     await queue.bury(job, error="boom")
     for job_id, item in (("own", own), ("group", group), ("other", other)):
-        await queue.enqueue("exchange", job_id, orjson.dumps(item.to_json()))
-    await queue.enqueue("flush", "flush", orjson.dumps({"tenant": "t1", "user": "u1"}))
+        await queue.enqueue("exchange", job_id, orjson.dumps(item.to_json()), tenant="t1")
+    await queue.enqueue("flush", "flush", orjson.dumps({"tenant": "t1", "user": "u1"}),
+                        tenant="t1")
     leased = await queue.claim("w", lease_seconds=30)  # "own" is held by a worker now
     assert leased is not None
     assert leased.id == "own"
