@@ -5,13 +5,17 @@ memory block — case B22) plus the assistant's reply as context. Tool results a
 arguments are left out: they are not statements of the user (cases B03, B30). Each message
 carries a fingerprint — a hash of (tenant, user, role, normalised text) — so that clients
 resending the whole history every turn never get a message learned twice, even after they
-truncate history or the conversation id changes (SPEC §3.1).
+truncate history or the conversation id changes (SPEC §3.1: "nothing is learned twice" is
+about resent history). The request's new user message is the exception: stating a known
+fact again is evidence (seed 001 §5.3), so it is learned again in any conversation —
+unless the same request (same conversation, same messages) was queued within
+:data:`RETRY_WINDOW_SECONDS` (a retry).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.memory.inject import strip_blocks
@@ -28,15 +32,23 @@ class TranscriptMessage:
     fingerprint: str
     name: str | None = None
     images: tuple[str, ...] = ()  # image URLs (or data URLs) the user shared
+    # Set on the new user message of a request (:func:`transcript`): the request's key.
+    # That message is learned even when its text was seen before (repeated mention is
+    # evidence, seed 001 §5.3) unless this key was seen within RETRY_WINDOW_SECONDS.
+    request: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "text": self.text, "fp": self.fingerprint, "name": self.name,
-                "images": list(self.images)}
+        data: dict[str, Any] = {"role": self.role, "text": self.text, "fp": self.fingerprint,
+                                "name": self.name, "images": list(self.images)}
+        if self.request is not None:
+            data["rq"] = self.request
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TranscriptMessage:
         return cls(role=data["role"], text=data["text"], fingerprint=data["fp"],
-                   name=data.get("name"), images=tuple(data.get("images") or ()))
+                   name=data.get("name"), images=tuple(data.get("images") or ()),
+                   request=data.get("rq"))
 
 
 # Images kept for learning: at most this many per message, each at most this many characters
@@ -143,14 +155,49 @@ def fingerprint(*, tenant: str, user: str, role: str, text: str,
     return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
+# How long a request (same conversation, same messages) counts as a retry of one already
+# queued: client SDKs retry within seconds to a few minutes (the openai SDK backs off up to
+# 8 s per attempt; proxies and users retry by hand), so 10 minutes covers them.
+RETRY_WINDOW_SECONDS = 600.0
+
+
+def request_key(*, tenant: str, user: str, conversation: str,
+                fingerprints: list[str]) -> str:
+    """Id of one request's content: the same conversation with the same messages gives the
+    same key (``rq_`` + 32 hex digits of SHA-256)."""
+    seed = "\x1f".join((tenant, user, conversation, *fingerprints))
+    return "rq_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def _open_user_turn(messages: list[Message]) -> int | None:
+    """Index of the latest user message when no assistant message follows it (the message
+    this request asks the assistant to answer), else ``None`` (a tool-call round trip
+    resends an already answered user message)."""
+    for index in range(len(messages) - 1, -1, -1):
+        role = messages[index].get("role")
+        if role == "assistant":
+            return None
+        if role == "user":
+            return index
+    return None
+
+
 def transcript(
-    *, tenant: str, user: str, messages: list[Message], reply: str, limit: int
+    *, tenant: str, user: str, messages: list[Message], reply: str, limit: int,
+    conversation: str | None = None,
 ) -> tuple[TranscriptMessage, ...]:
     """The learnable tail of a conversation: the last ``limit`` user/assistant text messages
     of the client's list plus the new assistant ``reply``. Memory blocks are stripped as a
-    defence (the client never sees ours, but another gateway's may be in its history)."""
+    defence (the client never sees ours, but another gateway's may be in its history).
+
+    With ``conversation`` given, the request's new user message (the latest one, when no
+    assistant message follows it) carries :func:`request_key` in ``request``: it is a new
+    statement even when its text was said before; every earlier message is resent history,
+    known by its per-user fingerprint (SPEC §3.1)."""
     out: list[TranscriptMessage] = []
-    for message in messages:
+    open_turn = _open_user_turn(messages) if conversation is not None else None
+    new_message: TranscriptMessage | None = None
+    for index, message in enumerate(messages):
         role = message.get("role")
         if role not in LEARNABLE_ROLES:
             continue
@@ -165,6 +212,12 @@ def transcript(
             role=str(role), text=text, name=name, images=images,
             fingerprint=fingerprint(tenant=tenant, user=user, role=str(role), text=text,
                                     images=images)))
+        if index == open_turn:
+            new_message = out[-1]
+    if new_message is not None and conversation is not None:
+        key = request_key(tenant=tenant, user=user, conversation=conversation,
+                          fingerprints=[m.fingerprint for m in out])
+        out = [replace(m, request=key) if m is new_message else m for m in out]
     out = out[-limit:]
     reply_text = clip_message(strip_blocks(reply).strip())
     if reply_text:

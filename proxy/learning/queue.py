@@ -108,7 +108,14 @@ class LearningQueue(Protocol):
     ) -> str | None:
         """Buffer the unseen messages of ``exchange``; when the conversation now holds
         ``batch_size`` user messages, seal a batch and enqueue its ``learn`` job. Returns
-        the batch key or ``None``."""
+        the batch key or ``None``.
+
+        Unseen: a message whose per-user fingerprint was never recorded (resent history is
+        never learned twice). A message carrying a ``request`` key (the request's new user
+        message) is buffered even when its text was seen — a repeat is evidence — unless
+        that key was recorded within
+        :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS` (a retried request); its
+        fingerprint is recorded as seen either way."""
         ...
 
     async def mark_seen(self, exchange: Exchange, *, now: float) -> None:

@@ -4,7 +4,8 @@ The chat route calls :meth:`QueueSink.submit` after the reply was fully sent; it
 the turn on an in-process queue and never blocks or raises. A background task turns turns
 into :class:`~proxy.learning.exchange.Exchange` jobs: it fingerprints the messages, skips
 those this process already queued (an LRU set: clients resend the whole history each
-turn), scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever
+turn) except the request's new user message (a repeat is evidence; the queue tells a
+retry of the same request apart, :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS`), scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever
 written), and enqueues them in batches. If the process dies with turns still in memory,
 those messages are not lost for good: they are in the next turn's resent history.
 """
@@ -130,11 +131,14 @@ class QueueSink:
         fresh: list[str] = []
         for turn in turns:
             owner = group_namespace(turn.group) if turn.group is not None else turn.user
+            # Resent history is skipped by fingerprint; the request's new user message is
+            # always queued (the queue drops it only as a retry of the same request).
             messages = [
                 m for m in transcript(tenant=turn.tenant, user=owner,
                                       messages=turn.messages, reply=turn.reply,
-                                      limit=self._max_messages)
-                if m.fingerprint not in self._recent
+                                      limit=self._max_messages,
+                                      conversation=turn.conversation)
+                if m.request is not None or m.fingerprint not in self._recent
             ]
             speaker_name = _latest_name(turn.messages)
             binding = f"{turn.tenant}\x1f{turn.user}\x1f{speaker_name}" if speaker_name else None
@@ -143,7 +147,8 @@ class QueueSink:
             scrubber = self._scrubbers.for_tenant(turn.tenant)
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
-                                  fingerprint=m.fingerprint, name=m.name, images=m.images)
+                                  fingerprint=m.fingerprint, name=m.name, images=m.images,
+                                  request=m.request)
                 for m in messages
             )
             exchange = Exchange(
