@@ -32,23 +32,28 @@ class TranscriptMessage:
     fingerprint: str
     name: str | None = None
     images: tuple[str, ...] = ()  # image URLs (or data URLs) the user shared
-    # Set on the new user message of a request (:func:`transcript`): the request's key.
-    # That message is learned even when its text was seen before (repeated mention is
-    # evidence, seed 001 §5.3) unless this key was seen within RETRY_WINDOW_SECONDS.
+    # The key of the request that first carried this user message (:func:`request_key`
+    # over the conversation and the messages up to this one; set by :func:`transcript`).
     request: str | None = None
+    # The request's new user message: learned even when its text was seen before
+    # (repeated mention is evidence, seed 001 §5.3) unless ``request`` was seen within
+    # RETRY_WINDOW_SECONDS (a retry, or a later request that already carried it).
+    new: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "text": self.text, "fp": self.fingerprint,
                                 "name": self.name, "images": list(self.images)}
         if self.request is not None:
             data["rq"] = self.request
+        if self.new:
+            data["new"] = True
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TranscriptMessage:
         return cls(role=data["role"], text=data["text"], fingerprint=data["fp"],
                    name=data.get("name"), images=tuple(data.get("images") or ()),
-                   request=data.get("rq"))
+                   request=data.get("rq"), new=bool(data.get("new")))
 
 
 # Images kept for learning: at most this many per message, each at most this many characters
@@ -161,12 +166,17 @@ def fingerprint(*, tenant: str, user: str, role: str, text: str,
 RETRY_WINDOW_SECONDS = 600.0
 
 
-def request_key(*, tenant: str, user: str, conversation: str,
-                fingerprints: list[str]) -> str:
-    """Id of one request's content: the same conversation with the same messages gives the
-    same key (``rq_`` + 32 hex digits of SHA-256)."""
-    seed = "\x1f".join((tenant, user, conversation, *fingerprints))
-    return "rq_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+def request_keys(*, tenant: str, user: str, conversation: str,
+                 fingerprints: list[str]) -> list[str]:
+    """For each message, the id of a request ending with it: the same conversation with
+    the same messages so far gives the same key (``rq_`` + 32 hex digits of SHA-256 over
+    tenant, user, conversation and the fingerprints; one running hash, linear time)."""
+    running = hashlib.sha256("\x1f".join((tenant, user, conversation)).encode())
+    keys = []
+    for value in fingerprints:
+        running.update(b"\x1f" + value.encode())
+        keys.append("rq_" + running.copy().hexdigest()[:32])
+    return keys
 
 
 def _open_user_turn(messages: list[Message]) -> int | None:
@@ -190,10 +200,13 @@ def transcript(
     of the client's list plus the new assistant ``reply``. Memory blocks are stripped as a
     defence (the client never sees ours, but another gateway's may be in its history).
 
-    With ``conversation`` given, the request's new user message (the latest one, when no
-    assistant message follows it) carries :func:`request_key` in ``request``: it is a new
+    With ``conversation`` given, each user message carries in ``request`` the key of the
+    request that ended with it (:func:`request_keys`), and the request's new user message
+    (the latest one, when no assistant message follows it) is marked ``new``: it is a new
     statement even when its text was said before; every earlier message is resent history,
-    known by its per-user fingerprint (SPEC §3.1)."""
+    known by its per-user fingerprint (SPEC §3.1) — and when history reaches the queue
+    before the request that carried it new (two workers, out of order), its key tells that
+    request apart as already learned."""
     out: list[TranscriptMessage] = []
     open_turn = _open_user_turn(messages) if conversation is not None else None
     new_message: TranscriptMessage | None = None
@@ -214,10 +227,11 @@ def transcript(
                                     images=images)))
         if index == open_turn:
             new_message = out[-1]
-    if new_message is not None and conversation is not None:
-        key = request_key(tenant=tenant, user=user, conversation=conversation,
-                          fingerprints=[m.fingerprint for m in out])
-        out = [replace(m, request=key) if m is new_message else m for m in out]
+    if conversation is not None:
+        keys = request_keys(tenant=tenant, user=user, conversation=conversation,
+                            fingerprints=[m.fingerprint for m in out])
+        out = [replace(m, request=key, new=m is new_message) if m.role == "user" else m
+               for m, key in zip(out, keys, strict=True)]
     out = out[-limit:]
     reply_text = clip_message(strip_blocks(reply).strip())
     if reply_text:

@@ -111,11 +111,12 @@ class LearningQueue(Protocol):
         the batch key or ``None``.
 
         Unseen: a message whose per-user fingerprint was never recorded (resent history is
-        never learned twice). A message carrying a ``request`` key (the request's new user
-        message) is buffered even when its text was seen — a repeat is evidence — unless
-        that key was recorded within
-        :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS` (a retried request); its
-        fingerprint is recorded as seen either way."""
+        never learned twice); its ``request`` key, if any, is recorded with it. The
+        request's ``new`` user message is buffered even when its text was seen — a repeat
+        is evidence — unless its ``request`` key was recorded within
+        :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS` (a retried request, or a
+        later request that carried it as history first); its fingerprint is recorded as
+        seen either way."""
         ...
 
     async def mark_seen(self, exchange: Exchange, *, now: float) -> None:

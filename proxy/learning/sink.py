@@ -5,8 +5,9 @@ the turn on an in-process queue and never blocks or raises. A background task tu
 into :class:`~proxy.learning.exchange.Exchange` jobs: it fingerprints the messages, skips
 those this process already queued (an LRU set: clients resend the whole history each
 turn) except the request's new user message (a repeat is evidence; the queue tells a
-retry of the same request apart, :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS`), scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever
-written), and enqueues them in batches. If the process dies with turns still in memory,
+retry of the same request apart, :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS`),
+scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever written),
+and enqueues them in batches. If the process dies with turns still in memory,
 those messages are not lost for good: they are in the next turn's resent history.
 """
 
@@ -138,7 +139,7 @@ class QueueSink:
                                       messages=turn.messages, reply=turn.reply,
                                       limit=self._max_messages,
                                       conversation=turn.conversation)
-                if m.request is not None or m.fingerprint not in self._recent
+                if m.new or m.fingerprint not in self._recent
             ]
             speaker_name = _latest_name(turn.messages)
             binding = f"{turn.tenant}\x1f{turn.user}\x1f{speaker_name}" if speaker_name else None
@@ -148,7 +149,7 @@ class QueueSink:
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
                                   fingerprint=m.fingerprint, name=m.name, images=m.images,
-                                  request=m.request)
+                                  request=m.request, new=m.new)
                 for m in messages
             )
             exchange = Exchange(

@@ -6,7 +6,7 @@ its own module.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -77,9 +77,13 @@ async def chat_completions(request: Request) -> Response:
     chat = parse_chat_request(await read_body(request, res.settings.server.max_request_bytes))
     identity = resolve_identity(principal, request.headers, chat.body, chat.messages,
                                 res.settings.identity)
+    if identity.derived:  # chats that share an opening stay apart (proxy/conversations.py)
+        identity = replace(identity, conversation=res.chains.resolve(identity, chat.messages))
     route = res.registry.route(chat.model)
     injection = await res.memory.prepare(identity, chat, route)
     res.metrics.memory_outcomes.labels(injection.status, injection.reason or "").inc()
+    if injection.refused:
+        res.metrics.memory_lines_refused.inc(injection.refused)
     if injection.injected:
         res.metrics.recall_seconds.observe(injection.recall_ms / 1000)
         res.metrics.injected_tokens.observe(injection.tokens)
@@ -225,6 +229,8 @@ def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:
 
 def _learn(call: _Call, reply: str) -> None:
     identity = call.identity
+    if identity.derived:
+        call.res.chains.record(identity, call.chat.messages, reply)
     if not call.res.learning_enabled or not identity.can_write or identity.user is None:
         return
     call.res.sink.submit(Turn(

@@ -471,7 +471,7 @@ def said(text: str, request: str, *, history: tuple[TranscriptMessage, ...] = ()
     """``history`` resent, then ``text`` as the request's new user message (request key
     ``request``) and the reply."""
     new = TranscriptMessage(role="user", text=text, fingerprint=f"fp-user-{text}",
-                            request=request)
+                            request=request, new=True)
     return (*history, new, msg("assistant", f"re: {text}"))
 
 
@@ -520,3 +520,18 @@ async def test_request_keys_belong_to_one_user(queue: LearningQueue) -> None:
     await queue.buffer(exchange(said("hello there", "rq_x"), user="u2"), batch_size=9,
                        now=1000)
     assert await queue.buffered_conversations("t1", "u2") == ["c1"]
+
+
+async def test_history_queued_before_its_own_request_is_not_buffered_twice(
+    queue: LearningQueue
+) -> None:
+    """When a later request's history reaches the queue first (workers out of order), the
+    request that carried the message new arrives as already learned."""
+    first = TranscriptMessage(role="user", text="I sail", fingerprint="fp-user-I sail",
+                              request="rq_first")
+    later = (first, msg("assistant", "re: I sail"), *said("I row", "rq_later"))
+    await queue.buffer(exchange(later, at=1001), batch_size=9, now=1001)
+    await queue.buffer(exchange(said("I sail", "rq_first"), at=1000), batch_size=9, now=1002)
+    batch = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=1003) or "")
+    assert batch is not None
+    assert [m.text for m in batch.user_messages] == ["I sail", "I row"]

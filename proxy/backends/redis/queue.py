@@ -210,7 +210,7 @@ class RedisLearningQueue:
             args += [m.fingerprint, m.role, orjson.dumps({
                 "role": m.role, "name": m.name, "text": m.text, "fp": m.fingerprint,
                 "images": list(m.images), "model": exchange.model, "at": exchange.at,
-                "channel": channel}), m.request or ""]
+                "channel": channel}), m.request or "", "1" if m.new else ""]
         with unavailable_on_redis_error("learning queue buffer"):
             got = await self._buffer(keys=[self._keys.seen(ns), self._keys.buffer(ns, cd),
                                            self._keys.buffers(ns)], args=args)

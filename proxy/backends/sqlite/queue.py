@@ -124,7 +124,7 @@ class SqliteLearningQueue:
         def run(conn: sqlite3.Connection) -> str | None:
             fresh: list[TranscriptMessage] = []
             for message in exchange.messages:
-                if message.request is not None:
+                if message.new and message.request is not None:
                     # The request's new user message: new unless this same request was
                     # seen within the retry window; its text is marked seen either way, so
                     # it is skipped when resent as history.
@@ -154,6 +154,14 @@ class SqliteLearningQueue:
                 )
                 if inserted.rowcount:
                     fresh.append(message)
+                    if message.request is not None:
+                        # history learned before the request that carried it new: that
+                        # request, arriving later, is then a retry
+                        conn.execute(
+                            "INSERT OR IGNORE INTO seen_messages (tenant, user_id, "
+                            "fingerprint, seen_at) VALUES (?, ?, ?, ?)",
+                            (exchange.tenant, exchange.user, message.request, now),
+                        )
             if not fresh:
                 return None
             channel = exchange.channel if exchange.group is None else f"group:{exchange.group}"
