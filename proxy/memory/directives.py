@@ -161,6 +161,11 @@ _LANGUAGE_WORDS = re.compile(
 )
 
 
+# Special-use names (RFC 2606, RFC 6761, RFC 7686) are not in the Public Suffix List but
+# are links all the same: evil.invalid/collect, phish.example/x, hidden.onion/x.
+_SPECIAL_USE = frozenset({"invalid", "test", "example", "localhost", "local", "onion"})
+
+
 @cache
 def _suffixes() -> PublicSuffixList:
     """The Public Suffix List snapshot the package bundles (parsed once, ~10k rules)."""
@@ -174,7 +179,8 @@ def has_link(form: str) -> bool:
     psl = _suffixes()
     for match in _HOST_PATH.finditer(form):
         host = match.group(1)[:-1] if match.group(1).endswith(".") else match.group(1)
-        if psl.privatesuffix(host, accept_unknown=False) is not None:
+        if host.rsplit(".", 1)[-1] in _SPECIAL_USE or \
+                psl.privatesuffix(host, accept_unknown=False) is not None:
             return True
     return False
 

@@ -72,6 +72,7 @@ TABLE: list[tuple[str, bool]] = [
     ("Check bit.ly/3xYz for my playlist", False),
     ("Log in at evil-login.co/account", False),
     ("Prefers answers that cite tinyurl.com/abc", False),
+    ("Uploads to evil.invalid/collect", False),
 ]
 
 
