@@ -1,17 +1,20 @@
-"""Derived conversation ids that keep chats apart (SPEC §2.2; README "Conversations").
+"""Derived conversation ids that keep chats apart (SPEC §2.2; README "Conversations
+without an id").
 
 When the client names no conversation (no ``X-Conversation-Id``, no
-``metadata.conversation_id``, no group), a chat is identified by its history so far: a
-chain of message hashes, ``H_k = BLAKE2b(H_{k-1}, role, text)`` over the client's user and
-assistant text messages, seeded with (tenant, user, channel, group). After each reply the
-gateway records the node "history + reply" → the conversation id. A later request
-continues the conversation of the newest recorded node its history passes through:
+``metadata.conversation_id``, no group), a chat is identified by what the user said so far:
+a chain of message hashes, ``H_k = BLAKE2b(H_{k-1}, text of user message k)``, seeded with
+(tenant, user, channel, group). Assistant messages are left out of the chain: clients
+store and resend replies in their own ways (trimmed, re-rendered, cut by a tool call), and
+a chain through them would split one chat at every such change. Each request records its
+node ``H_m`` → the conversation id. A later request continues the conversation of the
+newest recorded node its user messages pass through:
 
+- the same user messages again (a retry, a regenerated reply) stay in it;
 - the node's first continuation claims it (the next turn of the same chat);
-- the same continuation again (a retry, a regenerated reply) stays in it;
-- a *different* continuation is another chat that shared the opening (the same greeting
-  and the same canned reply): it forks, with an id derived from its own history, so two
-  chats that diverge after the same first turn never share a learning transcript.
+- a *different* continuation is another chat that shared the opening (the same greeting):
+  it forks, with an id derived from its own history, so two chats that diverge after the
+  same first turn never share a learning transcript.
 
 A request through no recorded node starts a conversation: a chat's first request keeps
 the id of the earlier rule (:func:`~proxy.identity.derive_conversation_id`, over the first
@@ -32,16 +35,15 @@ from dataclasses import dataclass
 from proxy.identity import Identity, derive_conversation_id
 from proxy.request import Message, message_text
 
-# Recorded turns kept (about 150 bytes each: ~15 MB at the cap); the least recently used
-# go first — a chat idle long enough to lose its node is split, never merged.
+# Recorded requests kept (about 150 bytes each: ~15 MB at the cap); the least recently
+# used go first — a chat idle long enough to lose its node is split, never merged.
 MAX_NODES = 100_000
-_ROLES = ("user", "assistant")
 
 
 @dataclass(slots=True)
 class _Node:
     conversation: str
-    continuation: bytes | None = None  # chain hash of the first message that followed
+    continuation: bytes | None = None  # chain hash of the first user message that followed
 
 
 def _seed(identity: Identity) -> bytes:
@@ -50,43 +52,45 @@ def _seed(identity: Identity) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-def _step(previous: bytes, role: str, text: str) -> bytes:
-    return hashlib.blake2b(previous + role.encode() + b"\x1f" + text.encode(),
-                           digest_size=16).digest()
-
-
 def chain(identity: Identity, messages: list[Message]) -> list[bytes]:
-    """``H_1 … H_n`` over the learnable messages (user/assistant with text) of ``messages``.
-    """
+    """``H_1 … H_m`` over the user messages of ``messages`` that hold text or images (their
+    text, whitespace-trimmed; an image-only message hashes as empty text)."""
     out: list[bytes] = []
     current = _seed(identity)
     for message in messages:
-        role = message.get("role")
-        if role not in _ROLES:
+        if message.get("role") != "user":
             continue
-        text = message_text(message).strip()
-        if not text:
-            continue  # an assistant tool-call turn has no text
-        current = _step(current, str(role), text)
+        current = hashlib.blake2b(current + message_text(message).strip().encode(),
+                                  digest_size=16).digest()
         out.append(current)
     return out
 
 
 class ConversationChains:
-    """The in-process map of recorded turns (see the module docstring)."""
+    """The in-process map of recorded requests (see the module docstring)."""
 
     def __init__(self, max_nodes: int = MAX_NODES) -> None:
         self._nodes: OrderedDict[bytes, _Node] = OrderedDict()
         self._max = max_nodes
 
     def resolve(self, identity: Identity, messages: list[Message]) -> str:
-        """The conversation id of a request whose identity was derived."""
+        """The conversation id of a request whose identity was derived; records it."""
         hashes = chain(identity, messages)
-        for index in range(len(hashes) - 2, -1, -1):
+        conversation = self._find(identity, messages, hashes)
+        if hashes and hashes[-1] not in self._nodes:
+            self._nodes[hashes[-1]] = _Node(conversation)
+            while len(self._nodes) > self._max:
+                self._nodes.popitem(last=False)
+        return conversation
+
+    def _find(self, identity: Identity, messages: list[Message], hashes: list[bytes]) -> str:
+        for index in range(len(hashes) - 1, -1, -1):
             node = self._nodes.get(hashes[index])
             if node is None:
                 continue
             self._nodes.move_to_end(hashes[index])
+            if index == len(hashes) - 1:
+                return node.conversation  # the same user messages: a retry or regeneration
             following = hashes[index + 1]
             if node.continuation is None:
                 node.continuation = following
@@ -98,19 +102,6 @@ class ConversationChains:
                                           channel=identity.channel, group=identity.group,
                                           messages=messages)
         return _fork_id(hashes[-1])
-
-    def record(self, identity: Identity, messages: list[Message], reply: str) -> None:
-        """After a reply: the history + reply continues ``identity.conversation``."""
-        if not reply.strip():
-            return
-        hashes = chain(identity, messages)
-        last = hashes[-1] if hashes else _seed(identity)
-        node_key = _step(last, "assistant", reply.strip())
-        if node_key not in self._nodes:
-            self._nodes[node_key] = _Node(identity.conversation)
-        self._nodes.move_to_end(node_key)
-        while len(self._nodes) > self._max:
-            self._nodes.popitem(last=False)
 
 
 def _fork_id(chain_hash: bytes) -> str:

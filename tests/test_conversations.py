@@ -26,9 +26,9 @@ async def turn(gateway: Any, messages: list[dict[str, Any]]) -> str:
 async def test_chats_sharing_an_opening_get_their_own_ids_and_transcripts(
     tmp_path: Path, upstream: FakeUpstream
 ) -> None:
-    """Chat A and chat B both open with "Hi!" → "Hello there!", then diverge: from the
-    second turn on they have different ids, each keeps its own, and each learning batch
-    holds one chat's lines only."""
+    """Chat A and chat B both open with "Hi!" (and get the same reply), then diverge: from
+    the second turn on they have different ids, each keeps its own, and each learning
+    batch holds one chat's lines only."""
     settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 50})
     async with running_gateway(settings, upstream) as gateway:
         opening_a = await turn(gateway, [GREETING])
@@ -78,21 +78,31 @@ def test_an_unrecorded_history_gets_an_id_of_its_own() -> None:
     assert first.startswith("conv_")
 
 
-def test_recorded_turns_are_bounded() -> None:
-    """The map keeps at most max_nodes turns; a chat whose node went is split (a new id),
-    never merged into another."""
+def test_recorded_requests_are_bounded() -> None:
+    """The map keeps at most max_nodes requests; a chat whose node went is split (a new
+    id), never merged into another."""
     chains = ConversationChains(max_nodes=2)
-    opening = _identity()
-    for n in range(3):
-        messages = [{"role": "user", "content": f"chat {n}"}]
-        conversation = chains.resolve(opening, messages)
-        chains.record(Identity(tenant="t", user="u1", conversation=conversation,
-                               derived=True), messages, "ok")
-    first_chat = [{"role": "user", "content": "chat 0"}, {"role": "assistant",
-                                                          "content": "ok"},
-                  {"role": "user", "content": "more"}]
-    second_chat = [{"role": "user", "content": "chat 2"}, {"role": "assistant",
+    firsts = [chains.resolve(_identity(), [{"role": "user", "content": f"chat {n}"}])
+              for n in range(3)]
+
+    def later(n: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": f"chat {n}"}, {"role": "assistant",
                                                            "content": "ok"},
-                   {"role": "user", "content": "more"}]
-    assert chains.resolve(opening, second_chat) == chains.resolve(opening, second_chat[:1])
-    assert chains.resolve(opening, first_chat) != chains.resolve(opening, first_chat[:1])
+                {"role": "user", "content": "more"}]
+
+    assert chains.resolve(_identity(), later(2)) == firsts[2]
+    assert chains.resolve(_identity(), later(0)) != firsts[0]
+
+
+def test_replies_the_client_resends_differently_do_not_split_a_chat() -> None:
+    """The chain runs over user messages only: a client that stores the assistant's reply
+    in its own way (trimmed, re-rendered) keeps one conversation."""
+    chains = ConversationChains()
+    first = chains.resolve(_identity(), [GREETING])
+    second = chains.resolve(_identity(), [GREETING, {"role": "assistant", "content": "ok"},
+                                          {"role": "user", "content": "one"}])
+    third = chains.resolve(_identity(), [GREETING, {"role": "assistant", "content": "OK!"},
+                                         {"role": "user", "content": "one"},
+                                         {"role": "assistant", "content": "fine"},
+                                         {"role": "user", "content": "two"}])
+    assert first == second == third

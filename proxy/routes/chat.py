@@ -229,8 +229,6 @@ def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:
 
 def _learn(call: _Call, reply: str) -> None:
     identity = call.identity
-    if identity.derived:
-        call.res.chains.record(identity, call.chat.messages, reply)
     if not call.res.learning_enabled or not identity.can_write or identity.user is None:
         return
     call.res.sink.submit(Turn(
