@@ -169,8 +169,8 @@ _SPECIAL_USE = frozenset({"invalid", "test", "example", "localhost", "local", "o
 
 @cache
 def _suffixes() -> PublicSuffixList:
-    """The Public Suffix List snapshot the package bundles (parsed once, ~10k rules, about
-    12 MB of RSS: loaded only when a text holds a host-and-path candidate)."""
+    """The Public Suffix List snapshot the package bundles (parsed once, ~10k rules, 1–2 MB
+    of RSS: loaded only when a text holds a host-and-path candidate)."""
     return PublicSuffixList()
 
 
@@ -178,7 +178,7 @@ def has_link(form: str) -> bool:
     """Whether a detection-form text carries a link (see the module docstring)."""
     if _SCHEME.search(form):
         return True
-    for match in _HOST_PATH.finditer(form):  # the list (~12 MB) loads on a first candidate
+    for match in _HOST_PATH.finditer(form):  # the list loads on a first candidate
         host = match.group(1)[:-1] if match.group(1).endswith(".") else match.group(1)
         if host.rsplit(".", 1)[-1] in _SPECIAL_USE or \
                 _suffixes().privatesuffix(host, accept_unknown=False) is not None:
