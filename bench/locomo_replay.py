@@ -320,19 +320,36 @@ async def ask(client: AsyncOpenAI, oracle: Oracle, dataset: Dataset, counter: To
     return results, skipped
 
 
-async def count_memories(url: str, users: list[str]) -> int:
-    total = 0
+@dataclass
+class Stored:
+    """What the gateway kept: memories per category and the evidence they carry."""
+
+    by_category: Counter[str] = field(default_factory=Counter)
+    hits: int = 0  # sum of hits over the memories (1 per memory + 1 per merge)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_category.values())
+
+
+async def count_memories(url: str, users: list[str]) -> Stored:
+    stored = Stored()
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         for user in users:
             offset = 0
             while True:
                 page = (await client.get("/v1/memories", params={
                     "limit": 500, "offset": offset}, headers={"X-User-Id": user})).json()
-                total += len(page["data"])
+                for memory in page["data"]:
+                    kind = memory["category"]
+                    if memory.get("subcategory"):
+                        kind += "/" + memory["subcategory"]
+                    stored.by_category[kind] += 1
+                    stored.hits += int(memory.get("hits", 1))
                 if not page["has_more"]:
                     break
                 offset += 500
-    return total
+    return stored
 
 
 async def flush_all(url: str, users: list[str]) -> None:
@@ -341,18 +358,22 @@ async def flush_all(url: str, users: list[str]) -> None:
             await client.post("/v1/memories/flush", headers={"X-User-Id": user})
 
 
-def audit_reasons(db: Path) -> Counter[str]:
-    """Why facts were rejected, from the gateway's audit log (embedded mode only)."""
+def audit_counts(db: Path) -> tuple[Counter[str], int]:
+    """Why facts were rejected, and how many merges (repeated facts counted as evidence),
+    from the gateway's audit log (embedded mode only)."""
     if not db.is_file():
-        return Counter()
+        return Counter(), 0
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT reason, count(*) FROM audit_log WHERE action = 'rejected' "
                             "GROUP BY reason").fetchall()
-    return Counter({str(reason): int(n) for reason, n in rows})
+        merges = conn.execute("SELECT count(*) FROM audit_log WHERE action = 'merged'"
+                              ).fetchone()[0]
+    return Counter({str(reason): int(n) for reason, n in rows}), int(merges)
 
 
 def report(results: list[QAResult], skipped: int, *, sessions_replayed: int, sent: int,
-           memories: int, oracle: Oracle, elapsed: float, rejected: Counter[str]) -> None:
+           stored: Stored, oracle: Oracle, elapsed: float, rejected: Counter[str],
+           merges: int | None) -> None:
     by_cat: dict[int, list[QAResult]] = defaultdict(list)
     for r in results:
         by_cat[r.category].append(r)
@@ -373,8 +394,15 @@ def report(results: list[QAResult], skipped: int, *, sessions_replayed: int, sen
     print(f"chat requests sent:              {sent}")
     print(f"learning calls made:             score {oracle.calls['score']}, "
           f"extract {oracle.calls['extract']}")
-    print(f"observations offered / stored:   {oracle.offered} / {memories}"
-          f"  (filtered: {dict(rejected) or 'n/a'})")
+    print(f"observations offered / stored:   {oracle.offered} / {stored.total}")
+    print("facts stored per category:       " + (", ".join(
+        f"{k} {n}" for k, n in sorted(stored.by_category.items())) or "none"))
+    print("facts rejected per reason:       " + (", ".join(
+        f"{k} {n}" for k, n in sorted(rejected.items())) or
+        ("none" if merges is not None else "n/a (external gateway)")))
+    print(f"merges (evidence):               "
+          f"{'n/a' if merges is None else merges} audited, "
+          f"{stored.hits - stored.total} extra hits on stored facts")
     print(f"questions asked (cat 1-4):       {len(results)} (+{skipped} without observations)")
     print(f"replay + learning wall time:     {elapsed:.1f} s\n")
     print(f"{'category':<22}{'n':>6}{'any-ev':>10}{'all-ev':>10}{'recall':>10}")
@@ -447,14 +475,14 @@ async def main() -> None:
         await asyncio.sleep(1.5)
         await wait_learning_idle(url)
         elapsed = time.monotonic() - started
-        memories = await count_memories(url, users)
+        stored = await count_memories(url, users)
         results, skipped = await ask(client, oracle, dataset, TokenCounter(),
                                      limit=args.questions)
         await client.close()
-        report(results, skipped, sessions_replayed=replayed, sent=sent, memories=memories,
-               oracle=oracle, elapsed=elapsed,
-               rejected=audit_reasons(workdir / "memory.db") if args.gateway is None
-               else Counter())
+        rejected, merges = audit_counts(workdir / "memory.db") if args.gateway is None \
+            else (Counter(), None)
+        report(results, skipped, sessions_replayed=replayed, sent=sent, stored=stored,
+               oracle=oracle, elapsed=elapsed, rejected=rejected, merges=merges)
         if oracle.unmatched_turns:
             print(f"(oracle could not match {oracle.unmatched_turns} transcript lines to the "
                   "dataset, e.g. after PII scrubbing changed them)")

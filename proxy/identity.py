@@ -44,6 +44,9 @@ class Identity:
     group: str | None = None
     mode: MemoryMode = "on"
     user_source: str = "none"  # key | header | body | metadata | none
+    # The client named no conversation: ``conversation`` was derived from the messages
+    # (the chat route then keeps chats apart: :mod:`proxy.conversations`).
+    derived: bool = False
 
     @property
     def can_read(self) -> bool:
@@ -122,6 +125,7 @@ def resolve_identity(
         # A group chat is one long conversation: every participant's request shares it.
         seed = "\x1f".join((principal.tenant, "group", group))
         conversation = "grp_" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+    derived = conversation is None
     if conversation is None:
         conversation = derive_conversation_id(
             tenant=principal.tenant, user=user, channel=channel, group=group, messages=messages
@@ -134,13 +138,15 @@ def resolve_identity(
         group=group,
         mode=mode,
         user_source=source,
+        derived=derived,
     )
 
 
 def derive_conversation_id(
     *, tenant: str, user: str | None, channel: str, group: str | None, messages: list[Message]
 ) -> str:
-    """A stable id for a conversation the client did not name.
+    """A stable id for a conversation the client did not name, from its first request
+    (the chat route refines it per history: :class:`proxy.conversations.ConversationChains`).
 
     sha256 over tenant, user, channel, group and the first user message's text: clients
     resend the whole history each turn, so the first user message is the same on every turn

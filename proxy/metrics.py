@@ -53,5 +53,10 @@ class Metrics:
             "memory_proxy_learning_sink_dropped_total",
             "Exchanges not queued because the in-process buffer was full.", registry=r)
 
+        self.memory_lines_refused = Counter(
+            "memory_proxy_memory_lines_refused_total",
+            "Stored memory lines left out of the injected block because their text poses "
+            "as an instruction (an order, a link, a role or tool-call marker).", registry=r)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

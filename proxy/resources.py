@@ -16,7 +16,8 @@ from datetime import datetime
 import structlog
 
 from proxy.auth import KeyRing
-from proxy.learning.model import LearningModel
+from proxy.conversations import ConversationChains
+from proxy.learning.model import LearningModel, check_window
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import LearningQueue
 from proxy.learning.sink import LearningSink, NullSink, QueueSink
@@ -62,6 +63,8 @@ class Resources:
     worker_task: asyncio.Task[None] | None = None
     usage: UsageWriter = field(init=False)
     clock: Callable[[], datetime] = utcnow
+    # Derived conversation ids per chat history (proxy/conversations.py).
+    chains: ConversationChains = field(default_factory=ConversationChains)
 
     def __post_init__(self) -> None:
         dropped = self.metrics.learning_events.labels("spool_dropped", "usage")
@@ -99,6 +102,7 @@ def build_resources(
     sink: LearningSink = NullSink()
     worker = None
     if learning.enabled and queue is not None:
+        check_window(learning, registry, counter)
         sink = QueueSink(queue, scrubbers, max_messages=learning.max_messages_per_exchange,
                          metrics=metrics)
         model = LearningModel(upstream=upstream, registry=registry, ledger=ledger,
@@ -118,8 +122,11 @@ def preflight(settings: Settings) -> None:
     """The configured backend's check before a server starts, so that what would fail
     inside it with a stack trace is a startup message instead: with ``storage.backend:
     sqlite`` the database file must be creatable (with Redis no local file is used, and an
-    unreachable Redis degrades memory at run time rather than stopping startup). Raises
-    :class:`ConfigError` naming the setting."""
+    unreachable Redis degrades memory at run time rather than stopping startup), and with
+    learning on, every model learning may call must have room for a transcript
+    (:func:`~proxy.learning.model.check_window`). Raises :class:`ConfigError` naming the
+    setting."""
+    check_window(settings.learning, ModelRegistry(settings), TokenCounter())
     if settings.storage.backend != "sqlite":
         return
     from proxy.backends.sqlite.database import preflight as sqlite_preflight

@@ -8,6 +8,10 @@ Rules (SPEC §3.6; seed 001 §5.3–5.4):
   once per batch), ``last_seen_at`` refreshed, tags unioned, and its content replaced only
   by a strictly richer statement of the same thing. Nothing "skips identical facts": that
   guard would freeze hits at 1 (seed 001 §5.3, a real regression there).
+- **Subjects never cross.** ``duplicate_of``, ``supersedes`` and every other match apply
+  only between memories with the same subject (:func:`subject_key`: "user" for the user,
+  else the person's normalised name) and the learned scope: a fact about person X retires
+  or strengthens only the user's facts about X, never the user's own.
 - **Retire, not delete.** A fact that ``supersedes`` stored memories is stored new, and each
   superseded one gets ``enabled = False``, ``superseded_at``, ``superseded_by`` and a reason:
   kept for audit and history, never injected again (case B24: never both active, never
@@ -68,8 +72,25 @@ class BatchContext:
     synonyms: Sequence[Sequence[str]] = ()
 
 
+# How a fact names the user as its subject (the extraction prompt asks for "user").
+USER_SUBJECTS = frozenset({"user", "the user", "me", "i", "myself", "用户", "我"})
+LEARNED_SCOPE = "personal"  # the scope of every learned memory
+
+
+def subject_key(subject: str) -> str:
+    """The subject a memory is about, compared across memories: ``"user"`` for the user
+    (an empty subject, "user", "the user", "me", 用户 …), else the person's normalised
+    name (:func:`~proxy.memory.text.normalize`)."""
+    norm = normalize(subject.strip())
+    return USER_SUBJECT if not norm or norm in USER_SUBJECTS else norm
+
+
 def _same_subject(memory: Memory, subject: str) -> bool:
-    return normalize(memory.subject) == normalize(subject)
+    """Whether ``memory`` may be merged with or retired by a learned fact about
+    ``subject``: same subject key and the learned scope (subjects never cross: a fact
+    about a named person never strengthens or retires the user's own facts, nor a
+    shared or system memory)."""
+    return memory.scope == LEARNED_SCOPE and subject_key(memory.subject) == subject_key(subject)
 
 
 def _find_duplicate(
@@ -78,7 +99,8 @@ def _find_duplicate(
 ) -> Memory | None:
     if fact.duplicate_of:
         known = ctx.known.get(fact.duplicate_of)
-        if known is not None and known.id in active:
+        if known is not None and known.id in active and \
+                _same_subject(active[known.id], subject):
             return active[known.id]
     candidates = [m for m in active.values() if _same_subject(m, subject)]
     for memory in candidates:
@@ -155,7 +177,8 @@ def consolidate(
         ))
 
     for fact in facts:
-        subject = fact.subject.strip() or USER_SUBJECT
+        subject = USER_SUBJECT if subject_key(fact.subject) == USER_SUBJECT \
+            else fact.subject.strip()
         norm = normalize(fact.content)
         if not norm:
             continue
@@ -166,6 +189,7 @@ def consolidate(
         superseded = [
             active[ctx.known[s].id] for s in fact.supersedes
             if s in ctx.known and ctx.known[s].id in active
+            and _same_subject(active[ctx.known[s].id], subject)
         ]
         retiring = {m.id for m in superseded}
         duplicate = _find_duplicate(fact, subject, norm, ctx, active)

@@ -5,7 +5,11 @@ memory block — case B22) plus the assistant's reply as context. Tool results a
 arguments are left out: they are not statements of the user (cases B03, B30). Each message
 carries a fingerprint — a hash of (tenant, user, role, normalised text) — so that clients
 resending the whole history every turn never get a message learned twice, even after they
-truncate history or the conversation id changes (SPEC §3.1).
+truncate history or the conversation id changes (SPEC §3.1: "nothing is learned twice" is
+about resent history). The request's new user message is the exception: stating a known
+fact again is evidence (seed 001 §5.3), so it is learned again in any conversation —
+unless the same request (same conversation, same messages) was queued within
+:data:`RETRY_WINDOW_SECONDS` (a retry).
 
 **Group chats: display names are identity only for trusted callers.** In a group channel
 the messages name their speakers with OpenAI's ``name`` field. An *app key* (a server-side
@@ -24,7 +28,7 @@ name.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.memory.inject import strip_blocks
@@ -41,15 +45,28 @@ class TranscriptMessage:
     fingerprint: str
     name: str | None = None
     images: tuple[str, ...] = ()  # image URLs (or data URLs) the user shared
+    # The key of the request that first carried this user message (:func:`request_key`
+    # over the conversation and the messages up to this one; set by :func:`transcript`).
+    request: str | None = None
+    # The request's new user message: learned even when its text was seen before
+    # (repeated mention is evidence, seed 001 §5.3) unless ``request`` was seen within
+    # RETRY_WINDOW_SECONDS (a retry, or a later request that already carried it).
+    new: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "text": self.text, "fp": self.fingerprint, "name": self.name,
-                "images": list(self.images)}
+        data: dict[str, Any] = {"role": self.role, "text": self.text, "fp": self.fingerprint,
+                                "name": self.name, "images": list(self.images)}
+        if self.request is not None:
+            data["rq"] = self.request
+        if self.new:
+            data["new"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TranscriptMessage:
         return cls(role=data["role"], text=data["text"], fingerprint=data["fp"],
-                   name=data.get("name"), images=tuple(data.get("images") or ()))
+                   name=data.get("name"), images=tuple(data.get("images") or ()),
+                   request=data.get("rq"), new=bool(data.get("new")))
 
 
 # Images kept for learning: at most this many per message, each at most this many characters
@@ -180,14 +197,57 @@ def fingerprint(*, tenant: str, user: str, role: str, text: str,
     return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
+# How long a request (same conversation, same messages) counts as a retry of one already
+# queued: client SDKs retry within seconds to a few minutes (the openai SDK backs off up to
+# 8 s per attempt; proxies and users retry by hand), so 10 minutes covers them.
+RETRY_WINDOW_SECONDS = 600.0
+
+
+def request_keys(*, tenant: str, user: str, conversation: str,
+                 fingerprints: list[str]) -> list[str]:
+    """For each message, the id of a request ending with it: the same conversation with
+    the same messages so far gives the same key (``rq_`` + 32 hex digits of SHA-256 over
+    tenant, user, conversation and the fingerprints; one running hash, linear time)."""
+    running = hashlib.sha256("\x1f".join((tenant, user, conversation)).encode())
+    keys = []
+    for value in fingerprints:
+        running.update(b"\x1f" + value.encode())
+        keys.append("rq_" + running.copy().hexdigest()[:32])
+    return keys
+
+
+def _open_user_turn(messages: list[Message]) -> int | None:
+    """Index of the latest user message when no assistant message follows it (the message
+    this request asks the assistant to answer), else ``None`` (a tool-call round trip
+    resends an already answered user message)."""
+    for index in range(len(messages) - 1, -1, -1):
+        role = messages[index].get("role")
+        if role == "assistant":
+            return None
+        if role == "user":
+            return index
+    return None
+
+
 def transcript(
-    *, tenant: str, user: str, messages: list[Message], reply: str, limit: int
+    *, tenant: str, user: str, messages: list[Message], reply: str, limit: int,
+    conversation: str | None = None,
 ) -> tuple[TranscriptMessage, ...]:
     """The learnable tail of a conversation: the last ``limit`` user/assistant text messages
     of the client's list plus the new assistant ``reply``. Memory blocks are stripped as a
-    defence (the client never sees ours, but another gateway's may be in its history)."""
+    defence (the client never sees ours, but another gateway's may be in its history).
+
+    With ``conversation`` given, each user message carries in ``request`` the key of the
+    request that ended with it (:func:`request_keys`), and the request's new user message
+    (the latest one, when no assistant message follows it) is marked ``new``: it is a new
+    statement even when its text was said before; every earlier message is resent history,
+    known by its per-user fingerprint (SPEC §3.1) — and when history reaches the queue
+    before the request that carried it new (two workers, out of order), its key tells that
+    request apart as already learned."""
     out: list[TranscriptMessage] = []
-    for message in messages:
+    open_turn = _open_user_turn(messages) if conversation is not None else None
+    new_message: TranscriptMessage | None = None
+    for index, message in enumerate(messages):
         role = message.get("role")
         if role not in LEARNABLE_ROLES:
             continue
@@ -202,6 +262,13 @@ def transcript(
             role=str(role), text=text, name=name, images=images,
             fingerprint=fingerprint(tenant=tenant, user=user, role=str(role), text=text,
                                     images=images)))
+        if index == open_turn:
+            new_message = out[-1]
+    if conversation is not None:
+        keys = request_keys(tenant=tenant, user=user, conversation=conversation,
+                            fingerprints=[m.fingerprint for m in out])
+        out = [replace(m, request=key, new=m is new_message) if m.role == "user" else m
+               for m, key in zip(out, keys, strict=True)]
     out = out[-limit:]
     reply_text = clip_message(strip_blocks(reply).strip())
     if reply_text:

@@ -3,11 +3,12 @@
 - **too_long**: content over :data:`~proxy.memory.records.MAX_CONTENT_CHARS` or a title
   over :data:`~proxy.memory.records.MAX_TITLE_CHARS` — the caps manual memories have; a
   fact that long is a copied message, not a statement to remember.
-- **instruction** (case B30): a fact phrased as an order to the assistant, or carrying a
-  link, "ignore previous instructions", a role marker ("system:", ``<system>``,
-  ``</user_memory>``), a chat-template token (``<|im_start|>``, ``[INST]``) or a persona
-  switch ("you are now …", "act as …"), is dropped — memory holds statements about the
-  user, never standing directives.
+- **instruction** (case B30): a fact whose title or content is an order to the assistant,
+  carries a link, a role marker, a chat-template or tool-call token, a persona switch or
+  an attempt to override the rules is dropped (:mod:`proxy.memory.directives`, the same
+  rules the injected block applies again). A statement of the user's preference *about*
+  answers ("Prefers short answers", 偏好简洁回答) is no order: it is kept, and filed as
+  ``user_preference/style`` or ``user_preference/language``.
 
 Every text rule here is decided on :func:`~proxy.memory.text.detection_form` (NFKC,
 invisible characters and accents removed, look-alike letters mapped, case-folded), so a
@@ -31,65 +32,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.learning.parsing import CandidateFact
 from proxy.learning.pii import PLACEHOLDERS, Scrubber
 from proxy.learning.prompts import EXAMPLE_FACTS
+from proxy.memory.directives import answer_preference, is_directive
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.memory.text import content_terms, detection_form, has_cjk, normalize
 
-_URL = re.compile(r"https?://|www\.|\b[\w-]+\.(?:com|net|org|io|invalid|xyz|ru|cn)/\S*", re.I)
-_DIRECTIVE = re.compile(
-    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}"
-    r"\b(?:instructions?|rules?|prompts?|guidelines|directives?)\b"
-    r"|\b(?:ignore|disregard)\s+(?:all\s+|any\s+|the\s+|your\s+)*(?:previous|prior|above)|\bsystem\s*(?:prompt|rule|message|instruction)s?\b|^\s*system\s*:"
-    r"|\b(?:assistant|ai|model|chatbot|bot)\s+(?:must|should|shall|has to|needs to|will always|"
-    r"is required to)\b|\byou (?:must|should|shall|have to|need to|are required to)\b"
-    r"|^\s*(?:always|never|do not|don't|must)\s+(?:answer|reply|respond|append|include|add|"
-    r"say|mention|tell|use|write|output|print|call|refer|start|end|format|recommend|suggest|"
-    r"link|send)\b"
-    r"|^\s*(?:append|include|respond|reply|answer|output|print|forward|visit|click)\b"
-    r"|\bfrom now on\b|\bgoing forward,? (?:you|always|never)\b"
-    r"|\b(?:always|never)\s+(?:answer|reply|respond|write|speak|talk|append|include|add|"
-    r"say|mention|output|print|format|start|end|refer)\b"
-    r"|从现在起|从今以后|以后(?:都|一律|必须)|每次回答"
-    r"|忽略(?:之前|以上|前面)|系统(?:规则|提示|指令)|你(?:必须|应该|一定要|要始终)|助手(?:必须|应该|要始终)"
-    r"|^\s*(?:始终|永远|总是|务必|必须)",
-    re.I | re.M,
-)
-# Role markers and chat-template control tokens (seen in the detection form: lower-case,
-# NFKC-folded): a memory holding one is trying to speak as someone other than the user.
-_ROLE = re.compile(
-    # "system:" / "assistant:" / "developer:" opening a line, or after a sentence or a tag;
-    # "the billing system: invoices" (a word before it) is ordinary text.
-    r"(?:^|[.!?;>\]|)}。！？；])[^\S\n]*(?:system|assistant|developer|sys|系统|助手|开发者)"
-    r"[^\S\n]*:"
-    r"|^[^\S\n]*#+[^\S\n]*(?:system|assistant|developer|instructions?)\b"
-    # tags named like a role or like our own block: <system>, </assistant>, <user_memory>
-    # (angle brackets also as ‹ › 〈 〉 《 》, which NFKC leaves alone)
-    r"|[<‹〈《]\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?"
-    r"|sys|prompt|系统|助手|开发者)\s*(?:\s[^<>‹›〈〉《》]{0,60})?/?\s*[>›〉》]"
-    r"|[<‹〈《]\s*/?\s*user[\s_-]*memor(?:y|ies)[^<>‹›〈〉《》]{0,40}[>›〉》]"
-    # ChatML / Llama / Mistral control tokens: <|im_start|>, <|eot_id|>, [INST], <<SYS>>
-    r"|<\|[^|<>\n]{0,40}\|>|\[/?inst\]|<<\s*/?\s*sys\s*>>|</s>"
-    # persona switches aimed at the assistant
-    r"|\byou(?:\s*['’]re|\s+are)\s+(?:now|no longer)\s+(?:an?\s|the\s|my\s|in\s|called\b"
-    r"|named\b|known\b|dan\b|free\b|unrestricted\b|unfiltered\b|uncensored\b|jailbroken\b"
-    r"|acting\b|operating\b|allowed\b|able\b|permitted\b|bound\b|restricted\b|limited\b"
-    r"|required\b|developer\b|going to\b)"
-    r"|\byou\s+(?:will|shall)\s+now\b"
-    r"|(?:^|[.!?;:]\s*|\byou\s+(?:will\s+|shall\s+|should\s+|must\s+|can\s+|now\s+"
-    r"|are\s+to\s+)?|\bplease\s+)(?:act|behave|pose|roleplay|role-play|pretend)\b"
-    r"|\bpretend\s+(?:that\s+)?you(?:\s*['’]re|\s+are)?\b"
-    # the same in Chinese: 你现在是 / 你扮演 / 请扮演 / 假装你是 … (a third person playing a
-    # role — 她在话剧里扮演主角 — is not aimed at the assistant)
-    r"|你(?:现在|从此|今后)?(?:就)?(?:是|成为|变成)(?:一个)?(?:dan|没有(?:任何)?限制|不受限制)"
-    r"|你(?:现在|从此|今后)(?:是|成为|变成|扮演|充当)"
-    r"|你(?:将|要|必须|需要|应该)?(?:扮演|假装|充当)|请(?:你)?(?:扮演|假装|充当)"
-    r"|假装(?:你|自己)是|扮演(?:一个|一位)?没有(?:任何)?限制",
-    re.M,
-)
 _SCHEMA_KEYS = re.compile(r'"(?:title|content|category|facts|memories|subject)"\s*:')
 _NUMBER = re.compile(r"\d+")
 _WORD = re.compile(r"[A-Za-z][\w'-]*")
@@ -123,16 +74,6 @@ def _capitalised(text: str) -> list[str]:
         words = _WORD.findall(sentence)
         out.extend(w.removesuffix("'s").rstrip("'-") for w in words[1:] if w[0].isupper())
     return out
-
-
-def is_directive(text: str) -> bool:
-    """True for text phrased as an order to the assistant, carrying a link (case B30), or
-    holding a role marker or chat-template token (``SYSTEM:``, ``<system>``,
-    ``</user_memory>``, ``<|im_start|>``, ``[INST]``, "you are now …", "act as …"). Decided
-    on :func:`~proxy.memory.text.detection_form`, so full-width, look-alike or
-    invisible-character spellings are caught like plain ASCII."""
-    form = detection_form(text)
-    return bool(_URL.search(form) or _DIRECTIVE.search(form) or _ROLE.search(form))
 
 
 def contains_pii(scrubber: Scrubber, text: str) -> bool:
@@ -226,7 +167,22 @@ class FactFilter:
         for fact in facts:
             reason = self.check(fact, grounded=grounded)
             if reason is None:
-                accepted.append(fact)
+                accepted.append(filed(fact))
             else:
                 rejected.append(Verdict(fact, reason))
         return accepted, rejected
+
+
+def filed(fact: CandidateFact) -> CandidateFact:
+    """``fact`` filed as ``user_preference/style`` or ``user_preference/language`` when it
+    states the user's own preference about answers
+    (:func:`~proxy.memory.directives.answer_preference`), else unchanged."""
+    if normalize(fact.subject.strip() or "user") not in _USER_SUBJECTS:
+        return fact
+    kind = answer_preference(fact.content)
+    if kind is None or (fact.category == "user_preference" and fact.subcategory == kind):
+        return fact
+    return replace(fact, category="user_preference", subcategory=kind)
+
+
+__all__ = ["FactFilter", "Verdict", "contains_pii", "filed", "is_directive", "pii_kinds"]

@@ -21,9 +21,11 @@ from typing import Any
 
 from proxy.errors import ProxyError, RateLimitError, UpstreamTimeoutError
 from proxy.learning.parsing import ModelOutput
+from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, GROUP_EN, GROUP_ZH
 from proxy.ledger import LearningUsage, Ledger, Purpose
 from proxy.models import ModelRegistry
 from proxy.request import Message
+from proxy.settings import ConfigError, LearningSettings
 from proxy.tokens import TokenCounter
 from proxy.transcript import usage_from
 from proxy.upstream.base import Upstream, UpstreamCall
@@ -31,6 +33,45 @@ from proxy.upstream.base import Upstream, UpstreamCall
 # Share of the learning model's context window left unused by learning calls: token counts
 # of models without their own tokenizer here are cl100k_base approximations.
 WINDOW_MARGIN = 0.05
+
+
+# The least room a learning call must leave for the conversation: one short message line
+# of the transcript ("[1] user: …", a dozen words) in cl100k_base tokens.
+MIN_TRANSCRIPT_TOKENS = 64
+
+
+def check_window(settings: LearningSettings, registry: ModelRegistry,
+                 counter: TokenCounter) -> None:
+    """Startup check: every model learning may call — ``learning.model`` when set, else
+    every ``model_list`` entry (learning then uses the request's model) — must leave at
+    least :data:`MIN_TRANSCRIPT_TOKENS` of its context window for the conversation once
+    the largest built-in extraction prompt (Chinese, group chat, empty lists), a reply of
+    ``learning.max_output_tokens`` and :data:`WINDOW_MARGIN` are counted. Raises
+    :class:`~proxy.settings.ConfigError` naming the setting to change; does nothing when
+    learning is off."""
+    if not settings.enabled:
+        return
+    names = [settings.model] if settings.model else registry.names
+    system = max((EXTRACTION_EN + GROUP_EN, EXTRACTION_ZH + GROUP_ZH),
+                 key=lambda text: counter.count(text, "cl100k_base"))
+    prompt: list[Message] = [{"role": "system", "content": system},
+                             {"role": "user", "content": "已有记忆:\n\n\n新消息:\n"}]
+    for name in names:
+        for route in registry.routes(name):
+            window = route.context_window
+            used = counter.count_messages(prompt, route.tokenizer)
+            room = window - int(window * WINDOW_MARGIN) - used - settings.max_output_tokens
+            if room >= MIN_TRANSCRIPT_TOKENS:
+                continue
+            setting = "learning.model" if settings.model else \
+                f"model_list ('{name}', used for learning when learning.model is empty)"
+            raise ConfigError(
+                f"{setting}: the model '{name}' has a context window of {window} tokens; the "
+                f"learning prompt ({used} tokens) and a reply of learning.max_output_tokens "
+                f"({settings.max_output_tokens}) leave {max(room, 0)} tokens for the "
+                f"conversation (at least {MIN_TRANSCRIPT_TOKENS} needed). Set learning.model "
+                "to a model with a larger window (model_info.max_input_tokens) or lower "
+                "learning.max_output_tokens.")
 
 
 class LearningModel:

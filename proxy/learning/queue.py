@@ -126,7 +126,15 @@ class LearningQueue(Protocol):
     ) -> str | None:
         """Buffer the unseen messages of ``exchange``; when the conversation now holds
         ``batch_size`` user messages, seal a batch and enqueue its ``learn`` job. Returns
-        the batch key or ``None``."""
+        the batch key or ``None``.
+
+        Unseen: a message whose per-user fingerprint was never recorded (resent history is
+        never learned twice); its ``request`` key, if any, is recorded with it. The
+        request's ``new`` user message is buffered even when its text was seen — a repeat
+        is evidence — unless its ``request`` key was recorded within
+        :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS` (a retried request, or a
+        later request that carried it as history first); its fingerprint is recorded as
+        seen either way."""
         ...
 
     async def mark_seen(self, exchange: Exchange, *, now: float) -> None:

@@ -4,8 +4,10 @@ The chat route calls :meth:`QueueSink.submit` after the reply was fully sent; it
 the turn on an in-process queue and never blocks or raises. A background task turns turns
 into :class:`~proxy.learning.exchange.Exchange` jobs: it fingerprints the messages, skips
 those this process already queued (an LRU set: clients resend the whole history each
-turn), scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever
-written), and enqueues them in batches. If the process dies with turns still in memory,
+turn) except the request's new user message (a repeat is evidence; the queue tells a
+retry of the same request apart, :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS`),
+scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever written),
+and enqueues them in batches. If the process dies with turns still in memory,
 those messages are not lost for good: they are in the next turn's resent history.
 
 **Spool.** When the queue store cannot be written (Redis or the SQLite file unreachable),
@@ -244,11 +246,14 @@ class QueueSink:
             if group is not None and not turn.names_trusted:
                 group, channel, sent = None, "private", as_told_by(turn.messages)
             owner = group_namespace(group) if group is not None else turn.user
+            # Resent history is skipped by fingerprint; the request's new user message is
+            # always queued (the queue drops it only as a retry of the same request).
             messages = [
                 m for m in transcript(tenant=turn.tenant, user=owner,
                                       messages=sent, reply=turn.reply,
-                                      limit=self._max_messages)
-                if m.fingerprint not in self._recent
+                                      limit=self._max_messages,
+                                      conversation=turn.conversation)
+                if m.new or m.fingerprint not in self._recent
             ]
             # Only a trusted caller binds a display name to its user (exchange module doc).
             speaker_name = _latest_name(sent) if turn.names_trusted else None
@@ -267,7 +272,8 @@ class QueueSink:
             scrubber = self._scrubbers.for_tenant(turn.tenant)
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
-                                  fingerprint=m.fingerprint, name=m.name, images=m.images)
+                                  fingerprint=m.fingerprint, name=m.name, images=m.images,
+                                  request=m.request, new=m.new)
                 for m in messages
             )
             exchange = Exchange(

@@ -291,6 +291,14 @@ class Worker:
         # this covers batches buffered before that, for the calls and the checks alike.
         batch = clip_batch(loaded)
         now = self._clock()
+        if not batch.user_messages:
+            # Only assistant text (a retried reply, an explicit flush after a reply): no
+            # statement of the user to learn from, so no learning call is made.
+            await self._store.audit([self._event(batch, "skipped", "no new user message",
+                                                 now)])
+            await self.queue.drop_batch(key)
+            self._count("learn_outcome", "skipped_empty")
+            return
         owners = await self._owners(batch)
         if not owners:
             await self._store.audit([self._event(batch, "skipped", "learning off, memory "

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import structlog
 
 from proxy.identity import Identity
+from proxy.memory.directives import injectable
 from proxy.memory.embed import Embedder
 from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct
@@ -58,6 +59,9 @@ class Injection:
     # The memory block itself ("" when none): protocols that carry it outside the chat
     # messages (Responses ``instructions``, Anthropic ``system``) place it themselves.
     block: str = ""
+    # Stored lines (facts, profile texts) left out because they pose as instructions
+    # (:func:`~proxy.memory.directives.injectable`: the write-time rules, applied again).
+    refused: int = 0
 
     @property
     def injected(self) -> bool:
@@ -167,6 +171,7 @@ class MemoryService:
         facts = relevant + [
             resident[i] for i in distinct(resident, limit=len(resident), chosen=relevant)
         ]
+        facts, profile, refused = held_as_data(facts, profile)
         language = choose_language(request.messages, self._settings.language)
         template = self._settings.templates[language]
         tokenizer = route.tokenizer
@@ -179,7 +184,7 @@ class MemoryService:
                 messages=self.passthrough(request, route, "empty").messages,
                 status="degraded" if degraded else "empty",
                 reason=degraded or ("budget" if facts else None), recall_ms=recall_ms,
-                trimmed=plan.trimmed,
+                trimmed=plan.trimmed, refused=refused,
             )
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
@@ -189,7 +194,7 @@ class MemoryService:
         return Injection(
             messages=messages, status="degraded" if degraded else "injected",
             count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
-            recall_ms=recall_ms, trimmed=plan.trimmed,
+            recall_ms=recall_ms, trimmed=plan.trimmed, refused=refused,
             reason=degraded or ("budget" if plan.trimmed else None), block=plan.text,
         )
 
@@ -241,6 +246,31 @@ class MemoryService:
                                          route.tokenizer)
         return max(0, min(budget, window - prompt - reserve - OVERFLOW_MARGIN_TOKENS))
 
+
+
+def held_as_data(
+    facts: list[Memory], profile: Profile | None
+) -> tuple[list[Memory], Profile | None, int]:
+    """The facts and profile texts that may appear in the block — each passes the rules a
+    memory is written under (:func:`~proxy.memory.directives.injectable`), so memories
+    stored before a rule existed, imported or edited in the store cannot pose as
+    instructions — and how many lines were left out. Rules are memoised per text: a
+    user's lines cost one dictionary look-up each from their second request on."""
+    kept = [m for m in facts
+            if injectable(m.content or m.title, "" if m.about_user else m.subject)]
+    refused = len(facts) - len(kept)
+    if profile is None or profile.empty:
+        return kept, profile, refused
+    style = profile.style if injectable(profile.style) else ""
+    impression = profile.impression if injectable(profile.impression) else ""
+    traits = tuple(t for t in profile.traits if injectable(t.text))
+    topics = tuple(t for t in profile.topics if injectable(t.text))
+    dropped = (len(profile.traits) - len(traits)) + (len(profile.topics) - len(topics)) + \
+        (style != profile.style) + (impression != profile.impression)
+    if dropped:
+        profile = replace(profile, style=style, impression=impression, traits=traits,
+                          topics=topics)
+    return kept, profile, refused + dropped
 
 
 def rank_weights(settings: MemorySettings) -> RankWeights:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -101,10 +101,14 @@ async def begin(request: Request, principal: Principal, chat: ChatRequest, *,
     res: Resources = request.app.state.resources
     identity = resolve_identity(principal, request.headers, chat.body, chat.messages,
                                 res.settings.identity)
+    if identity.derived:  # chats that share an opening stay apart (proxy/conversations.py)
+        identity = replace(identity, conversation=res.chains.resolve(identity, chat.messages))
     route = route or res.registry.route(chat.model)
     injection = await res.memory.prepare(identity, chat, route)
     learning = await _learning_state(res, identity)
     res.metrics.memory_outcomes.labels(injection.status, injection.reason or "").inc()
+    if injection.refused:
+        res.metrics.memory_lines_refused.inc(injection.refused)
     if injection.injected:
         res.metrics.recall_seconds.observe(injection.recall_ms / 1000)
         res.metrics.injected_tokens.observe(injection.tokens)

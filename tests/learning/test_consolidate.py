@@ -143,3 +143,62 @@ def test_garbled_facts_are_dropped() -> None:
     flt = FactFilter(user_text="My nickname is Spark", scrubber=Scrubber())
     assert flt.check(cand("Nickname is \ufffd")) == "garbled"
     assert flt.check(cand("Nickname is Spark")) is None
+
+
+def test_a_fact_about_another_person_never_retires_the_users_own() -> None:
+    """A fact about Anna marked as superseding the user's own fact is stored about Anna and
+    the user's fact stays active."""
+    own = stored("Lives in Berlin")
+    changes = consolidate(context([own]), [cand("Lives in Madrid", subject="Anna",
+                                                 supersedes=("m1",))],
+                          profile=None, profile_update=None, user_messages=1)
+    (created,) = changes.upserts
+    assert created.subject == "Anna"
+    assert created.content == "Lives in Madrid"
+    assert created.user_id == "u"  # knowledge about Anna stays the user's knowledge
+
+
+def test_a_fact_about_another_person_never_adds_evidence_to_the_users_own() -> None:
+    """``duplicate_of`` pointing across subjects is ignored: the user's hits stay, and the
+    fact is stored about the other person."""
+    own = stored("Loves jazz", hits=2)
+    changes = consolidate(context([own]), [cand("Loves jazz", subject="Tom",
+                                                 duplicate_of="m1")],
+                          profile=None, profile_update=None, user_messages=1)
+    (created,) = changes.upserts
+    assert created.id != own.id
+    assert created.subject == "Tom"
+    assert changes.evidence == ((created.id, "b1"),)
+
+
+def test_facts_about_one_person_retire_and_strengthen_only_that_person() -> None:
+    """Between facts about the same person (names compared normalised), supersedes and
+    duplicate_of apply as for the user's own."""
+    moved = stored("Lives in Berlin", 1, subject="Anna")
+    jazz = stored("Loves jazz", 2, subject="Anna", hits=1)
+    changes = consolidate(context([moved, jazz]), [
+        cand("Lives in Madrid", subject=" anna ", supersedes=("m1",)),
+        cand("Really loves jazz", subject="ANNA", duplicate_of="m2"),
+    ], profile=None, profile_update=None, user_messages=2)
+    by_id = {m.id: m for m in changes.upserts}
+    assert not by_id[moved.id].active
+    assert by_id[jazz.id].hits == 2
+
+
+def test_the_user_named_several_ways_is_one_subject() -> None:
+    """"user", "the user", "me" and 用户 are one subject: the repeat merges."""
+    own = stored("Loves jazz", hits=1)
+    changes = consolidate(context([own]), [cand("Loves jazz", subject="The user")],
+                          profile=None, profile_update=None, user_messages=1)
+    (merged,) = changes.upserts
+    assert merged.id == own.id
+    assert merged.hits == 2
+
+
+def test_a_shared_memory_is_never_retired_by_a_learned_fact() -> None:
+    """Scopes never cross either: a learned fact does not retire a shared memory."""
+    shared = stored("Office is in Berlin", scope="shared")
+    changes = consolidate(context([shared]), [cand("Office is in Madrid",
+                                                    supersedes=("m1",))],
+                          profile=None, profile_update=None, user_messages=1)
+    assert [m.content for m in changes.upserts] == ["Office is in Madrid"]

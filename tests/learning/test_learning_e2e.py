@@ -437,7 +437,7 @@ async def test_personal_learning_switch_is_respected(
     learning_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """A user who switched learning off is not learned from, even when the same messages
-    are resent after switching it back on."""
+    are resent as history after switching it back on (only the new message is)."""
     from proxy.memory.store import UserSettings
 
     store = learning_gateway.res.store
@@ -445,10 +445,15 @@ async def test_personal_learning_switch_is_respected(
     upstream.extract = lambda body: extraction(fact("Lives in Lisbon"))
     await say(learning_gateway, "I live in Lisbon.")
     await learning_gateway.settle()
-    await store.put_user_settings("default", "u1", UserSettings(enable_personal_learning=True))
-    await say(learning_gateway, "I live in Lisbon.")
-    await learning_gateway.settle()
     assert upstream.learning_calls == []
+    await store.put_user_settings("default", "u1", UserSettings(enable_personal_learning=True))
+    await say(learning_gateway, "What should I see first?",
+              history=[{"role": "user", "content": "I live in Lisbon."},
+                       {"role": "assistant", "content": "Hello there!"}])
+    await learning_gateway.settle()
+    shown = [body["messages"][1]["content"] for _, body in upstream.learning_calls]
+    assert shown
+    assert all("I live in Lisbon." not in text for text in shown)
     assert await everything(learning_gateway) == []
 
 

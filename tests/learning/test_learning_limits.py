@@ -229,9 +229,12 @@ def test_messages_are_cut_before_they_are_fingerprinted_and_buffered() -> None:
 async def test_a_window_too_small_for_any_of_the_conversation_is_reported(
     tmp_path: Path, upstream: FakeUpstream
 ) -> None:
-    """When the learning prompt and its reply fill the learning model's window, the model is
-    shown no conversation at all: counted (``window_too_small``) so an operator can see the
-    configuration problem; a window with room counts nothing of the kind."""
+    """When the learning prompt and its reply fill the learning model's window at run time
+    (here: the user's related memories listed in the prompt), the model is shown no
+    conversation at all:
+    counted (``window_too_small``) so an operator can see the configuration problem; a
+    window with room counts nothing of the kind. (A window too small on the first attempt
+    already stops startup: tests/learning/test_learning_model.py.)"""
     def setup(window: int) -> Any:
         return make_settings(
             tmp_path / str(window),
@@ -240,16 +243,22 @@ async def test_a_window_too_small_for_any_of_the_conversation_is_reported(
                                                        "api_base": "http://upstream.test/v1",
                                                        "api_key": "sk-upstream"},
                  "model_info": {"max_input_tokens": window}}],
-            learning={"enabled": True, "batch_messages": 1, "max_output_tokens": 2048},
+            learning={"enabled": True, "batch_messages": 1, "max_output_tokens": 1024},
         )
 
     counts = {}
-    for window in (2400, 64000):
+    for window in (2600, 64000):
         async with running_gateway(setup(window), upstream) as gateway:
+            async with gateway.client(headers={"X-User-Id": "u1"}) as client:
+                for n in range(12):
+                    response = await client.post("/v1/memories", json={
+                        "content": f"Keeps bees on the roof, hive {n}: " + " ".join(
+                            f"bees{n}word{i}" for i in range(40))})
+                    assert response.status_code == 201, response.text
             await chat(gateway, [{"role": "user", "content": "I keep bees on my roof."}])
             await gateway.settle()
             counter = gateway.res.metrics.learning_events.labels(
                 event="transcript_cut", label="window_too_small")
             counts[window] = counter._value.get()
-    assert counts[2400] >= 1
+    assert counts[2600] >= 1
     assert counts[64000] == 0

@@ -81,3 +81,65 @@ async def test_rate_limit_is_not_mistaken_for_a_format_refusal(tmp_path: Path) -
     formats = [body.get("response_format", {}).get("type") for _, body in upstream.learning_calls]
     assert formats[0] == "json_object"
     assert "json_object" in formats[1:]
+
+
+def _window_settings(tmp_path: Path, window: int, **learning: Any) -> Any:
+    return make_settings(
+        tmp_path, model_list=[
+            {"model_name": "m", "litellm_params": {"model": "openai/up-model",
+                                                   "api_base": "http://upstream.test/v1",
+                                                   "api_key": "sk-upstream"},
+             "model_info": {"max_input_tokens": 64000}},
+            {"model_name": "tiny", "litellm_params": {"model": "openai/tiny",
+                                                      "api_base": "http://upstream.test/v1",
+                                                      "api_key": "sk-upstream"},
+             "model_info": {"max_input_tokens": window}}],
+        learning={"enabled": True, **learning})
+
+
+def test_a_learning_window_too_small_for_any_transcript_is_a_startup_error(
+    tmp_path: Path
+) -> None:
+    """learning.model with a window the prompt and the reply fill stops startup with a
+    message naming the setting; so does a model_list entry when learning.model is empty."""
+    import pytest
+
+    from proxy.resources import preflight
+    from proxy.settings import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^learning\.model: the model 'tiny'.*"
+                                          r"learning\.max_output_tokens"):
+        preflight(_window_settings(tmp_path, 2400, model="tiny"))
+    with pytest.raises(ConfigError, match=r"^model_list \('tiny'"):
+        preflight(_window_settings(tmp_path, 2400))
+
+
+async def test_a_window_with_room_starts_and_lowering_the_reply_makes_room(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """The same small model starts with a smaller learning.max_output_tokens, and a
+    gateway with learning off never checks."""
+    from proxy.resources import preflight
+
+    preflight(_window_settings(tmp_path, 2400, model="tiny", max_output_tokens=512))
+    off = make_settings(tmp_path, model_list=_window_settings(tmp_path, 900).model_dump(
+        )["model_list"], learning={"enabled": False})
+    preflight(off)
+    async with running_gateway(_window_settings(tmp_path, 2400, model="tiny",
+                                                max_output_tokens=512), upstream):
+        pass
+
+
+def test_the_shipped_config_starts_with_its_local_model() -> None:
+    """config.yaml as shipped (learning on, the ``local`` model of 4,096 tokens) passes the
+    startup check."""
+    from proxy.learning.model import check_window
+    from proxy.models import ModelRegistry
+    from proxy.settings import load_settings
+    from proxy.tokens import TokenCounter
+
+    settings = load_settings(Path(__file__).resolve().parents[2] / "config.yaml")
+    assert settings.learning.enabled
+    assert any(d.model_name == "local" and d.model_info.max_input_tokens == 4096
+               for d in settings.model_list)
+    check_window(settings.learning, ModelRegistry(settings), TokenCounter())

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
 from proxy.learning.queue import Batch, Job, LearningQueue, NewJob
 
 LEASE = 0.4  # seconds; sleeps wait LEASE + SLACK
@@ -571,3 +571,74 @@ async def _reclaimed(queue: LearningQueue, job: Job) -> Job:
     assert again is not None
     assert again.id == job.id
     return again
+# the request's new user message -------------------------------------------------------
+
+def said(text: str, request: str, *, history: tuple[TranscriptMessage, ...] = ()
+         ) -> tuple[TranscriptMessage, ...]:
+    """``history`` resent, then ``text`` as the request's new user message (request key
+    ``request``) and the reply."""
+    new = TranscriptMessage(role="user", text=text, fingerprint=f"fp-user-{text}",
+                            request=request, new=True)
+    return (*history, new, msg("assistant", f"re: {text}"))
+
+
+async def test_a_new_message_stating_a_known_text_again_is_buffered(
+    queue: LearningQueue
+) -> None:
+    """The same words said again as a request's new message — in another conversation or
+    the same one — are buffered each time (a repeat is evidence), while the same words
+    resent as history are not."""
+    await queue.buffer(exchange(said("I drink green tea", "rq_1")), batch_size=9, now=1000)
+    await queue.buffer(exchange(said("I drink green tea", "rq_2"), conversation="c2",
+                                at=1001), batch_size=9, now=1001)
+    await queue.buffer(exchange(said("I drink green tea", "rq_3",
+                                     history=(msg("user", "I drink green tea"),)), at=1002),
+                       batch_size=9, now=1002)
+    one = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=1003) or "")
+    two = await queue.load_batch(await queue.seal("t1", "u1", "c2", now=1003) or "")
+    assert one is not None
+    assert two is not None
+    assert [m.text for m in one.user_messages] == ["I drink green tea", "I drink green tea"]
+    assert [m.text for m in two.user_messages] == ["I drink green tea"]
+
+
+async def test_a_retried_request_is_buffered_once_within_the_window(
+    queue: LearningQueue
+) -> None:
+    """The same request key again within RETRY_WINDOW_SECONDS is a retry and dropped;
+    after the window it is a new statement."""
+    await queue.buffer(exchange(said("I keep bees", "rq_a")), batch_size=9, now=1000)
+    await queue.buffer(exchange(said("I keep bees", "rq_a"), at=1001), batch_size=9,
+                       now=1000 + RETRY_WINDOW_SECONDS - 1)
+    first = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=1002) or "")
+    assert first is not None
+    assert [m.text for m in first.user_messages] == ["I keep bees"]
+    later = 1000 + RETRY_WINDOW_SECONDS + 5
+    await queue.buffer(exchange(said("I keep bees", "rq_a"), at=later), batch_size=9,
+                       now=later)
+    second = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=later) or "")
+    assert second is not None
+    assert [m.text for m in second.user_messages] == ["I keep bees"]
+
+
+async def test_request_keys_belong_to_one_user(queue: LearningQueue) -> None:
+    """Another user's request with the same key is not a retry of this user's."""
+    await queue.buffer(exchange(said("hello there", "rq_x")), batch_size=9, now=1000)
+    await queue.buffer(exchange(said("hello there", "rq_x"), user="u2"), batch_size=9,
+                       now=1000)
+    assert await queue.buffered_conversations("t1", "u2") == ["c1"]
+
+
+async def test_history_queued_before_its_own_request_is_not_buffered_twice(
+    queue: LearningQueue
+) -> None:
+    """When a later request's history reaches the queue first (workers out of order), the
+    request that carried the message new arrives as already learned."""
+    first = TranscriptMessage(role="user", text="I sail", fingerprint="fp-user-I sail",
+                              request="rq_first")
+    later = (first, msg("assistant", "re: I sail"), *said("I row", "rq_later"))
+    await queue.buffer(exchange(later, at=1001), batch_size=9, now=1001)
+    await queue.buffer(exchange(said("I sail", "rq_first"), at=1000), batch_size=9, now=1002)
+    batch = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=1003) or "")
+    assert batch is not None
+    assert [m.text for m in batch.user_messages] == ["I sail", "I row"]

@@ -42,6 +42,13 @@ from tests.learning.test_learning_e2e import (
     test_resent_history_is_never_learned_twice,
     test_unparseable_extraction_writes_nothing_and_dead_letters,
 )
+from tests.learning.test_learning_evidence import (
+    test_a_retried_request_adds_no_hit_and_no_learning_call,
+    test_a_tool_call_round_trip_is_not_a_new_statement,
+    test_an_answer_style_preference_is_stored_and_injected,
+    test_the_same_words_in_a_later_conversation_are_one_more_hit,
+    test_the_same_words_later_in_one_conversation_are_one_more_hit,
+)
 from tests.learning.test_worker_faults import (
     test_garbage_forever_ends_in_the_dead_letter_list,
     test_job_of_a_dead_worker_is_redelivered_after_its_lease,
@@ -68,6 +75,11 @@ from tests.routes.test_mcp import (
 pytestmark = pytest.mark.redis
 
 REUSED = (
+    test_a_retried_request_adds_no_hit_and_no_learning_call,
+    test_a_tool_call_round_trip_is_not_a_new_statement,
+    test_an_answer_style_preference_is_stored_and_injected,
+    test_the_same_words_in_a_later_conversation_are_one_more_hit,
+    test_the_same_words_later_in_one_conversation_are_one_more_hit,
     test_batches_wait_for_enough_user_messages,
     test_contradiction_retires_the_old_fact,
     test_every_learning_action_is_audited,

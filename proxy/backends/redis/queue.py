@@ -25,8 +25,9 @@ machines whose clocks disagree still agree on leases and delays.
 
 **Buffer.** A user's seen fingerprints (a sorted set: fingerprint → first seen), their
 conversations' buffers, their sealed batches and their outbox share the user's tag (the
-memory store's namespace token), so ``buffer`` — drop seen messages, record the others as
-seen, append them, count unsealed user messages — is one script, as is ``seal``, which
+memory store's namespace token), so ``buffer`` — drop seen messages (and retried requests'
+new messages, whose request keys live in the same set), record the others as seen, append
+them, count unsealed user messages — is one script, as is ``seal``, which
 moves the buffer's oldest messages (exactly those the caller named, so the batch key is
 the deterministic :func:`~proxy.learning.queue.batch_key` of their fingerprints) into a
 batch hash and writes the batch key into the user's **outbox** in the same step. A batch
@@ -78,7 +79,7 @@ from proxy.backends.redis.client import (
 )
 from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
 from proxy.backends.redis.sweep import BufferIndexes
-from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
 from proxy.learning.queue import (
     Batch,
     DeadLetter,
@@ -244,12 +245,12 @@ class RedisLearningQueue:
         channel = exchange.channel if exchange.group is None else f"group:{exchange.group}"
         args: list[str | bytes | int] = [
             repr(float(now)), batch_size, exchange.tenant, exchange.user,
-            exchange.conversation, repr(float(exchange.at))]
+            exchange.conversation, repr(float(exchange.at)), repr(RETRY_WINDOW_SECONDS)]
         for m in exchange.messages:
             args += [m.fingerprint, m.role, orjson.dumps({
                 "role": m.role, "name": m.name, "text": m.text, "fp": m.fingerprint,
                 "images": list(m.images), "model": exchange.model, "at": exchange.at,
-                "channel": channel})]
+                "channel": channel}), m.request or "", "1" if m.new else ""]
         with unavailable_on_redis_error("learning queue buffer"):
             got = await self._buffer(keys=[self._keys.seen(ns), self._keys.buffer(ns, cd),
                                            self._keys.buffers(ns)], args=args)

@@ -282,22 +282,42 @@ end
 """
 
 # KEYS = (seen ZSET, buffer HASH, the user's buffered-conversations SET)
-# ARGV = (seen_at, batch size, tenant, user, conversation, at, (fingerprint, role, json)*)
+# ARGV = (seen_at, batch size, tenant, user, conversation, at, retry window seconds,
+#         (fingerprint, role, json, request key or '', '1' when new or '')*)
 # Messages whose fingerprint the user has seen are dropped; the others are recorded as
-# seen and appended. Returns {added, first, last, oldest seen} — the buffer's oldest and
-# newest `at` ('' when it is empty) and the user's oldest fingerprint time ('' when none),
-# for the caller to index even when nothing was added (a redelivered exchange repairs the
-# indexes of a worker that died before writing them) — plus the whole order text when
-# messages were added and the buffer now holds at least `batch size` user messages.
+# seen (with their request key, if any) and appended. The request's new user message is
+# appended unless its request key was seen within the retry window (a retried request, or
+# a later request that carried it as history first) or is still buffered; it is buffered
+# under its request key (a repeated text is a new message) and its fingerprint is
+# recorded as seen (so it is skipped when resent as history).
+# Returns {added, first, last, oldest seen} — the buffer's oldest and newest `at` ('' when
+# it is empty) and the user's oldest fingerprint time ('' when none), for the caller to
+# index even when nothing was added (a redelivered exchange repairs the indexes of a
+# worker that died before writing them) — plus the whole order text when messages were
+# added and the buffer now holds at least `batch size` user messages.
 BUFFER = _BUFFER_PRELUDE + """
 local batch = tonumber(ARGV[2])
 local at = ARGV[6]
+local since = tonumber(ARGV[1]) - tonumber(ARGV[7])
 local added, users = {}, 0
-for i = 7, #ARGV, 3 do
-  local fp, role = ARGV[i], ARGV[i + 1]
-  if redis.call('ZADD', KEYS[1], 'NX', ARGV[1], fp) == 1 then
-    redis.call('HSET', KEYS[2], 'm:' .. fp, ARGV[i + 2])
-    added[#added + 1] = role .. ' ' .. at .. ' ' .. fp
+for i = 8, #ARGV, 5 do
+  local fp, role, rq = ARGV[i], ARGV[i + 1], ARGV[i + 3]
+  local id = nil
+  if rq ~= '' and ARGV[i + 4] == '1' then
+    local last = redis.call('ZSCORE', KEYS[1], rq)
+    if (not last or tonumber(last) <= since)
+        and redis.call('HEXISTS', KEYS[2], 'm:' .. rq) == 0 then
+      redis.call('ZADD', KEYS[1], ARGV[1], rq)
+      redis.call('ZADD', KEYS[1], 'NX', ARGV[1], fp)
+      id = rq
+    end
+  elseif redis.call('ZADD', KEYS[1], 'NX', ARGV[1], fp) == 1 then
+    id = fp
+    if rq ~= '' then redis.call('ZADD', KEYS[1], 'NX', ARGV[1], rq) end
+  end
+  if id then
+    redis.call('HSET', KEYS[2], 'm:' .. id, ARGV[i + 2])
+    added[#added + 1] = role .. ' ' .. at .. ' ' .. id
     if role == 'user' then users = users + 1 end
   end
 end

@@ -19,7 +19,7 @@ from typing import TypeVar
 import orjson
 
 from proxy.backends.sqlite.database import SqliteDatabase
-from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
 from proxy.learning.queue import (
     Batch,
     DeadLetter,
@@ -135,6 +135,29 @@ class SqliteLearningQueue:
         def run(conn: sqlite3.Connection) -> str | None:
             fresh: list[TranscriptMessage] = []
             for message in exchange.messages:
+                if message.new and message.request is not None:
+                    # The request's new user message: new unless this same request was
+                    # seen within the retry window; its text is marked seen either way, so
+                    # it is skipped when resent as history.
+                    last = conn.execute(
+                        "SELECT seen_at FROM seen_messages WHERE tenant = ? AND user_id = ? "
+                        "AND fingerprint = ?", (exchange.tenant, exchange.user, message.request),
+                    ).fetchone()
+                    if last is not None and last[0] > now - RETRY_WINDOW_SECONDS:
+                        continue
+                    conn.execute(
+                        "INSERT INTO seen_messages (tenant, user_id, fingerprint, seen_at) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (tenant, user_id, fingerprint) "
+                        "DO UPDATE SET seen_at = excluded.seen_at",
+                        (exchange.tenant, exchange.user, message.request, now),
+                    )
+                    conn.execute(
+                        "INSERT OR IGNORE INTO seen_messages (tenant, user_id, fingerprint, "
+                        "seen_at) VALUES (?, ?, ?, ?)",
+                        (exchange.tenant, exchange.user, message.fingerprint, now),
+                    )
+                    fresh.append(message)
+                    continue
                 inserted = conn.execute(
                     "INSERT OR IGNORE INTO seen_messages (tenant, user_id, fingerprint, "
                     "seen_at) VALUES (?, ?, ?, ?)",
@@ -142,6 +165,14 @@ class SqliteLearningQueue:
                 )
                 if inserted.rowcount:
                     fresh.append(message)
+                    if message.request is not None:
+                        # history learned before the request that carried it new: that
+                        # request, arriving later, is then a retry
+                        conn.execute(
+                            "INSERT OR IGNORE INTO seen_messages (tenant, user_id, "
+                            "fingerprint, seen_at) VALUES (?, ?, ?, ?)",
+                            (exchange.tenant, exchange.user, message.request, now),
+                        )
             if not fresh:
                 return None
             channel = exchange.channel if exchange.group is None else f"group:{exchange.group}"

@@ -1,0 +1,246 @@
+"""Memory text is data: the rules that tell a statement from an order (pure).
+
+One set of rules decides, for learned facts (:mod:`proxy.learning.filters`), manual
+memories (``POST /v1/memories``) and every line of the injected block
+(:func:`injectable`), whether a text may be kept as memory. Each rule is decided on
+:func:`~proxy.memory.text.detection_form`, so full-width, look-alike or invisible-character
+spellings are judged like their plain ASCII reading. A text is refused when:
+
+- it carries a **link** — a URL with a scheme (``https://``, ``ftp://``), ``www.``, or a
+  host whose last labels are a public suffix (Mozilla's Public Suffix List, bundled by the
+  ``publicsuffixlist`` package, no download) followed by a path (``bit.ly/3xYz``,
+  ``evil-login.co/account``); a file name (``config.yaml``, ``Node.js``) is no link;
+- it holds a **role marker** or chat-template token (``SYSTEM:``, ``<system>``,
+  ``</user_memory>``, ``<|im_start|>``, ``[INST]``) or a persona switch ("you are now …",
+  "act as …", 你现在是 …);
+- it tries to **override the rules** ("ignore previous instructions", "disregard all
+  earlier guidance", "system prompt", "policy for this chat: …", "new rule: …");
+- one of its sentences is an **order to the assistant** ("always answer in French",
+  "you must …", "every answer ends with …", "from now on …", 你必须 …, 每次回答 …) and that
+  sentence is not a statement of the user's preference.
+
+A **preference** sentence opens with the user (or nobody, note style) preferring, liking,
+wanting or disliking something: "Prefers short answers", "User wants every answer to end
+with a summary", "I'd rather have examples", 偏好简洁回答，不喜欢过长的解释. A preference
+*about* answers is not an order *to* the assistant (seed 000 §5 puts answer style first):
+it is kept, unless it addresses the assistant with a modal ("… you must …", 你必须 …) or
+breaks one of the first three rules, which no framing excuses. :func:`answer_preference`
+tells whether such a statement is about answers' style or language, so learning files it as
+``user_preference/style`` or ``user_preference/language``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache, lru_cache
+from typing import Literal
+
+from publicsuffixlist import PublicSuffixList
+
+from proxy.memory.text import detection_form
+
+# A scheme (http://, ftp://, javascript:// …) or www. anywhere.
+_SCHEME = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://|\bwww\d?\.[^\s.]")
+# host.suffix/path candidates: dotted labels then a slash and at least one path character.
+_HOST_PATH = re.compile(r"(?<![\w@.-])((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
+                        r"(?:xn--[a-z0-9-]+|[a-z]{2,63}))/[^\s/]")
+_ROLE = re.compile(
+    # "system:" / "assistant:" / "developer:" opening a line, or after a sentence or a tag;
+    # "the billing system: invoices" (a word before it) is ordinary text.
+    r"(?:^|[.!?;>\]|)}。！？；])[^\S\n]*(?:system|assistant|developer|sys|系统|助手|开发者)"
+    r"[^\S\n]*:"
+    r"|^[^\S\n]*#+[^\S\n]*(?:system|assistant|developer|instructions?)\b"
+    # tags named like a role or like our own block: <system>, </assistant>, <user_memory>
+    # (angle brackets also as ‹ › 〈 〉 《 》, which NFKC leaves alone)
+    r"|[<‹〈《]\s*/?\s*(?:system|assistant|developer|user|human|tool|function|instructions?"
+    r"|sys|prompt|系统|助手|开发者)\s*(?:\s[^<>‹›〈〉《》]{0,60})?/?\s*[>›〉》]"
+    r"|[<‹〈《]\s*/?\s*user[\s_-]*memor(?:y|ies)[^<>‹›〈〉《》]{0,40}[>›〉》]"
+    # tool-call markup: <tool_call>, <function_call …>, <invoke …>, <|tool▁calls…|>
+    r"|[<‹〈《]\s*/?\s*(?:tool[\s_-]*calls?|function[\s_-]*calls?|invoke|antml:\w+|tool_use"
+    r"|tool_result|parameter)\b[^<>‹›〈〉《》]{0,80}[>›〉》]"
+    r"|\"(?:tool_calls|function_call)\"\s*:"
+    # ChatML / Llama / Mistral control tokens: <|im_start|>, <|eot_id|>, [INST], <<SYS>>
+    r"|<\|[^|<>\n]{0,40}\|>|\[/?inst\]|<<\s*/?\s*sys\s*>>|</s>"
+    # persona switches aimed at the assistant
+    r"|\byou(?:\s*['’]re|\s+are)\s+(?:now|no longer)\s+(?:an?\s|the\s|my\s|in\s|called\b"
+    r"|named\b|known\b|dan\b|free\b|unrestricted\b|unfiltered\b|uncensored\b|jailbroken\b"
+    r"|acting\b|operating\b|allowed\b|able\b|permitted\b|bound\b|restricted\b|limited\b"
+    r"|required\b|developer\b|going to\b)"
+    r"|\byou\s+(?:will|shall)\s+now\b"
+    r"|(?:^|[.!?;:]\s*|\byou\s+(?:will\s+|shall\s+|should\s+|must\s+|can\s+|now\s+"
+    r"|are\s+to\s+)?|\bplease\s+)(?:act|behave|pose|roleplay|role-play|pretend)\b"
+    r"|\bpretend\s+(?:that\s+)?you(?:\s*['’]re|\s+are)?\b"
+    # the same in Chinese: 你现在是 / 你扮演 / 请扮演 / 假装你是 … (a third person playing a
+    # role — 她在话剧里扮演主角 — is not aimed at the assistant)
+    r"|你(?:现在|从此|今后)?(?:就)?(?:是|成为|变成)(?:一个)?(?:dan|没有(?:任何)?限制|不受限制)"
+    r"|你(?:现在|从此|今后)(?:是|成为|变成|扮演|充当)"
+    r"|你(?:将|要|必须|需要|应该)?(?:扮演|假装|充当)|请(?:你)?(?:扮演|假装|充当)"
+    r"|假装(?:你|自己)是|扮演(?:一个|一位)?没有(?:任何)?限制",
+    re.M,
+)
+_RULE_WORDS = (r"(?:instructions?|rules?|prompts?|guidelines?|guidance|directives?|polic(?:y|ies)"
+               r"|orders?|constraints?|restrictions?|commands?|settings)")
+# Attempts to replace the assistant's rules: no framing excuses them.
+_OVERRIDE = re.compile(
+    r"\b(?:ignore|disregard|forget|override|bypass|overrule|drop|abandon|discard)\b[^.\n]{0,40}"
+    r"\b" + _RULE_WORDS + r"\b"
+    r"|\b(?:ignore|disregard|forget|discard)\s+(?:all\s+|any\s+|the\s+|your\s+|of\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|everything)"
+    r"|\bsystem\s*(?:prompt|rule|message|instruction|setting)s?\b"
+    r"|\b(?:polic(?:y|ies)|rules?|instructions?|directives?|orders?)\s+(?:for|in|of)\s+"
+    r"(?:this|the|every|each|all|your|any)\s+(?:chats?|conversations?|sessions?|threads?"
+    r"|answers?|responses?|replies|turns?|messages?)\b"
+    r"|^\s*(?:new\s+|updated\s+|special\s+|standing\s+)?(?:polic(?:y|ies)|rules?|instructions?"
+    r"|directives?|orders?|commands?)\s*:"
+    r"|忽略(?:之前|以上|前面|所有|先前|上面|上述)|无视(?:之前|以上|前面|所有|上述)"
+    r"|系统(?:规则|提示|指令|设定)|(?:本次|这次|本轮|本)?(?:对话|聊天)(?:规则|政策|策略)"
+    r"|^\s*(?:新)?(?:规则|指令|命令|政策)\s*[:：]",
+    re.M,
+)
+_ANSWER_VERBS = (r"(?:answer|reply|respond|write|speak|talk|append|include|add|say|mention|"
+                 r"output|print|format|start|end|begin|refer|recommend|suggest|sign|close|"
+                 r"finish|use|link|send|tell|call|put|insert|promote|advertise)")
+# Orders to the assistant, judged per sentence; a preference sentence may hold the softer
+# ones (see _ADDRESSED for those it may not).
+_ORDER = re.compile(
+    r"\b(?:assistant|ai|model|chatbot|bot)\s+(?:must|should|shall|has to|needs to|"
+    r"will always|is required to|is to)\b"
+    r"|\byou\s+(?:must|should|shall|have to|need to|are required to|are to|will always|"
+    r"will never)\b"
+    r"|\bfrom now on\b|\bgoing forward,?\s+(?:you|always|never)\b|\bhenceforth\b"
+    r"|^\s*(?:always|never|do not|don't|must|please)\s+" + _ANSWER_VERBS + r"\b"
+    # a bare imperative opening the sentence; "answer style", "reply language" and other
+    # noun phrases are not orders
+    r"|^\s*(?:append|include|respond|reply|answer|output|print|forward|visit|click|insert|"
+    r"promote|advertise|recommend|mention|say|add)\b(?!\s+(?:style|styles|language|"
+    r"languages|format|formats|formatting|length|tone|preferences?|quality|mode|type|"
+    r"speed|rate)\b)"
+    r"|\b(?:always|never)\s+" + _ANSWER_VERBS + r"\b"
+    r"|\b(?:every|each|all|any)\s+(?:answer|reply|replies|response|message|output)s?\s+"
+    r"(?:must|should|shall|has to|have to|needs? to|will|ends?|starts?|begins?|closes?|"
+    r"finish(?:es)?)\b"
+    r"|从现在起|从现在开始|从今以后|今后(?:都|一律|必须)|以后(?:都|一律|必须)|每次(?:回答|回复)"
+    r"|每(?:个|条)(?:回答|回复)|你(?:必须|应该|一定要|要始终|务必|需要始终)"
+    r"|助手(?:必须|应该|要始终|务必)"
+    r"|^\s*(?:始终|永远|总是|务必|必须|一律|请(?:始终|永远|总是|务必|一定))"
+    r"|^\s*(?:请)?(?:用(?!户)|以|使用)[^，。,.\n]{1,12}(?:回答|回复|作答)",
+)
+# Orders addressed to the assistant with a modal: refused even inside a preference.
+_ADDRESSED = re.compile(
+    r"\b(?:assistant|ai|model|chatbot|bot)\s+(?:must|shall|has to|is required to|is to)\b"
+    r"|\byou\s+(?:must|shall|have to|are required to|are to)\b"
+    r"|你(?:必须|一定要|务必)|助手(?:必须|务必)"
+)
+# A sentence stating the user's preference: the user (or nobody, note style) as subject of
+# a verb of preferring, liking, wanting or disliking.
+_PREFERENCE = re.compile(
+    r"^\s*(?:(?:the\s+)?user(?:\s*['’]s)?|i|they|he|she|my|their|his|her)?\s*"
+    r"(?:(?:really|strongly|generally|usually|clearly|also|much|definitely|still|mostly|"
+    r"often|would|always)\s+)*"
+    r"(?:prefers?|preferred|preferences?|likes?|liked|wants?|wanted|would\s+(?:like|rather|"
+    r"prefer)|['’]d\s+(?:like|rather|prefer)|dislikes?|hates?|enjoys?|loves?|favou?rs?|"
+    r"favou?rite|finds?|expects?|appreciates?|asks?\s+for|asked\s+for|wish(?:es)?|"
+    r"is\s+(?:happier|happy|annoyed|bothered|frustrated)\s+(?:with|by|when)|"
+    r"(?:does\s+not|doesn['’]t|do\s+not|don['’]t)\s+(?:like|want|enjoy|care\s+for)|"
+    r"can['’]?t\s+stand|is\s+(?:not\s+)?a\s+fan\s+of)\b"
+    r"|^\s*(?:用户|我|他|她)?(?:比较|更|很|非常|一直|总是|也|都|特别|不太|更加)?"
+    r"(?:偏好|喜欢|希望|想要|倾向|习惯|不喜欢|讨厌|不想|偏爱|期望|要求|不爱)"
+)
+_SENTENCE_END = re.compile(r"[.!?;。！？；\n]+")
+# What a preference about answers mentions (style, length, language, format, tone, examples).
+_ANSWER_WORDS = re.compile(
+    r"\b(?:answers?|replies|reply|responses?|explanations?|tone|format(?:ting)?|style|"
+    r"length|language|examples?|bullet(?:s| points?)?|markdown|emojis?|wording|summar(?:y|ies)"
+    r"|code\s+(?:blocks?|samples?|snippets?))\b"
+    r"|回答|回复|解释|语气|格式|风格|语言|例子|示例|篇幅|措辞|列表"
+)
+_LANGUAGE_WORDS = re.compile(
+    r"\b(?:language|english|chinese|mandarin|cantonese|french|german|spanish|japanese|"
+    r"korean|italian|portuguese|russian|arabic|hindi|dutch|swedish|polish|turkish|"
+    r"vietnamese|thai|indonesian)\b"
+    r"|中文|英文|英语|汉语|普通话|粤语|日语|日文|韩语|法语|德语|西班牙语|语言"
+)
+
+
+# Special-use names (RFC 2606, RFC 6761, RFC 7686) are not in the Public Suffix List but
+# are links all the same: evil.invalid/collect, phish.example/x, hidden.onion/x.
+_SPECIAL_USE = frozenset({"invalid", "test", "example", "localhost", "local", "onion"})
+
+
+@cache
+def _suffixes() -> PublicSuffixList:
+    """The Public Suffix List snapshot the package bundles (parsed once, ~10k rules, 1–2 MB
+    of RSS: loaded only when a text holds a host-and-path candidate)."""
+    return PublicSuffixList()
+
+
+def has_link(form: str) -> bool:
+    """Whether a detection-form text carries a link (see the module docstring)."""
+    if _SCHEME.search(form):
+        return True
+    for match in _HOST_PATH.finditer(form):  # the list loads on a first candidate
+        host = match.group(1)[:-1] if match.group(1).endswith(".") else match.group(1)
+        if host.rsplit(".", 1)[-1] in _SPECIAL_USE or \
+                _suffixes().privatesuffix(host, accept_unknown=False) is not None:
+            return True
+    return False
+
+
+def _sentences(form: str) -> list[str]:
+    return [s for s in (part.strip() for part in _SENTENCE_END.split(form)) if s]
+
+
+def _is_preference(sentence: str) -> bool:
+    return bool(_PREFERENCE.match(sentence))
+
+
+@lru_cache(maxsize=8192)
+def directive_rule(text: str) -> str | None:
+    """The rule ``text`` breaks — ``"link"``, ``"role"``, ``"override"`` or ``"order"`` —
+    or ``None`` when it may be kept as memory (see the module docstring). Memoised: the
+    same memory lines come back on every request of a user."""
+    form = detection_form(text)
+    if not form:
+        return None
+    if has_link(form):
+        return "link"
+    if _ROLE.search(form):
+        return "role"
+    if _OVERRIDE.search(form):
+        return "override"
+    for sentence in _sentences(form):
+        if _is_preference(sentence):
+            if _ADDRESSED.search(sentence):
+                return "order"
+        elif _ORDER.search(sentence):
+            return "order"
+    return None
+
+
+def is_directive(text: str) -> bool:
+    """True for text that is not data: an order to the assistant that is not a statement
+    of the user's preference, a link, a role marker, chat-template or tool-call token, a
+    persona switch or an attempt to override the rules (:func:`directive_rule`)."""
+    return directive_rule(text) is not None
+
+
+def answer_preference(text: str) -> Literal["style", "language"] | None:
+    """``"language"`` or ``"style"`` when ``text`` states the user's preference about
+    answers (a preference sentence naming answers, replies, explanations, tone, format,
+    length, language or examples — or a language), else ``None``."""
+    for sentence in _sentences(detection_form(text)):
+        if not _is_preference(sentence):
+            continue
+        if _LANGUAGE_WORDS.search(sentence) and (
+                _ANSWER_WORDS.search(sentence) or "language" in sentence):
+            return "language"
+        if _ANSWER_WORDS.search(sentence):
+            return "style"
+    return None
+
+
+def injectable(content: str, subject: str = "") -> bool:
+    """Whether a stored memory may appear in the block: its text and its subject pass the
+    same rules as when it is written (memories stored before a rule existed, imported or
+    edited in the store are held to today's rules)."""
+    return not is_directive(content) and not (subject and is_directive(subject))
