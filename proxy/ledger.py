@@ -134,10 +134,10 @@ class Ledger(Protocol):
         ...
 
     async def erase_user(self, tenant: str, user: str) -> None:
-        """Remove ``user``'s share of every counter and row (lifetime, per day, per model)
-        and their entry of the tenant → users index (``DELETE /v1/me``); the tenant's
-        totals drop by what the user had. Other users' and tenants' figures are untouched.
-        """
+        """Take ``user`` out of the ledgers (``DELETE /v1/me``): their rows and counters
+        (lifetime, per day, per model) lose the user id — the tenant's figures keep their
+        tokens as usage without a user (key ``null`` in reports) — and their entry of the
+        tenant → users index goes. Other users and tenants are untouched."""
         ...
 
 

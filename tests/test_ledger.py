@@ -165,18 +165,24 @@ async def test_users_index_pages_in_id_order_with_last_seen(ledger: Ledger) -> N
     assert [u.user for u in await ledger.users("t2")] == ["u1"]
 
 
-async def test_erase_user_removes_their_share_only(ledger: Ledger) -> None:
-    """Erasing a user drops their rows from every report, the index and the lifetime
-    totals (the tenant's drop by their share); other users and tenants keep theirs."""
+async def test_erase_user_keeps_their_tokens_without_their_name(ledger: Ledger) -> None:
+    """Erasing a user takes their id out of every report and the index: their tokens stay
+    in the tenant's figures as usage without a user; other users and tenants keep theirs."""
     await _seed(ledger)
     await ledger.erase_user("t1", "u1")
-    assert [r.key for r in await ledger.usage_report("t1", group_by="user")] == [None, "u2"]
-    assert all(r.key != "qwen" for r in await ledger.usage_report("t1", group_by="model"))
+    assert await ledger.usage_report("t1", group_by="user") == [
+        UsageRow(key=None, requests=3, prompt=34, completion=5, memory=5,
+                 learning={"score": 30, "extract": 50}),
+        UsageRow(key="u2", requests=1, prompt=1, completion=1, learning={"embed": 7}),
+    ]
+    assert await ledger.usage_report("t1", group_by="user", user="u1") == []
     assert [u.user for u in await ledger.users("t1")] == ["u2"]
+    assert await ledger.user_count("t1") == 1
     assert await ledger.usage_totals("t1", "u1") == Totals(0, 0, 0, 0)
-    assert await ledger.usage_totals("t1") == Totals(2, 5, 1, 0)
+    assert await ledger.usage_totals("t1") == Totals(4, 35, 6, 5)
     assert await ledger.learning_totals("t1", "u1") == Totals(0, 0, 0)
     assert (await ledger.daily("t1", since=date(2025, 1, 2), until=date(2025, 1, 2)))[0] \
-        == DailyUsage(day=date(2025, 1, 2), user_tokens=2, learning_tokens=7, active_users=1)
+        == DailyUsage(day=date(2025, 1, 2), user_tokens=25, learning_tokens=57,
+                      active_users=1)
     assert [u.user for u in await ledger.users("t2")] == ["u1"]
     assert (await ledger.usage_totals("t2", "u1")).requests == 1

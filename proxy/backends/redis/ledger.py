@@ -223,32 +223,28 @@ class RedisLedger:
             return int(await self._redis.zcard(self._keys.tenant_users(tenant_token(tenant))))
 
     async def erase_user(self, tenant: str, user: str) -> None:
+        """The user's lifetime hashes go (the tenant's keep their share); in each per-day
+        hash the user's fields are added to the matching no-user fields and removed."""
         tok, mine = tenant_token(tenant), user_token(tenant, user)
         with unavailable_on_redis_error("ledger erase"):
-            lifetime = {}
-            for name in ("usage", "learning"):
-                key = getattr(self._keys, name)(mine)
-                lifetime[name] = await self._redis.hmget(key, list(_LIFETIME_FIELDS))
             days = [_text(d) for d in
                     await self._redis.zrange(self._keys.days(tok), 0, -1)]
             async with self._redis.pipeline(transaction=False) as pipe:
-                for name, values in lifetime.items():
-                    tenant_key = getattr(self._keys, name)(tok)
-                    for field_, value in zip(_LIFETIME_FIELDS, values, strict=True):
-                        if value is not None and int(value):
-                            pipe.hincrby(tenant_key, field_, -int(value))
-                    pipe.delete(getattr(self._keys, name)(mine))
+                pipe.delete(self._keys.usage(mine), self._keys.learning(mine))
                 pipe.zrem(self._keys.tenant_users(tok), user)
                 pipe.hdel(self._keys.last_seen(tok), user)
                 for day in days:
-                    pipe.hkeys(self._keys.day(tok, day))
+                    pipe.hgetall(self._keys.day(tok, day))
                 replies = await pipe.execute()
-            fields = replies[len(replies) - len(days):]
+            counters: list[dict[bytes, bytes]] = replies[3:]
             async with self._redis.pipeline(transaction=False) as pipe:
-                for day, names in zip(days, fields, strict=True):
-                    theirs = [n for n in names if orjson.loads(n)[1] == user]
-                    if theirs:
-                        pipe.hdel(self._keys.day(tok, day), *theirs)
+                for day, fields in zip(days, counters, strict=True):
+                    key = self._keys.day(tok, day)
+                    for raw, amount in fields.items():
+                        kind, who, model, metric = orjson.loads(raw)
+                        if who == user:
+                            pipe.hincrby(key, _field(kind, None, model, metric), int(amount))
+                            pipe.hdel(key, raw)
                 await pipe.execute()
 
 

@@ -169,9 +169,11 @@ class SqliteLedger:
 
     async def erase_user(self, tenant: str, user: str) -> None:
         def run(c: sqlite3.Connection) -> None:
-            for table in ("usage_ledger", "learning_ledger", "tenant_users"):
-                c.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?",
-                          (tenant, user))
+            for table in ("usage_ledger", "learning_ledger"):
+                c.execute(f"UPDATE {table} SET user_id = NULL "
+                          "WHERE tenant = ? AND user_id = ?", (tenant, user))
+            c.execute("DELETE FROM tenant_users WHERE tenant = ? AND user_id = ?",
+                      (tenant, user))
 
         await self._db.write(run)
 
