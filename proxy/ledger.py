@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 Purpose = Literal["score", "extract", "embed", "vision"]
+PURPOSES: tuple[str, ...] = get_args(Purpose)
 
 
 @dataclass(frozen=True, slots=True)

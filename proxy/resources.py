@@ -146,10 +146,12 @@ def preflight(settings: Settings) -> None:
 @contextlib.asynccontextmanager
 async def open_resources(
     settings: Settings, *, upstream: Upstream | None = None, embedder: Embedder | None = None,
+    clock: Callable[[], datetime] = utcnow,
 ) -> AsyncIterator[Resources]:
     """Open the configured backends, the upstream client and the embedder (loading a local
     model; :class:`~proxy.settings.ConfigError` on a dimension mismatch); close them on
-    exit. ``embedder`` replaces the configured one and is not started or closed here.
+    exit. ``embedder`` replaces the configured one and is not started or closed here;
+    ``clock`` (tests) is the time every record and budget period is stamped with.
 
     ``storage.backend: sqlite`` — memories, ledgers and the learning queue in one file.
     ``storage.backend: redis`` — one ``redis.asyncio`` client for memories
@@ -211,5 +213,5 @@ async def open_resources(
         stack.push_async_callback(upstream.aclose)
         yield build_resources(
             settings, store=store, ledger=ledger, upstream=upstream,
-            queue=queue, embedder=embedder,
+            queue=queue, embedder=embedder, clock=clock,
         )
