@@ -20,13 +20,14 @@ import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import jwt
 
 from proxy.errors import AuthenticationError, PermissionDeniedError
 from proxy.settings import GLOBAL_NAMESPACE, AuthSettings, GatewayKey, JwtSettings
 
+Role = Literal["user", "app", "admin", "global_admin"]
 OPEN_TENANT = "default"
 GATEWAY_KEY_HEADER = "x-memory-proxy-key"
 # RFC 7519 compact serialisation: three base64url parts (the signature may be empty only
@@ -50,6 +51,20 @@ class Principal:
     client_key: str | None = None
     # A global admin key (tenant is then the reserved GLOBAL_NAMESPACE).
     is_global_admin: bool = False
+
+    @property
+    def role(self) -> Role:
+        """What the key is (``GET /v1/me``): ``"global_admin"`` for a global admin key,
+        ``"admin"`` for an admin key, ``"user"`` for a key bound to one end user or a JWT,
+        ``"app"`` for an application key (and open mode). The one place a role is
+        derived."""
+        if self.is_global_admin:
+            return "global_admin"
+        if self.is_admin:
+            return "admin"
+        if self.bound_user is not None:
+            return "user"
+        return "app"
 
 
 class JwtVerifier:
