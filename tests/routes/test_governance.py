@@ -569,3 +569,30 @@ async def test_admin_routes_are_in_the_openapi_document(gw: Gateway) -> None:
         .endswith("/UsageList")
     patch = document["components"]["schemas"]["SettingsPatch"]
     assert "learning.score_threshold" in patch["properties"]
+
+
+async def test_tenant_retention_days_decide_what_is_purged(gw: Gateway) -> None:
+    """learning.retention_days set for a tenant purges its never-used memories by its own
+    age limit, shorter or longer than config.yaml's; other tenants follow the config."""
+    from proxy.memory.records import Memory, new_id
+
+    now = datetime.now(UTC)
+
+    def old(tenant: str, days: int) -> Memory:
+        at = now - timedelta(days=days)
+        return Memory(id=new_id(), tenant=tenant, user_id="u1", content=f"{tenant} {days}",
+                      created_at=at, updated_at=at, last_seen_at=at)
+
+    memories = {"acme-30": old("acme", 30), "globex-30": old("globex", 30),
+                "globex-400": old("globex", 400), "initech-400": old("initech", 400)}
+    for memory in memories.values():
+        await gw.res.store.add(memory)
+    async with gw.client(headers=ACME_ADMIN) as admin:
+        await admin.patch("/v1/admin/settings", json={"learning.retention_days": 10})
+    async with gw.client(headers=GLOBEX_ADMIN) as admin:
+        await admin.patch("/v1/admin/settings", json={"learning.retention_days": 1000})
+    assert gw.res.worker is not None
+    assert await gw.res.worker.sweep_retention() == 2
+    left = {name for name, m in memories.items()
+            if await gw.res.store.get(m.tenant, "u1", m.id) is not None}
+    assert left == {"globex-30", "globex-400"}
