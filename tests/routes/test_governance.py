@@ -663,3 +663,24 @@ async def test_jwt_end_users_chat_and_own_their_memory(
                     {"Authorization": "Bearer not-a-key"}):
             async with gw.client(headers=bad) as client:
                 assert (await client.get("/v1/memories")).status_code == 401
+
+
+ROUTES = [("GET", "/v1/admin/usage"), ("GET", "/v1/admin/users"), ("GET", "/v1/admin/audit"),
+          ("GET", "/v1/admin/stats"), ("GET", "/v1/admin/settings"),
+          ("PATCH", "/v1/admin/settings"), ("GET", "/v1/admin/prompts/scoring/versions"),
+          ("POST", "/v1/admin/prompts/scoring/versions/1/restore"),
+          ("GET", "/v1/admin/memories"), ("POST", "/v1/admin/memories"),
+          ("PATCH", "/v1/admin/memories/x"), ("DELETE", "/v1/admin/memories/x"),
+          ("POST", "/v1/admin/memories/x/promote")]
+
+
+async def test_every_admin_route_refuses_app_keys_and_missing_keys(gw: Gateway) -> None:
+    """Each governance route answers 403 to an app key and 401 without a key, in OpenAI's
+    error envelope."""
+    for headers, status in ((ACME_APP, 403), ({}, 401),
+                            ({"Authorization": "Bearer nope"}, 401)):
+        async with gw.client(headers=headers) as client:
+            for method, path in ROUTES:
+                response = await client.request(method, path, json={"content": "x"})
+                assert response.status_code == status, (method, path, headers)
+                assert set(response.json()["error"]) == {"message", "type", "param", "code"}
