@@ -225,6 +225,11 @@ class AdminMemoriesQuery(_Query):
     include_retired: bool = False
 
 
+class PromoteQuery(_Query):
+    user: str | None = Field(default=None, min_length=1, max_length=256,
+                             description="the memory's owner (or header X-User-Id)")
+
+
 class NewAdminMemory(_Body):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
