@@ -190,6 +190,13 @@ class LearningQueue(Protocol):
         so resent history is not learned again)."""
         ...
 
+    # issue 13: learning budgets --------------------------------------------------------
+    async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
+        """Like :meth:`retry`, but this delivery does not count as an attempt: the job
+        waits ``delay_seconds`` (a spent learning budget) and can never be dead-lettered
+        for it. ``reason`` is kept as the job's last error."""
+        ...
+
     # issue 12: erasure -----------------------------------------------------------------
     async def scrub_user(self, tenant: str, user: str) -> int:
         """Blank the text (and images) of every queued exchange job of the user — ready,

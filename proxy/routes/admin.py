@@ -4,8 +4,8 @@
   else config, else built-in) and its saved versions
 - ``PUT /v1/admin/prompts/{kind}`` ``{"text": "…"}`` — save a new version (audited);
   ``{"text": ""}`` goes back to the configured / built-in prompt
-- ``GET /v1/admin/audit?user=&limit=&before=`` — the learning log
-- ``GET /v1/admin/usage?user=`` — user usage and, apart, learning tokens
+- the learning log, usage, users, settings, stats and prompt history:
+  :mod:`proxy.routes.governance` (issue 13)
 - ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue`` ·
   ``DELETE /v1/admin/dead-letters/{id}`` — the tenant's failed learning jobs: list, run
   again, drop. A job of another tenant (or one dead-lettered before jobs carried their
@@ -18,7 +18,7 @@ holds a table of every route against a foreign tenant's data).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 from starlette.requests import Request
@@ -31,18 +31,14 @@ from proxy.memory.records import to_iso
 from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
 from proxy.routes.json import json_response
-from proxy.routes.params import check_text, int_param, optional_int_param, text_param
+from proxy.routes.params import check_text
 from proxy.routes.shapes import (
-    AuditList,
-    AuditParams,
     DeadLetterList,
     JobDeleted,
     PromptIn,
     PromptOut,
     PromptSaved,
     Requeued,
-    UsageOut,
-    UsageParams,
 )
 
 MAX_PROMPT_CHARS = 20_000
@@ -108,33 +104,6 @@ async def put_prompt(request: Request) -> Response:
                           "version": saved.version, "at": to_iso(saved.at)})
 
 
-async def audit_log(request: Request) -> Response:
-    res, tenant, _ = _admin(request)
-    user = text_param(request.query_params, "user")
-    limit = int_param(request.query_params, "limit", 100, 1, 1000)
-    before = optional_int_param(request.query_params, "before", 1, 2**63 - 1)
-    rows = await res.store.audit_log(tenant, user, limit=limit, before_id=before)
-    return json_response({"object": "list", "data": [_event(i, e) for i, e in rows]})
-
-
-def _event(event_id: int, event: AuditEvent) -> dict[str, Any]:
-    return {"id": event_id, "at": to_iso(event.at), "user_id": event.user_id,
-            "conversation_id": event.conversation_id, "actor": event.actor,
-            "action": event.action, "memory_id": event.memory_id, "reason": event.reason,
-            "detail": event.detail}
-
-
-async def usage(request: Request) -> Response:
-    res, tenant, _ = _admin(request)
-    user = text_param(request.query_params, "user")
-    await res.usage.flush()
-    return json_response({
-        "object": "usage", "tenant": tenant, "user": user,
-        "usage": (await res.ledger.usage_totals(tenant, user)).to_api(),
-        "learning": (await res.ledger.learning_totals(tenant, user)).to_api(),
-    })
-
-
 async def dead_letters(request: Request) -> Response:
     res, tenant, _ = _admin(request)
     if res.queue is None:
@@ -168,10 +137,7 @@ openapi.register(
     openapi.Operation("PUT", "/v1/admin/prompts/{kind}", "Save a new prompt version",
                       auth="admin", body=PromptIn, response=PromptSaved, errors=(404,),
                       tags=("admin",)),
-    openapi.Operation("GET", "/v1/admin/audit", "The learning log", auth="admin",
-                      query=AuditParams, response=AuditList, tags=("admin",)),
-    openapi.Operation("GET", "/v1/admin/usage", "Usage and learning tokens", auth="admin",
-                      query=UsageParams, response=UsageOut, tags=("admin",)),
+    # GET /v1/admin/audit and /v1/admin/usage: proxy/routes/governance.py (issue 13)
     openapi.Operation("GET", "/v1/admin/dead-letters", "Jobs that failed for good",
                       auth="admin", response=DeadLetterList, tags=("admin",)),
     openapi.Operation("POST", "/v1/admin/dead-letters/{job_id:path}/requeue",

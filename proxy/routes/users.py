@@ -54,6 +54,12 @@ async def whoami(request: Request) -> Response:
     """``GET /v1/me``: the caller's tenant, user (or null), role and learning switches."""
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
+    identity = res.keyring.identify(request.headers)
+    if identity.is_global_admin:  # issue 13: no tenant, no user, no end-user route
+        return json_response({
+            "object": "identity", "tenant": identity.tenant, "user": None,
+            "role": identity.role, "learning": learning_state(res, None),
+        })
     principal, user = caller(request, res, dict(request.query_params))
     settings = None if user is None else \
         await res.store.get_user_settings(principal.tenant, user)

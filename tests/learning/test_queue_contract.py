@@ -642,3 +642,23 @@ async def test_history_queued_before_its_own_request_is_not_buffered_twice(
     batch = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=1003) or "")
     assert batch is not None
     assert [m.text for m in batch.user_messages] == ["I sail", "I row"]
+async def test_a_postponed_job_waits_without_using_an_attempt(queue: LearningQueue) -> None:
+    """A postponed job (spent learning budget) is not claimable before its delay, and its
+    next delivery has the attempt count of the postponed one: it can never dead-letter."""
+    await queue.enqueue("learn", "j", b"p")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    for _ in range(3):
+        await queue.postpone(job, reason="learning budget spent", delay_seconds=0)
+        again = await queue.claim("w", lease_seconds=30)
+        assert again is not None
+        assert (again.id, again.attempts) == ("j", 1)
+        job = again
+    await queue.postpone(job, reason="learning budget spent", delay_seconds=LEASE)
+    assert await queue.claim("w", lease_seconds=30) is None
+    assert (await queue.depth()).delayed == 1
+    await asyncio.sleep(LEASE + SLACK)
+    later = await queue.claim("w", lease_seconds=30)
+    assert later is not None
+    assert later.attempts == 1
+    assert await queue.dead_letters() == []

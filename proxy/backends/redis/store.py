@@ -87,6 +87,7 @@ from proxy.memory.records import (
 from proxy.memory.store import (
     ApplyPlan,
     AuditEvent,
+    AuditFilter,
     Candidate,
     ChangeSet,
     ListQuery,
@@ -100,6 +101,7 @@ from proxy.memory.store import (
     related_by_keywords,
 )
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
+from proxy.settings import GLOBAL_NAMESPACE
 
 log = structlog.get_logger("proxy.memory.redis")
 
@@ -228,7 +230,7 @@ class RedisMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         tokens = [user_token(query.tenant, query.user)]
         if query.include_shared:
-            tokens.append(shared_token(query.tenant))
+            tokens += [shared_token(query.tenant), shared_token(GLOBAL_NAMESPACE)]
         where = all_of(namespace_filter(tokens), active_filter(),
                        channel_filter(query.channels))
         vector = query.embedding
@@ -704,6 +706,44 @@ class RedisMemoryStore:
         with _unavailable("audit_log"):
             return await self._audit.read(tenant, user, limit=limit, before_id=before_id)
 
+    # issue 13: admin governance ----------------------------------------------------------
+    async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
+                           before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
+        with _unavailable("audit_search"):
+            return await self._audit.search(tenant, where, limit=limit, before_id=before_id)
+
+    async def audit_counts(self, tenant: str, *, since: datetime
+                           ) -> dict[tuple[str, str, str], int]:
+        with _unavailable("audit_counts"):
+            return await self._audit.counts(tenant, since_ms=int(since.timestamp() * 1000))
+
+    async def tenant_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        with _unavailable("tenant_counts"):
+            await self._ensure_index()
+            groups = await self._index.scope_counts(tag_is("ix_tenant", tenant_token(tenant)))
+        counts: dict[str, dict[str, int]] = {}
+        for scope, category, enabled, retired, n in groups:
+            into = counts.setdefault(scope, {"total": 0, "retired": 0, "disabled": 0})
+            if retired:
+                into["retired"] += n
+            elif not enabled:
+                into["disabled"] += n
+            else:
+                into["total"] += n
+                into[category] = into.get(category, 0) + n
+        return counts
+
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        with _unavailable("get_tenant_settings"):
+            raw = await self._redis.get(self._keys.tenant_settings(tenant_token(tenant)))
+        return {} if raw is None else dict(orjson.loads(raw))
+
+    async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
+                                  ) -> None:
+        with _unavailable("put_tenant_settings"):
+            await self._redis.set(self._keys.tenant_settings(tenant_token(tenant)),
+                                  orjson.dumps(dict(overrides)))
+
 
     # issue 12: erasure ---------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
@@ -752,6 +792,28 @@ class RedisMemoryStore:
                 pipe.srem(key, user)
             pipe.unlink(listed)
             await pipe.execute()
+
+    async def delete_shared(self, tenant: str, memory_id: str, *,
+                            audit: AuditEvent | None = None) -> bool:
+        ns = shared_token(tenant)
+        key = self._keys.memory(ns, memory_id)
+        events = [audit] if audit is not None else []
+
+        async def body(pipe: Pipeline) -> bool:
+            if not await pipe.exists(key):
+                return False
+            multi(pipe)
+            pipe.delete(key, self._keys.evidence(ns, memory_id))
+            pipe.srem(self._keys.ids(ns), memory_id)
+            await pipe.execute()
+            return True
+
+        with _unavailable("delete_shared"):
+            deleted = await transact(self._redis, [key], body)
+            if deleted:
+                await self._audit.append(events)
+        return deleted
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -33,6 +33,7 @@ from proxy.memory.records import (
 from proxy.memory.store import (
     ApplyPlan,
     AuditEvent,
+    AuditFilter,
     Candidate,
     ChangeSet,
     ListQuery,
@@ -46,6 +47,7 @@ from proxy.memory.store import (
     related_by_keywords,
 )
 from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
+from proxy.settings import GLOBAL_NAMESPACE
 
 _COLUMNS = (
     "id, tenant, user_id, scope, category, subcategory, title, content, tags, subject, source, "
@@ -347,7 +349,7 @@ class SqliteMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         tokens = [user_token(query.tenant, query.user)]
         if query.include_shared:
-            tokens.append(shared_token(query.tenant))
+            tokens += [shared_token(query.tenant), shared_token(GLOBAL_NAMESPACE)]
         clause, clause_args = _channel_clause(query.channels)
 
         def run(conn: sqlite3.Connection) -> list[Candidate]:
@@ -384,15 +386,19 @@ class SqliteMemoryStore:
         found: dict[str, Candidate],
     ) -> None:
         assert query.embedding is not None
-        owner = "(m.user_id = ?" + (" OR m.user_id IS NULL)" if query.include_shared else ")")
+        owner = "m.tenant = ? AND (m.user_id = ?" + \
+            (" OR m.user_id IS NULL) OR (m.tenant = ? AND m.user_id IS NULL)"
+             if query.include_shared else ")")
         np = _np()
         vector = np.asarray(query.embedding, dtype=np.float32)
         # Only vectors of the query's length: after a model change, older vectors of another
         # dimension are skipped (keyword recall still finds those memories).
         rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM memories m WHERE m.tenant = ? AND {owner} AND {_ACTIVE} "
+            f"SELECT {_COLUMNS} FROM memories m WHERE ({owner}) AND {_ACTIVE} "
             f"AND m.embedding IS NOT NULL AND length(m.embedding) = ?{clause}",
-            (query.tenant, query.user, vector.nbytes, *clause_args),
+            (query.tenant, query.user,
+             *((GLOBAL_NAMESPACE,) if query.include_shared else ()), vector.nbytes,
+             *clause_args),
         ).fetchall()
         if not rows:
             return
@@ -824,6 +830,81 @@ class SqliteMemoryStore:
         result: list[tuple[int, AuditEvent]] = await self._read(run)
         return result
 
+    # issue 13: admin governance ----------------------------------------------------------
+    async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
+                           before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
+        clauses: list[str] = ["tenant = ?"]
+        args: list[Any] = [tenant]
+        for column, value in (("user_id", where.user), ("action", where.action),
+                              ("actor", where.actor),
+                              ("conversation_id", where.conversation)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if where.since is not None:
+            clauses.append("at >= ?")
+            args.append(to_iso(where.since) or "")
+        if where.until is not None:
+            clauses.append("at < ?")
+            args.append(to_iso(where.until) or "")
+        if before_id is not None:
+            clauses.append("id < ?")
+            args.append(before_id)
+
+        def run(conn: sqlite3.Connection) -> list[tuple[int, AuditEvent]]:
+            rows = conn.execute(
+                "SELECT id, at, tenant, user_id, conversation_id, actor, action, memory_id, "
+                f"reason, detail FROM audit_log WHERE {' AND '.join(clauses)} "
+                "ORDER BY id DESC LIMIT ?", (*args, max(0, limit))).fetchall()
+            return [(r[0], AuditEvent(
+                tenant=r[2], user_id=r[3], conversation_id=r[4], actor=r[5], action=r[6],
+                memory_id=r[7], reason=r[8], detail=orjson.loads(r[9]), at=_dt(r[1])))
+                for r in rows]
+
+        result: list[tuple[int, AuditEvent]] = await self._read(run)
+        return result
+
+    async def audit_counts(self, tenant: str, *, since: datetime
+                           ) -> dict[tuple[str, str, str], int]:
+        rows = await self._read(lambda c: c.execute(
+            "SELECT substr(at, 1, 10), action, actor, count(*) FROM audit_log "
+            "WHERE tenant = ? AND at >= ? GROUP BY 1, 2, 3",
+            (tenant, to_iso(since))).fetchall())
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+
+    async def tenant_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+            counts: dict[str, dict[str, int]] = {}
+            for scope, category, enabled, retired, n in conn.execute(
+                "SELECT scope, category, enabled, superseded_at IS NOT NULL, count(*) "
+                "FROM memories WHERE tenant = ? GROUP BY 1, 2, 3, 4", (tenant,),
+            ):
+                into = counts.setdefault(scope, {"total": 0, "retired": 0, "disabled": 0})
+                if retired:
+                    into["retired"] += n
+                elif not enabled:
+                    into["disabled"] += n
+                else:
+                    into["total"] += n
+                    into[category] = into.get(category, 0) + n
+            return counts
+
+        result: dict[str, dict[str, int]] = await self._read(run)
+        return result
+
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        row = await self._read(lambda c: c.execute(
+            "SELECT data FROM tenant_settings WHERE tenant = ?", (tenant,)).fetchone())
+        return {} if row is None else dict(orjson.loads(row[0]))
+
+    async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
+                                  ) -> None:
+        data = orjson.dumps(dict(overrides)).decode()
+        await self._write(lambda c: c.execute(
+            "INSERT INTO tenant_settings (tenant, data, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(tenant) DO UPDATE SET data = excluded.data, "
+            "updated_at = excluded.updated_at", (tenant, data, to_iso(utcnow()))))
+
     # issue 12: erasure ---------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         marker = to_iso(utcnow())
@@ -848,4 +929,19 @@ class SqliteMemoryStore:
             return int(removed)
 
         result: int = await self._write(run)
+        return result
+
+    async def delete_shared(self, tenant: str, memory_id: str, *,
+                            audit: AuditEvent | None = None) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT 1 FROM memories WHERE id = ? AND tenant = ? AND "
+                               "user_id IS NULL", (memory_id, tenant)).fetchone()
+            if row is None:
+                return False
+            _delete_rows(conn, "id = ?", (memory_id,))
+            if audit is not None:
+                _insert_audit(conn, [audit])
+            return True
+
+        result: bool = await self._write(run)
         return result
