@@ -31,7 +31,7 @@ class UsageQuery(_Query):
     window of UTC days (inclusive). ``tenant``: global admin keys only."""
 
     group_by: Literal["user", "model", "day"] = "user"
-    user: str | None = None
+    user: str | None = Field(default=None, min_length=1, max_length=256)
     since: date | None = None
     until: date | None = None
     tenant: str | None = None
@@ -79,7 +79,7 @@ class UserList(BaseModel):
 
 # --- audit -------------------------------------------------------------------------------
 class AuditQuery(_Query):
-    user: str | None = None
+    user: str | None = Field(default=None, min_length=1, max_length=256)
     action: str | None = None
     actor: Literal["auto", "user", "admin"] | None = None
     conversation: str | None = None

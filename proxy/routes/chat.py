@@ -293,7 +293,8 @@ async def _learning_state(res: Resources, identity: Identity) -> str | None:
     An unreadable store counts as the defaults (the worker checks the switch again)."""
     if identity.user is None:
         return None
-    if not res.learning_enabled or not identity.can_write:
+    if not res.learning_enabled or not identity.can_write or \
+            not (await res.tenants.get(identity.tenant)).learning.enabled:
         return "off"
     try:
         prefs = await res.store.get_user_settings(identity.tenant, identity.user)

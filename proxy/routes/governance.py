@@ -36,6 +36,7 @@ from proxy.memory.store import AuditEvent, AuditFilter
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
 from proxy.routes.json import json_response
+from proxy.routes.params import check_query
 from proxy.settings import GLOBAL_NAMESPACE
 from proxy.tenants import OVERRIDABLE
 
@@ -88,7 +89,9 @@ def invalid(exc: ValidationError, *, prefix: str = "") -> InvalidRequestError:
 
 
 def query(model: type[T], request: Request) -> T:
-    """The query string validated by ``model`` (400 on a bad value)."""
+    """The query string validated by ``model`` (400 on a bad value or a control
+    character)."""
+    check_query(request.query_params)
     try:
         return model.model_validate(dict(request.query_params))
     except ValidationError as exc:

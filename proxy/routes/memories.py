@@ -359,7 +359,7 @@ async def memory_stats(request: Request) -> Response:
         "by_category": dict(Counter(m.category for m in live)),
         "by_source": dict(Counter(m.source for m in live)),
         "last_learned_at": to_iso(max(learned)) if learned else None,
-        "learning": learning_state(res, settings),
+        "learning": await learning_state(res, me.tenant, settings),
     })
 
 

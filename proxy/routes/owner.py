@@ -63,9 +63,14 @@ def owner(request: Request, res: Resources, source: dict[str, Any]) -> Owner:
                  principal)
 
 
-def learning_state(res: Resources, settings: UserSettings | None) -> dict[str, Any]:
-    """``{"global", "personal", "effective"}``: ``learning.enabled``, the user's switch
-    (``None`` without a user) and whether this user's chats are learned from."""
+async def learning_state(res: Resources, tenant: str | None,
+                         settings: UserSettings | None) -> dict[str, Any]:
+    """``{"global", "personal", "effective"}``: whether learning runs for the tenant
+    (``learning.enabled`` in config and the tenant's run-time override; ``tenant`` None: the
+    config alone), the user's switch (``None`` without a user) and whether this user's
+    chats are learned from."""
+    on = res.learning_enabled
+    if on and tenant is not None:
+        on = (await res.tenants.get(tenant)).learning.enabled
     personal = None if settings is None else settings.enable_personal_learning
-    return {"global": res.learning_enabled, "personal": personal,
-            "effective": res.learning_enabled and personal is not False}
+    return {"global": on, "personal": personal, "effective": on and personal is not False}

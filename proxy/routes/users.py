@@ -58,14 +58,15 @@ async def whoami(request: Request) -> Response:
     if identity.is_global_admin:  # issue 13: no tenant, no user, no end-user route
         return json_response({
             "object": "identity", "tenant": identity.tenant, "user": None,
-            "role": identity.role, "learning": learning_state(res, None),
+            "role": identity.role, "learning": await learning_state(res, None, None),
         })
     principal, user = caller(request, res, dict(request.query_params))
     settings = None if user is None else \
         await res.store.get_user_settings(principal.tenant, user)
     return json_response({
         "object": "identity", "tenant": principal.tenant, "user": user,
-        "role": principal.role, "learning": learning_state(res, settings),
+        "role": principal.role,
+        "learning": await learning_state(res, principal.tenant, settings),
     })
 
 

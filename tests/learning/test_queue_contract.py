@@ -645,7 +645,7 @@ async def test_history_queued_before_its_own_request_is_not_buffered_twice(
 async def test_a_postponed_job_waits_without_using_an_attempt(queue: LearningQueue) -> None:
     """A postponed job (spent learning budget) is not claimable before its delay, and its
     next delivery has the attempt count of the postponed one: it can never dead-letter."""
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t1")
     job = await queue.claim("w", lease_seconds=30)
     assert job is not None
     for _ in range(3):

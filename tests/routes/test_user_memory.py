@@ -234,10 +234,21 @@ async def test_settings_switch_learning_off_and_the_chat_header_says_so(
     assert await gw.res.queue.buffered_conversations("tenant-a", "u1") == []
     await call(gw, "PATCH", "/v1/settings", U1,
                json={"personal_learning": True, "learning_indicator": False})
-    response = await chat(gw, "I live in Porto.")
+    # The client resends the conversation said while learning was off, as history; only
+    # the new line may be learned (saying "I live in Porto" again now would be evidence).
+    response = await call(gw, "POST", "/v1/chat/completions", U1, json={
+        "model": "m", "messages": [
+            {"role": "user", "content": "I live in Porto."},
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "What a sunny day."}]})
+    assert response.status_code == 200, response.text
     assert "x-memory-learning" not in response.headers
     await gw.settle()
-    assert upstream.learning_calls == []
+    await call(gw, "POST", "/v1/memories/flush", U1)
+    await gw.settle()
+    sent = str(upstream.learning_calls)
+    assert "sunny" in sent
+    assert "Porto" not in sent
     assert (await call(gw, "GET", "/v1/memories", U1)).json()["data"] == []
     me = (await call(gw, "GET", "/v1/me", U1)).json()
     assert me["learning"] == {"global": True, "personal": True, "effective": True}
