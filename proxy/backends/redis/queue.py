@@ -124,6 +124,7 @@ class RedisLearningQueue:
         self._requeue, self._depth = script(lua.REQUEUE), script(lua.DEPTH)
         self._prune = script(lua.PRUNE_CONSUMERS)
         self._buffer, self._seal = script(lua.BUFFER), script(lua.SEAL)
+        self._release, self._oldest = script(lua.RELEASE), script(lua.OLDEST)
 
     # jobs ------------------------------------------------------------------------------
     async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
@@ -367,6 +368,18 @@ class RedisLearningQueue:
         if live:
             await self._publish(ns, live)
         await self._redis.srem(self._keys.outbox(ns), *keys)
+
+    # graceful shutdown and operations ------------------------------------------------
+    async def release(self, job: Job) -> None:
+        """Only this delivery is released (``job.attempts`` must match the header): a job
+        whose lease ran out and that another worker claimed since is left to it."""
+        with unavailable_on_redis_error("learning queue release"):
+            await self._release(keys=self._jobs, args=[job.id, job.attempts])
+
+    async def oldest_ready_age(self) -> float | None:
+        with unavailable_on_redis_error("learning queue oldest_ready_age"):
+            age = await self._oldest(keys=self._jobs, args=[])
+        return None if not age else float(age)
 
 
 __all__: Sequence[str] = ("RedisLearningQueue", "redis_batch_key")
