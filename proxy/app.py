@@ -17,19 +17,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.access import AccessLogMiddleware
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
 from proxy.routes import admin, chat, health, memories, models
 from proxy.settings import Settings
+from proxy.shutdown import Drain
 
 log = structlog.get_logger("proxy.app")
 FLUSH_INTERVAL_SECONDS = 1.0
+WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
 
 
 async def _proxy_error(_request: Request, exc: Exception) -> Response:
@@ -109,6 +113,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         name="index-maintenance"))
     if res.worker is not None and res.settings.server.run_worker:
         worker = asyncio.create_task(res.worker.run(stop), name="learning-worker")
+        # SIGTERM: the worker stops (releasing its job) at once, not after the streams.
+        res.drain.on_begin(stop.set)
 
         def ended(task: asyncio.Task[None]) -> None:
             if stop.is_set():
@@ -127,6 +133,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         yield
     finally:
         stop.set()
+        if res.worker_task is not None:  # let it release its job before cancelling
+            await asyncio.wait({res.worker_task}, timeout=WORKER_STOP_SECONDS)
         for task in reversed(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -140,11 +148,14 @@ async def _running(res: Resources) -> AsyncIterator[None]:
 def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:
     """The gateway app. ``resources`` (tests) are used as given and not closed here."""
 
+    drain = Drain(settings.server.shutdown_grace_seconds)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             res = resources if resources is not None else \
                 await stack.enter_async_context(open_resources(settings))
+            res.drain = drain  # the one GatewayServer.shutdown() starts
             app.state.resources = res
             if not res.registry.names:
                 log.warning("no_models_configured",
@@ -198,9 +209,10 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=[Middleware(AccessLogMiddleware, settings=settings.server)],
         exception_handlers={
             ProxyError: _proxy_error,
             StoreUnavailableError: _store_unavailable,
@@ -208,3 +220,5 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             Exception: _unexpected,
         },
     )
+    app.state.drain = drain
+    return app

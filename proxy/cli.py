@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (server.port)")
     serve.add_argument("--no-worker", action="store_true",
                        help="do not run the learning worker in this process")
+    serve.add_argument("--processes", type=int, metavar="N",
+                       help="gateway processes sharing the port (server.processes); the "
+                            "learning worker runs in the first one only")
     worker = sub.add_parser("worker", help="run the learning worker only")
     worker.add_argument("--config", help="YAML file")
     dead = sub.add_parser("dead-letters",
@@ -50,6 +53,7 @@ def _load(args: argparse.Namespace) -> Settings:
         k: v for k, v in {
             "host": getattr(args, "host", None), "port": getattr(args, "port", None),
             "run_worker": False if getattr(args, "no_worker", False) else None,
+            "processes": getattr(args, "processes", None),
         }.items() if v is not None
     }
     try:
@@ -71,22 +75,19 @@ def preflight(settings: Settings) -> None:
     backend_preflight(settings)
 
 
-def _serve(settings: Settings) -> None:
-    import uvicorn
-
-    from proxy.app import create_app
+def _serve(settings: Settings) -> int:
+    from proxy.server import serve, serve_processes
 
     # The port is taken before anything starts: a busy port is a configuration error
     # reported at once, not after the stores, models and worker came up.
     sock = listen_socket(settings.server.host, settings.server.port)
-    config = uvicorn.Config(
-        create_app(settings), log_config=None, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=10,
-    )
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        if settings.server.processes > 1:
+            return serve_processes(settings, sock, settings.server.processes)
+        serve(settings, sock)
     finally:
         sock.close()
+    return 0
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -149,11 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level=settings.server.log_level, fmt=settings.server.log_format)
     try:
         if args.command == "serve":
-            _serve(settings)
-        elif args.command == "dead-letters":
+            return _serve(settings)
+        if args.command == "dead-letters":
             return asyncio.run(_dead_letters(settings, args))
-        else:
-            asyncio.run(_work(settings))
+        asyncio.run(_work(settings))
     except ConfigError as exc:
         print(f"memory-proxy: {exc}", file=sys.stderr)
         return 2

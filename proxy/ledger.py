@@ -87,3 +87,7 @@ class UsageWriter:
         pending, self._pending = self._pending, []
         if pending:
             await self._ledger.record_usage(pending)
+
+    def pending(self) -> int:
+        """Rows buffered for the next flush."""
+        return len(self._pending)

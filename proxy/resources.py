@@ -29,7 +29,9 @@ from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
+from proxy.observed import count_store_errors
 from proxy.settings import ConfigError, Settings
+from proxy.shutdown import Drain
 from proxy.tokens import TokenCounter
 from proxy.upstream.base import Upstream
 from proxy.upstream.dispatch import Dispatcher
@@ -62,9 +64,12 @@ class Resources:
     worker_task: asyncio.Task[None] | None = None
     usage: UsageWriter = field(init=False)
     clock: Callable[[], datetime] = utcnow
+    # Graceful shutdown state (proxy/shutdown.py); the app replaces it with its own.
+    drain: Drain = field(init=False)
 
     def __post_init__(self) -> None:
         self.usage = UsageWriter(self.ledger)
+        self.drain = Drain(self.settings.server.shutdown_grace_seconds)
 
     @property
     def learning_enabled(self) -> bool:
@@ -101,7 +106,8 @@ def build_resources(
         sink = QueueSink(queue, scrubbers, max_messages=learning.max_messages_per_exchange,
                          metrics=metrics)
         model = LearningModel(upstream=upstream, registry=registry, ledger=ledger,
-                              counter=counter, model=learning.model, clock=clock)
+                              counter=counter, model=learning.model, clock=clock,
+                              metrics=metrics)
         worker = Worker(queue=queue, store=store, model=model, scrubbers=scrubbers,
                         settings=learning, metrics=metrics, clock=clock, embedder=embedder,
                         ledger=ledger)
@@ -197,7 +203,10 @@ async def open_resources(
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
         stack.push_async_callback(upstream.aclose)
+        metrics = Metrics()
         yield build_resources(
-            settings, store=store, ledger=ledger, upstream=upstream,
-            queue=queue, embedder=embedder,
+            settings, store=count_store_errors(store, metrics, "store"),
+            ledger=count_store_errors(ledger, metrics, "ledger"), upstream=upstream,
+            queue=count_store_errors(queue, metrics, "queue"), embedder=embedder,
+            metrics=metrics,
         )

@@ -518,6 +518,17 @@ class ServerSettings(_Section):
     run_worker: bool = True
     # Larger chat bodies are refused with 413 (base64 images make bodies big).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    # Deploy and operate (issue 14). After SIGTERM, in-flight streams may run this long;
+    # the rest end with an SSE error event (proxy/shutdown.py). 30 s: Kubernetes' default
+    # terminationGracePeriodSeconds, which the Helm chart sets to this plus preStop + 10 s.
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # Gateway processes sharing the port (`serve --processes N`); the learning worker runs
+    # in the first one only. 1: one process, no supervisor.
+    processes: int = Field(default=1, ge=1, le=256)
+    # The access log's user field: "hash" (default; sha256 of tenant and user, 16 hex
+    # digits), "plain" (the user id as sent) or "off" (no user field).
+    access_log: bool = True
+    access_log_user: Literal["hash", "plain", "off"] = "hash"
 
 
 class Settings(BaseSettings):

@@ -26,6 +26,7 @@ import orjson
 
 from proxy.errors import ProxyError, UpstreamError, error_event, upstream_error_from_body
 from proxy.errors import status_for_stream_error as _status
+from proxy.shutdown import Drain, ShuttingDownError
 from proxy.transcript import ReplyAssembler, Usage
 from proxy.upstream.base import ChunkStream
 
@@ -77,8 +78,11 @@ class StreamForwarder:
         include_usage: bool,
         estimate_usage: Callable[[ReplyAssembler], Usage],
         model: str = "",
+        drain: Drain | None = None,
     ) -> None:
         self._upstream = upstream
+        # Graceful shutdown: past the grace the stream ends with an error event.
+        self._drain = drain
         self._include_usage = include_usage
         self._estimate = estimate_usage
         self._model = model  # for a usage chunk the gateway makes when the stream named none
@@ -136,11 +140,15 @@ class StreamForwarder:
             yield b"".join(held)
         batch: list[bytes] = []  # the closing frames, written together
         try:
-            async for payload in self._upstream:
-                out = self._process(payload)
-                if self.error is not None:
-                    break
-                if out is not None:
+            if self._drain is None:
+                async for payload in self._upstream:
+                    out = self._process(payload)
+                    if self.error is not None:
+                        break
+                    if out is not None:
+                        yield out
+            else:
+                async for out in self._until_shutdown(self._drain):
                     yield out
         except ProxyError as exc:
             self.error = exc
@@ -158,6 +166,26 @@ class StreamForwarder:
         self.completed = self.assembler.finished
         batch.append(DONE)
         yield b"".join(batch)
+
+    async def _until_shutdown(self, drain: Drain) -> AsyncIterator[bytes]:
+        """The frames to forward, as :meth:`body`'s loop, until the upstream ends or the
+        shutdown grace expires (then :class:`ShuttingDownError` is raised). Each wait for
+        the next upstream chunk runs inside ``drain.guard()``; frames are yielded outside."""
+        chunks = aiter(self._upstream)
+        while True:
+            with drain.guard() as scope:
+                try:
+                    payload = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+            if scope.cancelled_caught:
+                raise ShuttingDownError("The gateway is shutting down and its grace period "
+                                        "for open streams is over; retry the request.")
+            out = self._process(payload)
+            if self.error is not None:
+                return
+            if out is not None:
+                yield out
 
     def _usage_payload(self) -> bytes:
         chunk, raw = self._usage_chunk, self._usage_raw

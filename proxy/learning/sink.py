@@ -56,6 +56,10 @@ class LearningSink(Protocol):
 
     async def aclose(self) -> None: ...
 
+    def pending(self) -> int:
+        """Turns accepted but not yet written to the queue (the in-process spool)."""
+        ...
+
 
 class NullSink:
     """Learning is off: turns go nowhere."""
@@ -71,6 +75,9 @@ class NullSink:
 
     async def aclose(self) -> None:
         return None
+
+    def pending(self) -> int:
+        return 0
 
 
 class Enqueuer(Protocol):
@@ -97,6 +104,9 @@ class QueueSink:
         self._batch = batch
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._recent_cap = recent
+
+    def pending(self) -> int:
+        return self._pending.qsize()
 
     def submit(self, turn: Turn) -> None:
         try:

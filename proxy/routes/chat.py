@@ -14,6 +14,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.access import access_record
 from proxy.errors import (
     AuthenticationError,
     ContextLengthExceededError,
@@ -87,6 +88,11 @@ async def chat_completions(request: Request) -> Response:
         # A user-bound key names its user upstream too, not whoever the body claimed (B26).
         chat.body["user"] = identity.user
     call = _Call(res, request, chat, identity, route, injection, started, principal.client_key)
+    record = access_record(request)
+    if record is not None:  # the access log line (proxy/access.py); never text
+        record.tenant, record.user, record.model = identity.tenant, identity.user, chat.model
+        record.stream, record.memory, record.injected = chat.stream, injection.status, \
+            injection.count
     try:
         if chat.stream:
             return await _stream(call)
@@ -127,6 +133,7 @@ async def _complete(call: _Call) -> Response:
             call.upstream_call()))
     elapsed = time.perf_counter() - call.started
     res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(elapsed)
+    _note_ttft(call, elapsed)
     res.metrics.request_seconds.labels("false").observe(elapsed)
     replies, usage = reply_from_completion(completion.data)
     first = replies.get(0)
@@ -149,7 +156,7 @@ async def _stream(call: _Call) -> Response:
         forwarder = StreamForwarder(
             upstream, include_usage=call.chat.include_usage,
             estimate_usage=lambda assembler: _estimate_stream(call, assembler),
-            model=call.chat.model,
+            model=call.chat.model, drain=res.drain,
         )
         try:
             await forwarder.start()
@@ -168,6 +175,7 @@ async def _stream(call: _Call) -> Response:
     ttft = time.perf_counter() - call.started
     res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(ttft)
     res.metrics.request_seconds.labels("true").observe(ttft)
+    _note_ttft(call, ttft)
 
     async def body() -> Any:
         try:
@@ -187,6 +195,9 @@ def _stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
     res = call.res
     status = "ok" if forwarder.completed else ("error" if forwarder.error else "aborted")
     res.metrics.requests.labels(call.chat.model, "true", status).inc()
+    record = access_record(call.request)
+    if record is not None:
+        record.outcome = status
     if forwarder.error is None and forwarder.assembler.last_chunk is not None:
         usage = forwarder.usage
         estimated = usage is None
@@ -197,6 +208,12 @@ def _stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
         first = forwarder.assembler.replies().get(0)
         if first is not None:
             _learn(call, first.content)
+
+
+def _note_ttft(call: _Call, seconds: float) -> None:
+    record = access_record(call.request)
+    if record is not None:
+        record.ttft_ms = round(seconds * 1000, 2)
 
 
 def _estimate(call: _Call, reply: str) -> Usage:

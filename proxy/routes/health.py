@@ -3,8 +3,10 @@
 ``/healthz`` answers 200 while the process runs. ``/readyz`` reports each dependency; it
 answers 200 whenever chat can be served — a memory store outage degrades memory, not chat
 (SPEC §8), so it shows as ``"degraded"`` with 200 — and 503 only when no model is
-configured. ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the learning worker
-this process runs has ended (also ``"degraded"``: chat goes on, learning does not).
+configured, or while the process drains after SIGTERM (``"draining"``, so load balancers
+stop sending it requests). ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the
+learning worker this process runs has ended (also ``"degraded"``: chat goes on, learning
+does not).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ async def readyz(request: Request) -> Response:
     checks["learning"] = _learning(res)
     if not res.registry.names:
         return json_response({"status": "unavailable", "checks": checks}, status_code=503)
+    if res.drain.draining:  # SIGTERM: take this instance out of the load balancer
+        return json_response({"status": "draining", "checks": checks}, status_code=503)
     degraded = checks["store"] != "ok" or isinstance(checks.get("learning_queue"), str) \
         or checks["learning"] == "stopped"
     return json_response({"status": "degraded" if degraded else "ok", "checks": checks})
@@ -75,4 +79,12 @@ async def metrics(request: Request) -> Response:
         else:
             for state in ("ready", "delayed", "leased", "dead"):
                 res.metrics.queue_depth.labels(state).set(getattr(depth, state))
+        try:
+            age = await res.queue.oldest_ready_age()
+        except Exception as exc:  # likewise
+            log.warning("metrics_oldest_job_failed", error=str(exc))
+        else:
+            res.metrics.oldest_job_age.set(age or 0.0)
+    res.metrics.spool_items.labels("learning_sink").set(res.sink.pending())
+    res.metrics.spool_items.labels("usage").set(res.usage.pending())
     return Response(res.metrics.render(), media_type="text/plain; version=0.0.4")
