@@ -115,9 +115,18 @@ async def _work(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    from proxy.app import alert_monitor
+
     async with open_resources(settings) as res:
         assert res.worker is not None
-        await res.worker.run(stop)
+        monitor = alert_monitor(res, gateway=False)
+        alerts = asyncio.create_task(monitor.run()) if monitor is not None else None
+        try:
+            await res.worker.run(stop)
+        finally:
+            if alerts is not None:
+                alerts.cancel()
+                await asyncio.gather(alerts, return_exceptions=True)
 
 
 async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:

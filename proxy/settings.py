@@ -531,6 +531,42 @@ class ServerSettings(_Section):
     access_log_user: Literal["hash", "plain", "off"] = "hash"
 
 
+class AlertSettings(_Section):
+    """``alerts``: a JSON webhook for conditions that last (issue 14, seed 001 §10). Off
+    while ``webhook_url`` is unset. A condition must hold for ``for_seconds`` before it
+    fires (a blip is not reported); while it holds it is re-sent at most every
+    ``repeat_seconds``; when it clears a ``resolved`` message follows. ``secret`` signs each
+    body with HMAC-SHA256 (header ``X-Memory-Proxy-Signature``, see :mod:`proxy.alerts`).
+    Both secrets are usually ``os.environ/NAME``."""
+
+    webhook_url: SecretStr | None = None
+    secret: SecretStr | None = None
+    for_seconds: float = Field(default=120.0, ge=0)
+    repeat_seconds: float = Field(default=3600.0, gt=0)
+    check_interval_seconds: float = Field(default=15.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0)
+    # upstream_failing: share of chat requests in a check interval that failed upstream.
+    upstream_failure_ratio: float = Field(default=0.5, gt=0, le=1)
+
+    @field_validator("webhook_url", "secret", mode="before")
+    @classmethod
+    def _from_env(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str) and value.startswith(ENV_REFERENCE):
+            return resolve_env_reference(value, setting="alerts")  # unset → off
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parts = urlsplit(value.get_secret_value())
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("alerts.webhook_url must be an http:// or https:// URL")
+        return value
+
+
 class Settings(BaseSettings):
     """Root settings object. Build it with :func:`load_settings`."""
 
@@ -549,6 +585,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     identity: IdentitySettings = Field(default_factory=IdentitySettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @classmethod
     def settings_customise_sources(
