@@ -165,7 +165,7 @@ def test_mode_and_config_backend_come_from_one_value(backend: str, tmp_path: Pat
     config_file.write_text(config_text)
     settings = load_settings(config_file)
     assert settings.storage.backend == backend
-    assert settings.server.host == "0.0.0.0"
+    assert settings.server.host == "0.0.0.0"  # noqa: S104 - the pod listens on all
     if backend == "redis":
         assert settings.storage.url is not None
         assert settings.storage.url.get_secret_value() == env["REDIS_URL"]
@@ -226,7 +226,7 @@ def test_secrets_are_referenced_never_inlined(values_file: Path | None) -> None:
 def test_external_redis_without_a_secret_is_refused() -> None:
     """redis.enabled: false without externalRedis.existingSecret fails to render, naming
     the value to set."""
-    with pytest.raises(helm.HelmRenderError, match="externalRedis.existingSecret"):
+    with pytest.raises(helm.HelmRenderError, match=r"externalRedis\.existingSecret"):
         render({"redis": {"enabled": False}})
 
 
