@@ -203,3 +203,42 @@ async def test_sigterm_releases_the_learning_job_at_once(tmp_path: Path, command
         job = await queue.claim("next", lease_seconds=30)
     assert job is not None
     assert (job.kind, job.attempts) == ("learn", 1)
+
+
+async def test_processes_share_one_port_with_one_worker_and_merged_metrics(
+    tmp_path: Path,
+) -> None:
+    """serve --processes 2: two gateway processes answer on one port, only the first runs
+    the learning worker, /metrics (answered by either) counts every process's requests,
+    and SIGTERM stops them all."""
+    fake = FakeUpstream()
+    async with serve_upstream(fake.handler) as upstream_port:
+        config = _config(tmp_path, upstream_port, "learning: {enabled: true}\n")
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        async with _process("serve", "--config", str(config), "--port", str(port),
+                            "--processes", "2") as proc:
+            await _started(proc, base)
+            for _ in range(40):  # a fresh connection each: both processes accept
+                async with httpx.AsyncClient() as client:
+                    assert (await client.get(base + "/healthz")).status_code == 200
+            async with httpx.AsyncClient() as client:
+                text = (await client.get(base + "/metrics")).text
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 30)
+            events = await _events(proc)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    healthz = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                  if s.name == "memory_proxy_http_requests_total"
+                  and s.labels["route"] == "/healthz")
+    # _started's probes count too: at least the 40 sent here, from both processes' files.
+    assert healthz >= 40
+    started = [e for e in events if e.get("event") == "gateway_process_started"]
+    assert sorted(e["index"] for e in started) == [0, 1]
+    workers = [e for e in events if e.get("event") == "learning_worker_started"]
+    assert len(workers) == 1
+    assert workers[0]["process"] == 0
+    assert len([e for e in events if e.get("event") == "gateway_stopped"]) == 2
+    answered = {e.get("process") for e in events if e.get("event") == "http_request"}
+    assert answered <= {0, 1}
