@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                             "learning worker runs in the first one only")
     worker = sub.add_parser("worker", help="run the learning worker only")
     worker.add_argument("--config", help="YAML file")
+    worker.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve this worker's Prometheus metrics on PORT (/metrics)")
     dead = sub.add_parser("dead-letters",
                           help="list learning jobs that failed for good, or requeue them")
     dead.add_argument("--config", help="YAML file")
@@ -106,7 +108,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _work(settings: Settings) -> None:
+async def _work(settings: Settings, metrics_port: int | None = None) -> None:
     from proxy.resources import open_resources
 
     if not settings.learning.enabled:
@@ -119,6 +121,11 @@ async def _work(settings: Settings) -> None:
 
     async with open_resources(settings) as res:
         assert res.worker is not None
+        if metrics_port is not None:  # a thread of prometheus-client, for scrapers
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port, addr=settings.server.host,
+                              registry=res.metrics.registry)
         monitor = alert_monitor(res, gateway=False)
         alerts = asyncio.create_task(monitor.run()) if monitor is not None else None
         try:
@@ -162,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(settings)
         if args.command == "dead-letters":
             return asyncio.run(_dead_letters(settings, args))
-        asyncio.run(_work(settings))
+        asyncio.run(_work(settings, args.metrics_port))
     except ConfigError as exc:
         print(f"memory-proxy: {exc}", file=sys.stderr)
         return 2

@@ -103,7 +103,11 @@ def test_default_install_is_redis_mode_with_a_bundled_redis_8() -> None:
     gateway = container(deployments["mp-memory-proxy-gateway"])
     assert gateway["args"][0] == "serve"
     assert "--no-worker" in gateway["args"]
-    assert container(deployments["mp-memory-proxy-worker"])["args"] == ["worker"]
+    worker = container(deployments["mp-memory-proxy-worker"])
+    assert worker["args"] == ["worker", "--metrics-port", "9464"]
+    assert worker["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+    metrics = by_kind(docs, "Service")["mp-memory-proxy-worker-metrics"]
+    assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
     redis = by_kind(docs, "StatefulSet")["mp-memory-proxy-redis"]
     rc = container(redis)
     assert rc["image"] == "redis:8.2"
@@ -272,6 +276,7 @@ def test_external_redis_example_runs_three_gateways_and_two_workers() -> None:
     assert by_kind(docs, "HorizontalPodAutoscaler") == {}
     assert by_kind(docs, "StatefulSet") == {}
     monitor, = by_kind(docs, "ServiceMonitor").values()
-    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [
+        ("http", "/metrics"), ("metrics", "/metrics")]
     assert by_kind(docs, "NetworkPolicy")
     assert by_kind(docs, "Ingress")

@@ -189,9 +189,12 @@ async def test_sigterm_releases_the_learning_job_at_once(tmp_path: Path, command
         config = _config(tmp_path, upstream_port,
                          "learning: {enabled: true, lease_seconds: 300}\n")
         port = _free_port()
-        args = ["--port", str(port)] if command == "serve" else []
+        args = ["--port" if command == "serve" else "--metrics-port", str(port)]
         async with _process(command, "--config", str(config), *args) as proc:
             await asyncio.wait_for(called.wait(), 60)  # the job is claimed, the model called
+            async with httpx.AsyncClient() as client:  # both serve their metrics
+                scrape = await client.get(f"http://127.0.0.1:{port}/metrics")
+            assert "memory_proxy_learning_events_total" in scrape.text
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 15)
             events = await _events(proc)
