@@ -255,6 +255,7 @@ def test_probes_shutdown_and_security_context(values_file: Path | None) -> None:
     config = yaml.safe_load(by_kind(docs, "ConfigMap")["mp-memory-proxy-config"]["data"][
         "config.yaml"])
     assert config["server"]["shutdown_grace_seconds"] == grace
+    assert env_of(c)["MEMORY_PROXY_SERVER__SHUTDOWN_GRACE_SECONDS"] == str(grace)
     for workload in [*by_kind(docs, "Deployment").values(), *by_kind(docs, "StatefulSet")
                      .values()]:
         spec = workload["spec"]["template"]["spec"]

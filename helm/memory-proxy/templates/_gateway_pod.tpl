@@ -40,6 +40,8 @@ spec:
           protocol: TCP
       env:
         {{- include "memory-proxy.env" . | nindent 8 }}
+        - name: MEMORY_PROXY_SERVER__SHUTDOWN_GRACE_SECONDS
+          value: {{ $g.shutdownGraceSeconds | quote }}
       {{- include "memory-proxy.envFrom" . | nindent 6 }}
       startupProbe:
         httpGet: {path: /healthz, port: http}
