@@ -13,10 +13,10 @@ a shutdown from a network failure and retry; uvicorn's own hard limit is the gra
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-import anyio
 import structlog
 
 from proxy.errors import ProxyError
@@ -36,15 +36,30 @@ class ShuttingDownError(ProxyError):
     default_code = "server_shutting_down"
 
 
+@dataclass(slots=True, eq=False)
+class StreamWatch:
+    """One open stream, as :class:`Drain` sees it: its task, and whether it is waiting for
+    the upstream right now (``waiting``, set around each wait for the next chunk)."""
+
+    task: asyncio.Task[Any] | None
+    waiting: bool = False
+    interrupted: bool = False  # set by Drain.expire when it cancelled the wait
+
+
 class Drain:
     """Shutdown state of one process. ``grace_seconds``: how long in-flight streams may go
-    on after :meth:`begin` (``server.shutdown_grace_seconds``)."""
+    on after :meth:`begin` (``server.shutdown_grace_seconds``).
+
+    Streams register with :meth:`watch` (once per stream, not per chunk: a stream costs
+    two attribute writes per chunk). When the grace expires, streams waiting for the
+    upstream have that wait cancelled (``interrupted``); the others see ``expired`` before
+    their next wait. Either way they end with an error event of their own."""
 
     def __init__(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> None:
         self.grace_seconds = grace_seconds
         self.draining = False
         self.expired = False
-        self._scopes: set[anyio.CancelScope] = set()
+        self._streams: set[StreamWatch] = set()
         self._on_begin: list[Callable[[], None]] = []
 
     def on_begin(self, callback: Callable[[], None]) -> None:
@@ -62,7 +77,7 @@ class Drain:
             return
         self.draining = True
         log.info("shutdown_draining", grace_seconds=self.grace_seconds,
-                 open_streams=len(self._scopes))
+                 open_streams=len(self._streams))
         callbacks, self._on_begin = self._on_begin, []
         for callback in callbacks:
             try:
@@ -72,25 +87,21 @@ class Drain:
         asyncio.get_running_loop().call_later(self.grace_seconds, self.expire)
 
     def expire(self) -> None:
-        """The grace is over: every wait inside :meth:`guard` is cancelled, and later ones
-        are refused."""
+        """The grace is over: cancel the upstream waits of open streams; later waits are
+        refused (``expired``)."""
         self.expired = True
-        if self._scopes:
-            log.warning("shutdown_grace_expired", ending_streams=len(self._scopes))
-        for scope in list(self._scopes):
-            scope.cancel()
+        if self._streams:
+            log.warning("shutdown_grace_expired", ending_streams=len(self._streams))
+        for stream in list(self._streams):
+            if stream.waiting and stream.task is not None and not stream.interrupted:
+                stream.interrupted = True
+                stream.task.cancel()
 
-    @contextlib.contextmanager
-    def guard(self) -> Iterator[anyio.CancelScope]:
-        """A cancel scope around one wait of a stream (for the next upstream chunk): it is
-        cancelled when the grace expires — check ``scope.cancelled_caught`` after the
-        block. Never yield to the client inside it."""
-        scope = anyio.CancelScope()
-        if self.expired:
-            scope.cancel()
-        with scope:
-            self._scopes.add(scope)
-            try:
-                yield scope
-            finally:
-                self._scopes.discard(scope)
+    def watch(self) -> StreamWatch:
+        """Register the current task's stream; :meth:`unwatch` it when the stream ends."""
+        stream = StreamWatch(asyncio.current_task())
+        self._streams.add(stream)
+        return stream
+
+    def unwatch(self, stream: StreamWatch) -> None:
+        self._streams.discard(stream)

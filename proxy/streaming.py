@@ -17,6 +17,7 @@ HTTP error (case B04); after that, an error ends the stream with an error event.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,8 @@ from proxy.transcript import ReplyAssembler, Usage
 from proxy.upstream.base import ChunkStream
 
 DONE = b"data: [DONE]\n\n"
+_SHUTDOWN_MESSAGE = ("The gateway is shutting down and its grace period for open streams is "
+                     "over; retry the request.")
 
 
 def frame(payload: bytes) -> bytes:
@@ -169,23 +172,36 @@ class StreamForwarder:
 
     async def _until_shutdown(self, drain: Drain) -> AsyncIterator[bytes]:
         """The frames to forward, as :meth:`body`'s loop, until the upstream ends or the
-        shutdown grace expires (then :class:`ShuttingDownError` is raised). Each wait for
-        the next upstream chunk runs inside ``drain.guard()``; frames are yielded outside."""
+        shutdown grace expires (then :class:`ShuttingDownError` is raised): a wait for the
+        next upstream chunk that is under way then is cancelled by ``drain``, and no new
+        one starts. Frames are yielded outside the waits."""
         chunks = aiter(self._upstream)
-        while True:
-            with drain.guard() as scope:
+        stream = drain.watch()
+        try:
+            while True:
+                if drain.expired:
+                    raise ShuttingDownError(_SHUTDOWN_MESSAGE)
+                stream.waiting = True
                 try:
                     payload = await anext(chunks)
                 except StopAsyncIteration:
                     return
-            if scope.cancelled_caught:
-                raise ShuttingDownError("The gateway is shutting down and its grace period "
-                                        "for open streams is over; retry the request.")
-            out = self._process(payload)
-            if self.error is not None:
-                return
-            if out is not None:
-                yield out
+                except asyncio.CancelledError:
+                    if not stream.interrupted:
+                        raise
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+                    raise ShuttingDownError(_SHUTDOWN_MESSAGE) from None
+                finally:
+                    stream.waiting = False
+                out = self._process(payload)
+                if self.error is not None:
+                    return
+                if out is not None:
+                    yield out
+        finally:
+            drain.unwatch(stream)
 
     def _usage_payload(self) -> bytes:
         chunk, raw = self._usage_chunk, self._usage_raw
