@@ -281,3 +281,13 @@ def test_external_redis_example_runs_three_gateways_and_two_workers() -> None:
         ("http", "/metrics"), ("metrics", "/metrics")]
     assert by_kind(docs, "NetworkPolicy")
     assert by_kind(docs, "Ingress")
+
+
+def test_no_worker_when_learning_is_off() -> None:
+    """config.learning.enabled false (the worker would exit at once): no worker
+    Deployment, HPA, PDB or metrics Service; the gateways are unchanged."""
+    docs = render({"config": {"learning": {"enabled": False}}})
+    assert set(by_kind(docs, "Deployment")) == {"mp-memory-proxy-gateway"}
+    assert set(by_kind(docs, "HorizontalPodAutoscaler")) == {"mp-memory-proxy-gateway"}
+    assert set(by_kind(docs, "PodDisruptionBudget")) == {"mp-memory-proxy-gateway"}
+    assert "mp-memory-proxy-worker-metrics" not in by_kind(docs, "Service")

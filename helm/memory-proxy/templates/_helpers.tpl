@@ -59,6 +59,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- if eq .Values.storage.backend "redis" }}true{{ end }}
 {{- end }}
 
+{{/* Learning-worker Deployment: Redis mode, worker.enabled, and learning on (a worker
+with learning.enabled false exits at once). With existingConfigMap the chart cannot see
+the config: worker.enabled decides. */}}
+{{- define "memory-proxy.workerEnabled" -}}
+{{- if and (include "memory-proxy.redisMode" .) .Values.worker.enabled }}
+{{- $learning := get (default (dict) .Values.config) "learning" | default (dict) }}
+{{- if or .Values.existingConfigMap (get $learning "enabled") }}true{{ end }}
+{{- end }}
+{{- end }}
+
 {{- define "memory-proxy.redisHost" -}}
 {{- printf "%s-redis" (include "memory-proxy.fullname" .) }}
 {{- end }}
