@@ -18,8 +18,9 @@ The checks (:func:`standard_checks`), each run where its data lives:
 
 - ``store_unreachable`` (critical) — the memory store's ``ping`` fails or times out;
 - ``upstream_failing`` (critical, gateways) — in one round, at least one chat request and
-  at least ``alerts.upstream_failure_ratio`` of them failed upstream (HTTP 502/503/504, or
-  a stream that ended in an error event);
+  at least ``alerts.upstream_failure_ratio`` of them failed upstream
+  (``memory_proxy_requests_total{status="upstream_error"}``: the upstream answered an
+  error, timed out or was unreachable; or a stream that ended in an error event);
 - ``learning_failing`` (warning, processes running a learning worker) — in one round,
   learning jobs failed (retried or dead-lettered) and none succeeded;
 - ``dead_letters_growing`` (warning, idem) — the dead-letter list is longer than when the
@@ -55,14 +56,13 @@ import orjson
 import structlog
 
 from proxy.metrics import Metrics
+from proxy.resources import Resources
 from proxy.settings import AlertSettings
 
 log = structlog.get_logger("proxy.alerts")
 SIGNATURE_HEADER = "X-Memory-Proxy-Signature"
 TIMESTAMP_HEADER = "X-Memory-Proxy-Timestamp"
 PING_TIMEOUT_SECONDS = 5.0
-UPSTREAM_FAILURE_STATUSES = frozenset({"502", "503", "504"})
-CHAT_ROUTES = frozenset({"/v1/chat/completions", "/chat/completions"})
 
 # A probe answers whether its condition holds now, with details for the message.
 Probe = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
@@ -236,10 +236,9 @@ def standard_checks(*, metrics: Metrics, ping: Callable[[], Awaitable[None]],
                     store)]
     if gateway:
         failed = _Delta(lambda: _sum(
-            metrics, "memory_proxy_http_requests_total",
-            lambda lb: lb["route"] in CHAT_ROUTES and lb["status"] in UPSTREAM_FAILURE_STATUSES)
-            + _sum(metrics, "memory_proxy_requests_total",
-                   lambda lb: lb["stream"] == "true" and lb["status"] == "error"))
+            metrics, "memory_proxy_requests_total",
+            lambda lb: lb["status"] == "upstream_error"
+            or (lb["stream"] == "true" and lb["status"] == "error")))
         served = _Delta(lambda: _sum(metrics, "memory_proxy_requests_total",
                                      lambda lb: lb["status"] == "ok"))
 
@@ -279,3 +278,24 @@ def standard_checks(*, metrics: Metrics, ping: Callable[[], Awaitable[None]],
                                 "Learning jobs are being dead-lettered; see GET "
                                 "/v1/admin/dead-letters.", dead))
     return checks
+
+
+def alert_monitor(res: Resources, *, gateway: bool) -> Monitor | None:
+    """The alerts webhook's monitor for this process (``None`` when
+    ``alerts.webhook_url`` is unset): store and, for a gateway, upstream checks; learning
+    checks where a learning worker runs (proxy/alerts.py)."""
+    alerts = res.settings.alerts
+    if alerts.webhook_url is None:
+        return None
+    queue = res.queue
+    learning = res.worker is not None and (res.settings.server.run_worker or not gateway)
+
+    async def dead_letters() -> int:
+        assert queue is not None
+        return (await queue.depth()).dead
+
+    return Monitor(alerts, standard_checks(
+        metrics=res.metrics, ping=res.store.ping,
+        dead_letters=dead_letters if queue is not None else None, gateway=gateway,
+        learning=learning, upstream_failure_ratio=alerts.upstream_failure_ratio,
+    ), metrics=res.metrics)

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.access import AccessLogMiddleware
-from proxy.alerts import Monitor, standard_checks
+from proxy.alerts import alert_monitor
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
@@ -147,27 +147,6 @@ async def _running(res: Resources) -> AsyncIterator[None]:
             await res.sink.aclose()
         with contextlib.suppress(Exception):
             await flush()
-
-
-def alert_monitor(res: Resources, *, gateway: bool) -> Monitor | None:
-    """The alerts webhook's monitor for this process (``None`` when
-    ``alerts.webhook_url`` is unset): store and, for a gateway, upstream checks; learning
-    checks where a learning worker runs (proxy/alerts.py)."""
-    alerts = res.settings.alerts
-    if alerts.webhook_url is None:
-        return None
-    queue = res.queue
-    learning = res.worker is not None and (res.settings.server.run_worker or not gateway)
-
-    async def dead_letters() -> int:
-        assert queue is not None
-        return (await queue.depth()).dead
-
-    return Monitor(alerts, standard_checks(
-        metrics=res.metrics, ping=res.store.ping,
-        dead_letters=dead_letters if queue is not None else None, gateway=gateway,
-        learning=learning, upstream_failure_ratio=alerts.upstream_failure_ratio,
-    ), metrics=res.metrics)
 
 
 def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:

@@ -117,7 +117,7 @@ async def _work(settings: Settings, metrics_port: int | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    from proxy.app import alert_monitor
+    from proxy.alerts import alert_monitor
 
     async with open_resources(settings) as res:
         assert res.worker is not None

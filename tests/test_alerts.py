@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from aiohttp import web
 from proxy.alerts import SIGNATURE_HEADER, TIMESTAMP_HEADER, Check, Monitor, standard_checks
 from proxy.metrics import Metrics
 from proxy.settings import AlertSettings, load_settings
+from tests.fakes import FakeUpstream, Reply, eventually, make_settings, running_gateway
 
 
 class Receiver:
@@ -188,15 +190,15 @@ async def test_standard_checks_read_the_gateway_metrics_and_the_store(
                              gateway=True, learning=True, upstream_failure_ratio=0.5)
     mon = Monitor(AlertSettings(webhook_url=receiver.url, for_seconds=0), checks,
                   metrics=metrics)
-    chat = "/v1/chat/completions"
     try:
         await mon.check(0)  # dead-letter baseline: 2
-        metrics.http_requests.labels(chat, "POST", "502").inc()
+        metrics.requests.labels("m", "false", "upstream_error").inc()
+        metrics.http_requests.labels("/v1/chat/completions", "POST", "500").inc(9)  # not read
         for _ in range(5):
             metrics.requests.labels("m", "false", "ok").inc()
         await mon.check(10)  # 1 failure in 6 requests: below the ratio
         assert receiver.posts == []
-        metrics.http_requests.labels(chat, "POST", "504").inc(3)
+        metrics.requests.labels("m", "true", "upstream_error").inc(3)
         metrics.requests.labels("m", "true", "error").inc()
         metrics.requests.labels("m", "false", "ok").inc()
         metrics.learning_events.labels(event="job_retried", label="learn").inc()
@@ -235,3 +237,33 @@ def test_webhook_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPa
 
     with pytest.raises(ConfigError, match=r"alerts\.webhook_url"):
         load_settings(use_file=False, alerts={"webhook_url": "ftp://x"})
+
+
+async def test_a_served_gateway_reports_a_failing_upstream_and_its_recovery(
+    receiver: Receiver, tmp_path: Path,
+) -> None:
+    """End to end: with alerts.webhook_url set, the gateway's own monitor posts
+    upstream_failing while the upstream answers 500s, and resolved once it answers again."""
+    upstream = FakeUpstream()
+    upstream.push(*(Reply(status=500, json={"error": {"message": "boom"}}) for _ in range(3)))
+    settings = make_settings(tmp_path, alerts={
+        "webhook_url": receiver.url, "for_seconds": 0, "check_interval_seconds": 0.05})
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with running_gateway(settings, upstream) as gateway, gateway.client() as client:
+        assert (await client.post("/v1/chat/completions", json=body)).status_code >= 500
+
+        async def fired() -> bool:
+            return any(b["alert"] == "upstream_failing" for b in receiver.bodies)
+
+        await eventually(fired)
+        while upstream.script:  # the remaining scripted failures are not needed
+            upstream.script.popleft()
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+
+        async def resolved() -> bool:
+            return any(b["state"] == "resolved" for b in receiver.bodies)
+
+        await eventually(resolved)
+    states = [(b["alert"], b["state"]) for b in receiver.bodies]
+    assert states[:1] == [("upstream_failing", "firing")]
+    assert ("upstream_failing", "resolved") in states

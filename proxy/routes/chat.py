@@ -100,11 +100,17 @@ async def chat_completions(request: Request) -> Response:
     except (AuthenticationError, PermissionDeniedError) as exc:
         if call.api_key is not None:
             raise  # the client's own key (bring your own key) was refused: its problem
+        res.metrics.requests.labels(chat.model, str(chat.stream).lower(),
+                                    "upstream_error").inc()
         raise UpstreamError(
             f"The upstream refused the gateway's credentials for model '{chat.model}' "
             f"({exc.status_code}: {exc.message}). Check litellm_params.api_key.",
             code="upstream_auth_failed",
         ) from exc
+    except UpstreamError:  # counted for the upstream_failing alert (proxy/alerts.py)
+        res.metrics.requests.labels(chat.model, str(chat.stream).lower(),
+                                    "upstream_error").inc()
+        raise
     except ClientDisconnectedError:
         log.info("client_disconnected", model=chat.model, stream=chat.stream)
         res.metrics.requests.labels(chat.model, str(chat.stream).lower(), "disconnected").inc()
