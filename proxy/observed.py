@@ -4,9 +4,10 @@
 that raises :class:`~proxy.memory.store.StoreUnavailableError` adds one to
 ``memory_proxy_store_errors_total{operation="<component>.<method>"}`` (``store.search``,
 ``queue.claim``, ``ledger.record_usage``) before the error goes on unchanged. The wrapper
-is transparent otherwise (attributes pass through; wrapped methods are cached), so it
-satisfies the same Protocol as the object. :func:`proxy.resources.open_resources` wraps the
-opened backends; the alert monitor (:mod:`proxy.alerts`) reads the counter.
+is transparent otherwise (attributes pass through, wrapped methods are cached, and
+``isinstance`` sees the object's class), so it satisfies the same Protocol as the object.
+:func:`proxy.resources.open_resources` wraps the opened backends; the alert monitor
+(:mod:`proxy.alerts`) reads the counter.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ class _Counted:
         self._target = target
         self._metrics = metrics
         self._component = component
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The wrapped object's class, so ``isinstance(wrapper, Backend)`` holds as for the
+        object itself (the technique of ``unittest.mock``'s ``spec``)."""
+        return type(self._target)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._target, name)

@@ -48,6 +48,7 @@ async def test_unavailable_errors_are_counted_by_operation_and_reraised() -> Non
     assert backend.calls == 3
     assert counted.sync() == 7
     assert counted.name == "fake"
+    assert isinstance(counted, Backend)
 
 
 async def test_other_exceptions_are_not_store_errors() -> None:
