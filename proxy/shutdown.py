@@ -1,6 +1,6 @@
 """Graceful shutdown: what a process does between SIGTERM and its exit.
 
-On SIGTERM the server (:class:`proxy.cli.GatewayServer`) stops accepting connections and
+On SIGTERM the server (:class:`proxy.server.GatewayServer`) stops accepting connections and
 calls :meth:`Drain.begin`: ``/readyz`` answers 503 ``draining`` (load balancers stop sending),
 the in-process learning worker is told to stop (it releases the job it holds at once, see
 :meth:`proxy.learning.worker.Worker.run`), and in-flight requests go on. Streams still open
