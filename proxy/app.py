@@ -24,6 +24,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import openapi
+from proxy.access import AccessLogMiddleware
+from proxy.alerts import alert_monitor
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
@@ -43,9 +45,11 @@ from proxy.routes import (
     users,
 )
 from proxy.settings import Settings
+from proxy.shutdown import Drain
 
 log = structlog.get_logger("proxy.app")
 FLUSH_INTERVAL_SECONDS = 1.0
+WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
 
 
 async def _proxy_error(_request: Request, exc: Exception) -> Response:
@@ -158,6 +162,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         name="index-maintenance"))
     if res.worker is not None and res.settings.server.run_worker:
         worker = asyncio.create_task(res.worker.run(stop), name="learning-worker")
+        # SIGTERM: the worker stops (releasing its job) at once, not after the streams.
+        res.drain.on_begin(stop.set)
 
         def ended(task: asyncio.Task[None]) -> None:
             if stop.is_set():
@@ -172,10 +178,15 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         worker.add_done_callback(ended)
         res.worker_task = worker
         tasks.append(worker)
+    monitor = alert_monitor(res, gateway=True)
+    if monitor is not None:
+        tasks.append(asyncio.create_task(monitor.run(), name="alerts"))
     try:
         yield
     finally:
         stop.set()
+        if res.worker_task is not None:  # let it release its job before cancelling
+            await asyncio.wait({res.worker_task}, timeout=WORKER_STOP_SECONDS)
         for task in reversed(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -189,11 +200,14 @@ async def _running(res: Resources) -> AsyncIterator[None]:
 def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:
     """The gateway app. ``resources`` (tests) are used as given and not closed here."""
 
+    drain = Drain(settings.server.shutdown_grace_seconds)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             res = resources if resources is not None else \
                 await stack.enter_async_context(open_resources(settings))
+            res.drain = drain  # the one GatewayServer.shutdown() starts
             app.state.resources = res
             if not res.registry.names:
                 log.warning("no_models_configured",
@@ -282,10 +296,11 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(_AnswerUnexpected)],
+        middleware=[Middleware(AccessLogMiddleware, settings=settings.server),
+                    Middleware(_AnswerUnexpected)],
         exception_handlers={
             ProxyError: _proxy_error,
             StoreUnavailableError: _store_unavailable,
@@ -293,3 +308,5 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             Exception: _unexpected,
         },
     )
+    app.state.drain = drain
+    return app

@@ -33,8 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (server.port)")
     serve.add_argument("--no-worker", action="store_true",
                        help="do not run the learning worker in this process")
+    serve.add_argument("--processes", type=int, metavar="N",
+                       help="gateway processes sharing the port (server.processes); the "
+                            "learning worker runs in the first one only")
     worker = sub.add_parser("worker", help="run the learning worker only")
     worker.add_argument("--config", help="YAML file")
+    worker.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve this worker's Prometheus metrics on PORT (/metrics)")
     dead = sub.add_parser("dead-letters",
                           help="list learning jobs that failed for good, or requeue them")
     dead.add_argument("--config", help="YAML file")
@@ -53,6 +58,7 @@ def _load(args: argparse.Namespace) -> Settings:
         k: v for k, v in {
             "host": getattr(args, "host", None), "port": getattr(args, "port", None),
             "run_worker": False if getattr(args, "no_worker", False) else None,
+            "processes": getattr(args, "processes", None),
         }.items() if v is not None
     }
     try:
@@ -74,22 +80,19 @@ def preflight(settings: Settings) -> None:
     backend_preflight(settings)
 
 
-def _serve(settings: Settings) -> None:
-    import uvicorn
-
-    from proxy.app import create_app
+def _serve(settings: Settings) -> int:
+    from proxy.server import serve, serve_processes
 
     # The port is taken before anything starts: a busy port is a configuration error
     # reported at once, not after the stores, models and worker came up.
     sock = listen_socket(settings.server.host, settings.server.port)
-    config = uvicorn.Config(
-        create_app(settings), log_config=None, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=10,
-    )
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        if settings.server.processes > 1:
+            return serve_processes(settings, sock, settings.server.processes)
+        serve(settings, sock)
     finally:
         sock.close()
+    return 0
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -108,7 +111,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _work(settings: Settings) -> None:
+async def _work(settings: Settings, metrics_port: int | None = None) -> None:
     from proxy.resources import open_resources
 
     if not settings.learning.enabled:
@@ -117,9 +120,23 @@ async def _work(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    from proxy.alerts import alert_monitor
+
     async with open_resources(settings) as res:
         assert res.worker is not None
-        await res.worker.run(stop)
+        if metrics_port is not None:  # a thread of prometheus-client, for scrapers
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port, addr=settings.server.host,
+                              registry=res.metrics.registry)
+        monitor = alert_monitor(res, gateway=False)
+        alerts = asyncio.create_task(monitor.run()) if monitor is not None else None
+        try:
+            await res.worker.run(stop)
+        finally:
+            if alerts is not None:
+                alerts.cancel()
+                await asyncio.gather(alerts, return_exceptions=True)
 
 
 async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
@@ -157,11 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level=settings.server.log_level, fmt=settings.server.log_format)
     try:
         if args.command == "serve":
-            _serve(settings)
-        elif args.command == "dead-letters":
+            return _serve(settings)
+        if args.command == "dead-letters":
             return asyncio.run(_dead_letters(settings, args))
-        else:
-            asyncio.run(_work(settings))
+        asyncio.run(_work(settings, args.metrics_port))
     except ConfigError as exc:
         print(f"memory-proxy: {exc}", file=sys.stderr)
         return 2

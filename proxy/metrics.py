@@ -6,6 +6,8 @@ the time from the request's arrival to the first byte the upstream streamed back
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Latency buckets (seconds) from 1 ms to 60 s: the gateway's own work sits in the low
@@ -42,13 +44,15 @@ class Metrics:
         self.learning_events = Counter(
             "memory_proxy_learning_events_total", "Learning pipeline events.",
             ["event", "label"], registry=r)
+        # Gauges read at scrape time from the shared queue: with several processes
+        # (serve --processes) the most recent reading is the value.
         self.queue_depth = Gauge(
             "memory_proxy_learning_queue_depth", "Learning jobs by state.", ["state"],
-            registry=r)
+            registry=r, multiprocess_mode="mostrecent")
         self.event_loop_tasks = Gauge(
             "memory_proxy_event_loop_tasks",
             "asyncio tasks alive on the event loop, counted at scrape time (leak check).",
-            registry=r)
+            registry=r, multiprocess_mode="liveall")
         self.sink_dropped = Counter(
             "memory_proxy_learning_sink_dropped_total",
             "Exchanges not queued because the in-process buffer was full.", registry=r)
@@ -68,5 +72,42 @@ class Metrics:
             "Stored memory lines left out of the injected block because their text poses "
             "as an instruction (an order, a link, a role or tool-call marker).", registry=r)
 
+        # Deploy and operate (issue 14) ------------------------------------------------
+        self.http_requests = Counter(
+            "memory_proxy_http_requests_total",
+            "HTTP requests by route template, method and status (every route).",
+            ["route", "method", "status"], registry=r)
+        self.http_request_seconds = Histogram(
+            "memory_proxy_http_request_seconds",
+            "Request arrival to the end of the response body (streams: the whole stream).",
+            ["route"], buckets=_LATENCY, registry=r)
+        self.oldest_job_age = Gauge(
+            "memory_proxy_learning_oldest_job_age_seconds",
+            "Seconds the oldest claimable learning job has waited (0: none waits); read "
+            "at scrape time.", registry=r, multiprocess_mode="mostrecent")
+        self.spool_items = Gauge(
+            "memory_proxy_spool_items",
+            "Items buffered in this process before a write: learning_sink (turns waiting "
+            "to be queued), usage (ledger rows waiting for the next flush).",
+            ["spool"], registry=r, multiprocess_mode="livesum")
+        self.store_errors = Counter(
+            "memory_proxy_store_errors_total",
+            "Storage calls that failed (StoreUnavailableError) by operation, e.g. "
+            "store.search, queue.claim, ledger.record_usage.",
+            ["operation"], registry=r)
+        self.alerts = Counter(
+            "memory_proxy_alerts_total",
+            "Alert webhook deliveries by alert and state (firing, resolved) and outcome "
+            "(sent, failed).", ["alert", "state", "outcome"], registry=r)
+
     def render(self) -> bytes:
+        """The exposition text. With ``PROMETHEUS_MULTIPROC_DIR`` set (``serve
+        --processes N``) every process's values are read from that directory and merged
+        (prometheus-client's multiprocess mode), so any process answers for all."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            merged = CollectorRegistry()
+            multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+            return generate_latest(merged)
         return generate_latest(self.registry)

@@ -30,7 +30,9 @@ from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
+from proxy.observed import count_store_errors
 from proxy.settings import ConfigError, Settings
+from proxy.shutdown import Drain
 from proxy.tenants import TenantSettings
 from proxy.tokens import TokenCounter
 from proxy.upstream.base import Upstream
@@ -68,10 +70,13 @@ class Resources:
     chains: ConversationChains = field(default_factory=ConversationChains)
     # Issue 13: run-time settings per tenant (built from settings and store when not given).
     tenant_settings: TenantSettings | None = None
+    # Graceful shutdown state (proxy/shutdown.py); the app replaces it with its own.
+    drain: Drain = field(init=False)
 
     def __post_init__(self) -> None:
         dropped = self.metrics.learning_events.labels("spool_dropped", "usage")
         self.usage = UsageWriter(self.ledger, on_drop=dropped.inc)
+        self.drain = Drain(self.settings.server.shutdown_grace_seconds)
         if self.tenant_settings is None:
             self.tenant_settings = TenantSettings(self.settings, self.store)
 
@@ -118,7 +123,8 @@ def build_resources(
         sink = QueueSink(queue, scrubbers, max_messages=learning.max_messages_per_exchange,
                          metrics=metrics)
         model = LearningModel(upstream=upstream, registry=registry, ledger=ledger,
-                              counter=counter, model=learning.model, clock=clock)
+                              counter=counter, model=learning.model, clock=clock,
+                              metrics=metrics)
         worker = Worker(queue=queue, store=store, model=model, scrubbers=scrubbers,
                         settings=learning, metrics=metrics, clock=clock, embedder=embedder,
                         ledger=ledger, tenants=tenants)
@@ -219,7 +225,10 @@ async def open_resources(
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
         stack.push_async_callback(upstream.aclose)
+        metrics = Metrics()
         yield build_resources(
-            settings, store=store, ledger=ledger, upstream=upstream,
-            queue=queue, embedder=embedder, clock=clock,
+            settings, store=count_store_errors(store, metrics, "store"),
+            ledger=count_store_errors(ledger, metrics, "ledger"), upstream=upstream,
+            queue=count_store_errors(queue, metrics, "queue"), embedder=embedder,
+            metrics=metrics, clock=clock,
         )

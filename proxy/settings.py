@@ -606,6 +606,53 @@ class ServerSettings(_Section):
     run_worker: bool = True
     # Larger chat bodies are refused with 413 (base64 images make bodies big).
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    # Deploy and operate (issue 14). After SIGTERM, in-flight streams may run this long;
+    # the rest end with an SSE error event (proxy/shutdown.py). 30 s: Kubernetes' default
+    # terminationGracePeriodSeconds, which the Helm chart sets to this plus preStop + 10 s.
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # Gateway processes sharing the port (`serve --processes N`); the learning worker runs
+    # in the first one only. 1: one process, no supervisor.
+    processes: int = Field(default=1, ge=1, le=256)
+    # The access log's user field: "hash" (default; sha256 of tenant and user, 16 hex
+    # digits), "plain" (the user id as sent) or "off" (no user field).
+    access_log: bool = True
+    access_log_user: Literal["hash", "plain", "off"] = "hash"
+
+
+class AlertSettings(_Section):
+    """``alerts``: a JSON webhook for conditions that last (issue 14, seed 001 §10). Off
+    while ``webhook_url`` is unset. A condition must hold for ``for_seconds`` before it
+    fires (a blip is not reported); while it holds it is re-sent at most every
+    ``repeat_seconds``; when it clears a ``resolved`` message follows. ``secret`` signs each
+    body with HMAC-SHA256 (header ``X-Memory-Proxy-Signature``, see :mod:`proxy.alerts`).
+    Both secrets are usually ``os.environ/NAME``."""
+
+    webhook_url: SecretStr | None = None
+    secret: SecretStr | None = None
+    for_seconds: float = Field(default=120.0, ge=0)
+    repeat_seconds: float = Field(default=3600.0, gt=0)
+    check_interval_seconds: float = Field(default=15.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0)
+    # upstream_failing: share of chat requests in a check interval that failed upstream.
+    upstream_failure_ratio: float = Field(default=0.5, gt=0, le=1)
+
+    @field_validator("webhook_url", "secret", mode="before")
+    @classmethod
+    def _from_env(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str) and value.startswith(ENV_REFERENCE):
+            return resolve_env_reference(value, setting="alerts")  # unset → off
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parts = urlsplit(value.get_secret_value())
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("alerts.webhook_url must be an http:// or https:// URL")
+        return value
 
 
 class Settings(BaseSettings):
@@ -626,6 +673,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     identity: IdentitySettings = Field(default_factory=IdentitySettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -17,6 +17,7 @@ HTTP error (case B04); after that, an error ends the stream with an error event.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -26,10 +27,13 @@ import orjson
 
 from proxy.errors import ProxyError, UpstreamError, error_event, upstream_error_from_body
 from proxy.errors import status_for_stream_error as _status
+from proxy.shutdown import Drain, ShuttingDownError
 from proxy.transcript import ReplyAssembler, Usage
 from proxy.upstream.base import ChunkStream
 
 DONE = b"data: [DONE]\n\n"
+_SHUTDOWN_MESSAGE = ("The gateway is shutting down and its grace period for open streams is "
+                     "over; retry the request.")
 
 
 def frame(payload: bytes) -> bytes:
@@ -77,8 +81,11 @@ class StreamForwarder:
         include_usage: bool,
         estimate_usage: Callable[[ReplyAssembler], Usage],
         model: str = "",
+        drain: Drain | None = None,
     ) -> None:
         self._upstream = upstream
+        # Graceful shutdown: past the grace the stream ends with an error event.
+        self._drain = drain
         self._include_usage = include_usage
         self._estimate = estimate_usage
         self._model = model  # for a usage chunk the gateway makes when the stream named none
@@ -136,11 +143,15 @@ class StreamForwarder:
             yield b"".join(held)
         batch: list[bytes] = []  # the closing frames, written together
         try:
-            async for payload in self._upstream:
-                out = self._process(payload)
-                if self.error is not None:
-                    break
-                if out is not None:
+            if self._drain is None:
+                async for payload in self._upstream:
+                    out = self._process(payload)
+                    if self.error is not None:
+                        break
+                    if out is not None:
+                        yield out
+            else:
+                async for out in self._until_shutdown(self._drain):
                     yield out
         except ProxyError as exc:
             self.error = exc
@@ -158,6 +169,39 @@ class StreamForwarder:
         self.completed = self.assembler.finished
         batch.append(DONE)
         yield b"".join(batch)
+
+    async def _until_shutdown(self, drain: Drain) -> AsyncIterator[bytes]:
+        """The frames to forward, as :meth:`body`'s loop, until the upstream ends or the
+        shutdown grace expires (then :class:`ShuttingDownError` is raised): a wait for the
+        next upstream chunk that is under way then is cancelled by ``drain``, and no new
+        one starts. Frames are yielded outside the waits."""
+        chunks = aiter(self._upstream)
+        stream = drain.watch()
+        try:
+            while True:
+                if drain.expired:
+                    raise ShuttingDownError(_SHUTDOWN_MESSAGE)
+                stream.waiting = True
+                try:
+                    payload = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if not stream.interrupted:
+                        raise
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+                    raise ShuttingDownError(_SHUTDOWN_MESSAGE) from None
+                finally:
+                    stream.waiting = False
+                out = self._process(payload)
+                if self.error is not None:
+                    return
+                if out is not None:
+                    yield out
+        finally:
+            drain.unwatch(stream)
 
     def _usage_payload(self) -> bytes:
         chunk, raw = self._usage_chunk, self._usage_raw

@@ -24,6 +24,7 @@ from proxy.errors import ProxyError, RateLimitError, UpstreamTimeoutError
 from proxy.learning.parsing import ModelOutput
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, GROUP_EN, GROUP_ZH
 from proxy.ledger import LearningUsage, Ledger, Purpose
+from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
 from proxy.request import Message
 from proxy.settings import ConfigError, LearningSettings
@@ -85,8 +86,10 @@ class LearningModel:
         counter: TokenCounter,
         model: str,
         clock: Callable[[], datetime],
+        metrics: Metrics | None = None,
     ) -> None:
         self._upstream = upstream
+        self._metrics = metrics  # learning tokens by purpose (memory_proxy_tokens_total)
         self._registry = registry
         self._ledger = ledger
         self._counter = counter
@@ -184,6 +187,8 @@ class LearningModel:
             at=self._clock(), tenant=tenant, user_id=user, model=name, purpose=purpose,
             prompt_tokens=prompt, completion_tokens=completion_tokens, job_id=job_id,
         )])
+        if self._metrics is not None:
+            self._metrics.tokens.labels("learning", purpose).inc(prompt + completion_tokens)
         return ModelOutput(
             content=content if isinstance(content, str) else None,
             reasoning=reasoning if isinstance(reasoning, str) else None,

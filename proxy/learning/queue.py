@@ -207,6 +207,23 @@ class LearningQueue(Protocol):
         ...
 
 
+    # Graceful shutdown and operations (issue 14) ------------------------------------------
+    async def release(self, job: Job) -> None:
+        """Give a leased ``job`` back at once, as if this delivery never happened: it is
+        ready for the next claim (no waiting for the lease to run out) and the attempt
+        count this delivery added is taken back. A worker that is told to stop calls it for
+        the job it holds. A job not leased (acknowledged, retried, buried) is left as is."""
+        ...
+
+    async def oldest_ready_age(self) -> float | None:
+        """Seconds since the oldest job waiting for a worker became claimable (ready now,
+        including delayed jobs already due), by the backend's clock; ``None`` when no job
+        waits. Leased, future-delayed and dead jobs are not counted. The metric
+        ``memory_proxy_learning_oldest_job_age_seconds`` and the ``queue_backlog`` alert
+        read it."""
+        ...
+
+
 def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None:
     """The content-free version of an exchange job's payload when it belongs to (tenant,
     user) — as the learning owner or the group speaker — and still holds text or images;

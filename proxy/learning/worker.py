@@ -144,8 +144,10 @@ class Worker:
 
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """Process jobs until ``stop`` is set; cancellation leaves the current job leased
-        (it is redelivered after its lease).
+        """Process jobs until ``stop`` is set. Setting ``stop`` (SIGTERM) interrupts the job
+        in hand, which is released at once (:meth:`LearningQueue.release`: redelivered
+        without waiting for its lease, no attempt counted); so does cancelling this task.
+        Only a process that dies outright leaves its job leased until the lease runs out.
 
         Only cancellation ends the loop. A failure outside a job's own handling — the queue
         or store unreachable (:class:`StoreUnavailableError`, logged as a warning), or any
@@ -160,7 +162,7 @@ class Worker:
                 if time.time() - self._last_maintenance >= \
                         self._settings.maintenance_interval_seconds:
                     await self.maintenance()
-                worked = await self.run_once()
+                worked = await self.run_once(stop)
             except asyncio.CancelledError:
                 raise
             except StoreUnavailableError as exc:
@@ -192,13 +194,43 @@ class Worker:
         grown: float = poll * 2.0 ** min(failures - 1, 32)
         return max(poll, min(grown, MAX_ERROR_PAUSE_SECONDS))
 
-    async def run_once(self) -> bool:
-        """Claim and process one job; ``False`` when none was ready."""
+    async def run_once(self, stop: asyncio.Event | None = None) -> bool:
+        """Claim and process one job; ``False`` when none was ready. When ``stop`` is set
+        (or this task is cancelled) before the job is done, the job is interrupted and
+        released."""
         job = await self.queue.claim(self.worker_id, lease_seconds=self._settings.lease_seconds)
         if job is None:
             return False
-        await self.process(job)
+        if stop is None:
+            await self.process(job)
+            return True
+        work = asyncio.ensure_future(self.process(job))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await self._interrupt(job, work)
+            raise
+        finally:
+            stopped.cancel()
+        if not work.done():
+            await self._interrupt(job, work)
+            return True
+        work.result()
         return True
+
+    async def _interrupt(self, job: Job, work: asyncio.Future[None]) -> None:
+        """Cancel the job's processing and hand the job back to the queue."""
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        try:
+            await self.queue.release(job)
+        except Exception as exc:  # the lease then runs out as after a crash
+            log.warning("learning_job_release_failed", job=job.id, error=str(exc))
+            return
+        self._count("job_released", job.kind)
+        log.info("learning_job_released", worker=self.worker_id, job=job.id, kind=job.kind)
 
     async def drain(self, *, max_jobs: int = 10_000) -> int:
         """Process ready jobs until none is left (tests, flush endpoint). Returns the count."""

@@ -15,6 +15,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.access import access_record
 from proxy.auth import Principal
 from proxy.errors import (
     AuthenticationError,
@@ -115,23 +116,36 @@ async def begin(request: Request, principal: Principal, chat: ChatRequest, *,
     if principal.bound_user is not None and chat.body.get("user") not in (None, identity.user):
         # A user-bound key names its user upstream too, not whoever the body claimed (B26).
         chat.body["user"] = identity.user
-    return _Call(res, request, chat, identity, route, injection, started, principal.client_key,
+    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key,
                  learning, names_trusted=principal.bound_user is None)
+    record = access_record(request)
+    if record is not None:  # the access log line (proxy/access.py); never text
+        record.tenant, record.user, record.model = identity.tenant, identity.user, chat.model
+        record.stream, record.memory, record.injected = chat.stream, injection.status, \
+            injection.count
+    return call
 
 
 async def serve(call: _Call, respond: Callable[[_Call], Awaitable[Response]]) -> Response:
     """``respond(call)`` with the upstream's refusal of the gateway's own credentials
     reported as a 502 ``upstream_auth_failed``, and a client that went away as 499."""
+    res, chat = call.res, call.chat
     try:
         return await respond(call)
     except (AuthenticationError, PermissionDeniedError) as exc:
         if call.api_key is not None:
             raise  # the client's own key (bring your own key) was refused: its problem
+        res.metrics.requests.labels(chat.model, str(chat.stream).lower(),
+                                    "upstream_error").inc()
         raise UpstreamError(
             f"The upstream refused the gateway's credentials for model '{call.chat.model}' "
             f"({exc.status_code}: {exc.message}). Check litellm_params.api_key.",
             code="upstream_auth_failed",
         ) from exc
+    except UpstreamError:  # counted for the upstream_failing alert (proxy/alerts.py)
+        res.metrics.requests.labels(chat.model, str(chat.stream).lower(),
+                                    "upstream_error").inc()
+        raise
     except ClientDisconnectedError:
         log.info("client_disconnected", model=call.chat.model, stream=call.chat.stream)
         res = call.res
@@ -165,6 +179,7 @@ async def complete(call: _Call) -> tuple[Completion, Usage]:
             call.upstream_call()))
     elapsed = time.perf_counter() - call.started
     res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(elapsed)
+    _note_ttft(call, elapsed)
     res.metrics.request_seconds.labels("false").observe(elapsed)
     replies, usage = reply_from_completion(completion.data)
     first = replies.get(0)
@@ -195,7 +210,7 @@ async def open_stream(call: _Call) -> StreamForwarder:
         forwarder = StreamForwarder(
             upstream, include_usage=call.chat.include_usage,
             estimate_usage=lambda assembler: _estimate_stream(call, assembler),
-            model=call.chat.model,
+            model=call.chat.model, drain=res.drain,
         )
         try:
             await forwarder.start()
@@ -214,6 +229,7 @@ async def open_stream(call: _Call) -> StreamForwarder:
     ttft = time.perf_counter() - call.started
     res.metrics.upstream_ttft_seconds.labels(call.chat.model).observe(ttft)
     res.metrics.request_seconds.labels("true").observe(ttft)
+    _note_ttft(call, ttft)
     return forwarder
 
 
@@ -239,6 +255,9 @@ def stream_finished(call: _Call, forwarder: StreamForwarder) -> None:
     res = call.res
     status = "ok" if forwarder.completed else ("error" if forwarder.error else "aborted")
     res.metrics.requests.labels(call.chat.model, "true", status).inc()
+    record = access_record(call.request)
+    if record is not None:
+        record.outcome = status
     if forwarder.error is None and forwarder.assembler.last_chunk is not None:
         usage = forwarder.usage
         estimated = usage is None
@@ -259,6 +278,12 @@ def record(call: _Call, usage: Usage | None, generated: str, *, learn: str | Non
     _account(call, usage or _estimate(call, generated), estimated=estimated)
     if learn is not None:
         _learn(call, learn)
+
+
+def _note_ttft(call: _Call, seconds: float) -> None:
+    record = access_record(call.request)
+    if record is not None:
+        record.ttft_ms = round(seconds * 1000, 2)
 
 
 def _estimate(call: _Call, reply: str) -> Usage:

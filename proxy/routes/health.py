@@ -3,12 +3,13 @@
 ``/healthz`` answers 200 while the process runs. ``/readyz`` reports each dependency; it
 answers 200 whenever chat can be served — a memory store outage degrades memory, not chat
 (SPEC §8), so it shows as ``"degraded"`` with 200 — and 503 only when no model is
-configured. ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the learning worker
-this process runs has ended (also ``"degraded"``: chat goes on, learning does not).
-``checks.spool`` shows what this process holds in memory because the store could not be
-written: finished turns and learning jobs waiting to be queued, usage rows waiting for the
-ledger, and how many were dropped past the buffers' caps since start (``"degraded"`` while
-anything waits on a failing store or anything was dropped).
+configured, or while the process drains after SIGTERM (``"draining"``, so load balancers
+stop sending it requests). ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the
+learning worker this process runs has ended (also ``"degraded"``: chat goes on, learning
+does not). ``checks.spool`` shows what this process holds in memory because the store could
+not be written: finished turns and learning jobs waiting to be queued, usage rows waiting
+for the ledger, and how many were dropped past the buffers' caps since start
+(``"degraded"`` while anything waits on a failing store or anything was dropped).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ async def readyz(request: Request) -> Response:
     spooling = spool.unwritten_jobs > 0 or spool.dropped_turns > 0 or res.usage.dropped > 0
     if not res.registry.names:
         return json_response({"status": "unavailable", "checks": checks}, status_code=503)
+    if res.drain.draining:  # SIGTERM: take this instance out of the load balancer
+        return json_response({"status": "draining", "checks": checks}, status_code=503)
     degraded = checks["store"] != "ok" or isinstance(checks.get("learning_queue"), str) \
         or checks["learning"] == "stopped" or spooling
     return json_response({"status": "degraded" if degraded else "ok", "checks": checks})
@@ -88,6 +91,14 @@ async def metrics(request: Request) -> Response:
         else:
             for state in ("ready", "delayed", "leased", "dead"):
                 res.metrics.queue_depth.labels(state).set(getattr(depth, state))
+        try:
+            age = await res.queue.oldest_ready_age()
+        except Exception as exc:  # likewise
+            log.warning("metrics_oldest_job_failed", error=str(exc))
+        else:
+            res.metrics.oldest_job_age.set(age or 0.0)
+    res.metrics.spool_items.labels("learning_sink").set(res.sink.spool().pending_turns)
+    res.metrics.spool_items.labels("usage").set(res.usage.pending)
     return Response(res.metrics.render(), media_type="text/plain; version=0.0.4")
 
 

@@ -662,3 +662,63 @@ async def test_a_postponed_job_waits_without_using_an_attempt(queue: LearningQue
     assert later is not None
     assert later.attempts == 1
     assert await queue.dead_letters() == []
+
+
+async def test_a_released_job_is_claimable_at_once_with_no_attempt_counted(
+    queue: LearningQueue,
+) -> None:
+    """release (a worker told to stop) hands the job back before its lease ends, and the
+    next delivery counts as the same attempt again."""
+    await queue.enqueue("learn", "j", b"p")
+    job = await queue.claim("stopping", lease_seconds=300)
+    assert job is not None
+    assert job.attempts == 1
+    await queue.release(job)
+    depth = await queue.depth()
+    assert (depth.ready, depth.leased) == (1, 0)
+    again = await queue.claim("other", lease_seconds=30)
+    assert again == Job(id="j", kind="learn", payload=b"p", attempts=1)
+
+
+async def test_release_leaves_a_later_delivery_and_finished_jobs_alone(
+    queue: LearningQueue,
+) -> None:
+    """A stale release (the lease ran out and another worker holds the job now) does not
+    take the job from its new holder; releasing an acknowledged job does nothing."""
+    await queue.enqueue("learn", "j", b"p")
+    stale = await queue.claim("slow", lease_seconds=LEASE)
+    assert stale is not None
+    await asyncio.sleep(LEASE + SLACK)
+    current = await queue.claim("other", lease_seconds=30)
+    assert current is not None
+    assert current.attempts == 2
+    await queue.release(stale)
+    assert await queue.claim("third", lease_seconds=30) is None
+    assert (await queue.depth()).leased == 1
+    await queue.ack(current)
+    await queue.release(current)
+    assert await queue.claim("third", lease_seconds=30) is None
+    depth = await queue.depth()
+    assert (depth.ready, depth.leased, depth.delayed, depth.dead) == (0, 0, 0, 0)
+
+
+async def test_oldest_ready_age_tracks_the_job_waiting_longest(queue: LearningQueue) -> None:
+    """The age is None with nothing waiting, grows while the oldest ready job waits, and
+    ignores leased and not-yet-due delayed jobs."""
+    assert await queue.oldest_ready_age() is None
+    await queue.enqueue("learn", "a", b"")
+    await asyncio.sleep(LEASE)
+    await queue.enqueue("learn", "b", b"")
+    age = await queue.oldest_ready_age()
+    assert age is not None
+    assert LEASE - SLACK <= age < LEASE + 5
+    first = await queue.claim("w", lease_seconds=30)
+    assert first is not None
+    assert first.id == "a"
+    younger = await queue.oldest_ready_age()
+    assert younger is not None
+    assert younger < age  # only "b" waits now
+    second = await queue.claim("w", lease_seconds=30)
+    assert second is not None
+    await queue.retry(second, error="x", delay_seconds=30)
+    assert await queue.oldest_ready_age() is None  # leased and delayed: nobody waits

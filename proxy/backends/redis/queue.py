@@ -150,6 +150,7 @@ class RedisLearningQueue:
         self._prune = script(lua.PRUNE_CONSUMERS)
         self._buffer, self._seal = script(lua.BUFFER), script(lua.SEAL)
         self._replace_payload = script(_REPLACE_PAYLOAD_LUA)
+        self._release, self._oldest = script(lua.RELEASE), script(lua.OLDEST)
 
     # jobs ------------------------------------------------------------------------------
     async def enqueue(self, kind: JobKind, job_id: str, payload: bytes, *,
@@ -433,6 +434,18 @@ class RedisLearningQueue:
         with unavailable_on_redis_error("learning queue postpone"):
             await self._retry(keys=self._jobs, args=[job.id, reason[:MAX_ERROR_CHARS],
                                                      repr(float(delay_seconds)), "1"])
+
+    # graceful shutdown and operations ------------------------------------------------
+    async def release(self, job: Job) -> None:
+        """Only this delivery is released (``job.attempts`` must match the header): a job
+        whose lease ran out and that another worker claimed since is left to it."""
+        with unavailable_on_redis_error("learning queue release"):
+            await self._release(keys=self._jobs, args=[job.id, job.attempts])
+
+    async def oldest_ready_age(self) -> float | None:
+        with unavailable_on_redis_error("learning queue oldest_ready_age"):
+            age = await self._oldest(keys=self._jobs, args=[])
+        return None if not age else float(age)
 
 
 __all__: Sequence[str] = ("RedisLearningQueue", "redis_batch_key")

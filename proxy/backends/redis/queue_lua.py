@@ -418,3 +418,52 @@ else
 end
 return removed
 """
+
+# ARGV = (id, attempts). Gives a leased job back at once (graceful shutdown): its entry
+# leaves the pending list, the job is appended to the stream as ready and the attempt this
+# delivery counted is taken back. Only the delivery named by ``attempts`` is released (a
+# job redelivered to another worker since has a higher count). Returns 1, or 0.
+RELEASE = _JOB_PRELUDE + """
+local id = ARGV[1]
+local h = header(id)
+if not h or h.state ~= 'leased' or tonumber(h.attempts) ~= tonumber(ARGV[2]) then
+  return 0
+end
+ensure_group()
+local now = clock()
+unlist(h)
+redis.call('ZREM', KEYS[5], id)
+h.attempts = math.max(0, h.attempts - 1)
+h.available = fmt(now)
+make_ready(id, h, now)
+return 1
+"""
+
+# Returns the age in seconds (a string, %.17g) of the oldest job waiting for a worker —
+# the first undelivered stream entry (its id is its XADD time in ms) or the earliest due
+# delayed job — or false when none waits.
+OLDEST = _JOB_PRELUDE + """
+local now = clock()
+local oldest = nil
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local last = '0-0'
+  local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+  for _, g in ipairs(groups) do
+    for i = 1, #g, 2 do
+      if g[i] == 'name' and g[i + 1] ~= GROUP then break end
+      if g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+  end
+  local first = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', 1)[1]
+  if first then
+    oldest = tonumber(string.match(first[1], '^(%d+)')) / 1000
+  end
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+if due[2] then
+  local at = tonumber(due[2])
+  if oldest == nil or at < oldest then oldest = at end
+end
+if oldest == nil then return false end
+return fmt(math.max(0, now - oldest))
+"""

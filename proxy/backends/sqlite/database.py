@@ -378,13 +378,19 @@ def _settle(batch: list[tuple[Any, asyncio.Future[Any]]],
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+    """Apply the missing migrations, each in its own ``BEGIN IMMEDIATE`` transaction. The
+    version is read inside that transaction: processes opening a new file at the same time
+    (``serve --processes N``, a worker next to ``serve``) apply each migration once."""
+    while True:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(script):
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version >= len(MIGRATIONS):
+                conn.execute("COMMIT")
+                return
+            for statement in _statements(MIGRATIONS[version]):
                 conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException:
             conn.execute("ROLLBACK")
             raise

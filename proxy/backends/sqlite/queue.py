@@ -351,3 +351,27 @@ class SqliteLearningQueue:
             "updated_at = ? WHERE id = ?",
             (now + delay_seconds, reason[:_MAX_ERROR_CHARS], now, job.id),
         ))
+
+    async def release(self, job: Job) -> None:
+        """Only this delivery is released: a job whose lease ran out and that another
+        worker claimed since (its attempt count grew) is left to that worker."""
+        now = time.time()
+        await self._write(lambda c: c.execute(
+            "UPDATE jobs SET status = 'ready', leased_by = NULL, lease_until = NULL, "
+            "attempts = max(attempts - 1, 0), available_at = ?, updated_at = ? "
+            "WHERE id = ? AND status = 'leased' AND attempts = ?",
+            (now, now, job.id, job.attempts),
+        ))
+
+    async def oldest_ready_age(self) -> float | None:
+        now = time.time()
+
+        def run(conn: sqlite3.Connection) -> float | None:
+            oldest = conn.execute(
+                "SELECT min(available_at) FROM jobs WHERE status = 'ready' AND available_at <= ?",
+                (now,),
+            ).fetchone()[0]
+            return None if oldest is None else max(0.0, now - float(oldest))
+
+        result: float | None = await self._read(run)
+        return result

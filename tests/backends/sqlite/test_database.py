@@ -50,3 +50,20 @@ async def test_reading_a_closed_database_raises(tmp_path: Path) -> None:
     db = SqliteDatabase(tmp_path / "db.sqlite")
     with pytest.raises(sqlite3.ProgrammingError):
         await db.read(lambda c: c.execute("SELECT 1"))
+
+
+async def test_processes_opening_a_new_file_at_once_migrate_it_once(tmp_path: Path) -> None:
+    """Several connections creating the same new database concurrently (serve --processes,
+    a worker next to serve) all open it: each migration runs once, in one of them."""
+    from proxy.backends.sqlite.database import MIGRATIONS
+
+    path = tmp_path / "shared.db"
+    databases = [SqliteDatabase(path) for _ in range(4)]
+    await asyncio.gather(*(db.__aenter__() for db in databases))
+    try:
+        versions = await asyncio.gather(*(db.read(
+            lambda c: c.execute("PRAGMA user_version").fetchone()[0]) for db in databases))
+    finally:
+        for db in databases:
+            await db.close()
+    assert versions == [len(MIGRATIONS)] * 4
