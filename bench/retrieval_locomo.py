@@ -167,8 +167,8 @@ class Precomputed:
     async def embed_query(self, text: str) -> Vector:
         return self._vectors[text]
 
-    async def embed_queries(self, texts: Sequence[str]) -> tuple[Vector, ...]:
-        return tuple(self._vectors[t] for t in texts)
+    async def embed_queries(self, texts: Sequence[str]) -> Embeddings:
+        return Embeddings(tuple(self._vectors[t] for t in texts))
 
     async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
         return Embeddings(tuple(self._vectors[t] for t in texts))

@@ -4,7 +4,10 @@
 ``worker`` runs only the learning worker against the configured storage, for running
 learning in separate processes — next to ``serve`` on the SQLite file, or any number of
 them on the Redis queue that ``serve --no-worker`` pods feed (``storage.backend: redis``);
-``dead-letters`` lists learning jobs that failed for good and requeues them.
+``dead-letters`` lists learning jobs that failed for good and requeues them;
+``reindex`` prepares the configured embedder (distils the ``static`` model into
+``memory.embedder.cache_dir`` when it is not there yet) and gives every active memory a
+vector of it (:mod:`proxy.memory.reindex`), then exits.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     group = dead.add_mutually_exclusive_group()
     group.add_argument("--requeue", metavar="JOB_ID", help="requeue one job")
     group.add_argument("--requeue-all", action="store_true", help="requeue every dead job")
+    reindex = sub.add_parser(
+        "reindex", help="distil the static embedding model if needed and embed every "
+                        "memory that lacks a vector of the configured embedder")
+    reindex.add_argument("--config", help="YAML file")
     return parser
 
 
@@ -136,6 +143,25 @@ async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _reindex(settings: Settings) -> int:
+    from proxy.memory.reindex import reindex
+    from proxy.memory.vectors import MemoryVectors
+    from proxy.resources import open_resources
+
+    if settings.memory.embedder.provider == "none":
+        raise ConfigError("memory.embedder.provider is none: there is no embedder to "
+                          "index memories with")
+    async with open_resources(settings) as res:
+        assert res.embedder is not None
+        report = await reindex(res.store, MemoryVectors(
+            res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
+            timeout_seconds=settings.memory.embedder.timeout_seconds))
+        await res.usage.flush()
+    print(f"{report.model}: {report.embedded} memories embedded, {report.skipped} changed "
+          f"meanwhile, {report.failed} failed")
+    return 1 if report.failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -152,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _serve(settings)
         elif args.command == "dead-letters":
             return asyncio.run(_dead_letters(settings, args))
+        elif args.command == "reindex":
+            return asyncio.run(_reindex(settings))
         else:
             asyncio.run(_work(settings))
     except ConfigError as exc:

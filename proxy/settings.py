@@ -313,6 +313,8 @@ class EmbedderSettings(_Section):
     batch_size: int = Field(default=32, ge=1, le=2048)
     cache_size: int = Field(default=4096, ge=0, le=1_000_000)  # LRU entries (text hash)
     timeout_seconds: float = Field(default=30.0, gt=0)  # per call to a remote provider
+    # Backfill vectors of this embedder in the background of serve (memory-proxy reindex).
+    reindex_on_start: bool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -55,6 +55,7 @@ class Injection:
     memory_ids: tuple[str, ...] = ()
     recall_ms: float = 0.0
     trimmed: int = 0
+    recall_tokens: int = 0  # provider tokens of the query embeddings (memory cost)
 
     @property
     def injected(self) -> bool:
@@ -145,8 +146,8 @@ class MemoryService:
         started = loop.time()
         try:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
-                profile, relevant, resident, degraded = await self._recall(identity, request,
-                                                                           latest)
+                profile, relevant, resident, degraded, spent = await self._recall(
+                    identity, request, latest)
         except TimeoutError:
             held = THROTTLE.allow("memory_recall_timeout")
             if held is not None:
@@ -176,7 +177,7 @@ class MemoryService:
                 messages=self.passthrough(request, route, "empty").messages,
                 status="degraded" if degraded else "empty",
                 reason=degraded or ("budget" if facts else None), recall_ms=recall_ms,
-                trimmed=plan.trimmed,
+                trimmed=plan.trimmed, recall_tokens=spent,
             )
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
@@ -187,15 +188,15 @@ class MemoryService:
             messages=messages, status="degraded" if degraded else "injected",
             count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
             recall_ms=recall_ms, trimmed=plan.trimmed,
-            reason=degraded or ("budget" if plan.trimmed else None),
+            reason=degraded or ("budget" if plan.trimmed else None), recall_tokens=spent,
         )
 
     async def _recall(
         self, identity: Identity, request: ChatRequest, latest: str
-    ) -> tuple[Profile | None, list[Memory], list[Memory], str | None]:
-        """Profile, relevant memories, resident memories, and why vectors were not used
-        (``None`` when they were, or when no embedder is configured). ``latest``: the text
-        of the latest user turn."""
+    ) -> tuple[Profile | None, list[Memory], list[Memory], str | None, int]:
+        """Profile, relevant memories, resident memories, why vectors were not used
+        (``None`` when they were, or when no embedder is configured) and the tokens the
+        query embeddings spent. ``latest``: the text of the latest user turn."""
         assert identity.user is not None
         settings = self._settings
         channels = None if identity.channel == "private" else (f"group:{identity.group}",)
@@ -216,7 +217,8 @@ class MemoryService:
             profile_task, recall_task, resident_task
         )
         await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
-        return profile, [r.memory for r in recalled.ranked], resident, recalled.degraded
+        return (profile, [r.memory for r in recalled.ranked], resident, recalled.degraded,
+                recalled.tokens)
 
     async def _budget(self, request: ChatRequest, route: Route) -> int:
         """Tokens the block may use: ``token_budget_percent`` of the context window, cut

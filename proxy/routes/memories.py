@@ -176,7 +176,8 @@ async def create_memory(request: Request) -> Response:
         ).embed(
             [memory.content], tenant=tenant, user=user, source="manual")
         if vectors:
-            memory = memory.with_changes(embedding=vectors[memory.content])
+            memory = memory.with_changes(embedding=vectors[memory.content],
+                                         embedding_model=res.embedder.model)
     audit = _audit(tenant, user, "created", memory.id, res=res, reason="manual")
     await res.store.add(memory, audit=audit)
     return json_response(memory.to_api(), status_code=201)

@@ -220,6 +220,12 @@ MIGRATIONS: tuple[str, ...] = (
         ON memories (tenant, user_id, hits DESC, last_seen_at DESC)
         WHERE enabled = 1 AND superseded_at IS NULL AND subject = 'user';
     """,
+    # 7: the embedder model id of each stored vector (a model change re-embeds instead of
+    # mixing spaces), and the query-embedding tokens of a remote embedder per request.
+    """
+    ALTER TABLE memories ADD COLUMN embedding_model TEXT;
+    ALTER TABLE usage_ledger ADD COLUMN recall_tokens INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 
