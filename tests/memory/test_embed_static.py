@@ -7,13 +7,12 @@ import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from proxy.memory.embed_local import bundled_model_dir
 from proxy.memory.embed_static import StaticEmbeddings, distilled_dir, is_static_dir
 from proxy.memory.embedders import build_embedder
 from proxy.settings import ConfigError, EmbedderSettings
+from tests.fakes import tiny_static_model
 
 DIM = 8
 
@@ -21,18 +20,7 @@ DIM = 8
 @pytest.fixture(scope="module")
 def tiny_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real model2vec model (random 8-d token vectors over MiniLM's word pieces)."""
-    from model2vec import StaticModel
-    from tokenizers import Tokenizer
-
-    source = bundled_model_dir()
-    assert source is not None
-    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-    vectors = np.random.default_rng(0).standard_normal(
-        (tokenizer.get_vocab_size(), DIM)).astype(np.float32)
-    folder = tmp_path_factory.mktemp("models") / "tiny-m2v"
-    config = {"model_type": "model2vec", "architectures": ["StaticModel"],
-              "hidden_dim": DIM, "normalize": True}  # what a distillation writes
-    StaticModel(vectors, tokenizer, config=config, normalize=True).save_pretrained(str(folder))
+    folder = tiny_static_model(tmp_path_factory.mktemp("models") / "tiny-m2v", DIM)
     assert is_static_dir(folder)
     return folder
 
