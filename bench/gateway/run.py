@@ -295,8 +295,9 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
                                         embedder=EMBEDDERS.get(key),
                                         cache_dir=args.embedder_cache)
         env = dict(targets.BASE_ENV)
-        if src is not None:
-            env["PYTHONPATH"] = str(src)
+        # This checkout's code (the shared virtualenv may hold another tree's editable
+        # install), or the variant's source tree.
+        env["PYTHONPATH"] = str(src if src is not None else targets.ROOT)
         proc = procs.start(key, targets.gateway_argv(config), core=args.server_core, port=port,
                            logs=logs, env=env, cwd=workdir)
     started.append(proc)
