@@ -12,27 +12,32 @@ What it does
        4 single-hop). A question's relevant memories are the observations whose dia_id is
        in its ``evidence`` (ids may be split by ';' or spaces); questions whose evidence
        matches no observation are skipped and counted.
-    3. Reports recall@5, recall@10, hit@5 and MRR per category and overall for:
-       ``keyword`` (FTS5 BM25 via ``store.search``), ``vector`` (cosine via
-       ``store.search``), ``hybrid-rrf`` (both, fused by RRF in
-       :func:`proxy.memory.recall.rank`, relevance only) and ``full`` (the product's
-       :class:`~proxy.memory.retrieve.Retriever` with the default ``memory.*`` settings:
+    3. Cross-validates the product's ranking (:class:`~proxy.memory.retrieve.Retriever`:
        convex fusion, feedback query, sub-queries, dates, conversation context, the blend)
-       — plus ablations of ``full`` that show what each part adds, and a two-turn variant
-       (previous question + this one, as a chat client sends) with and without sub-queries.
-    4. Measures recall latency at 500 memories per user on the SQLite store (query vectors
-       precomputed, so embedding time is excluded) and, separately, the local model's
-       time to embed one uncached query.
+       for each embedder — ``local`` (MiniLM through sentence-transformers), ``static``
+       (model2vec distilled from it, :mod:`proxy.memory.embed_static`) and ``none``
+       (keyword-only): a small grid of ``memory.ranking`` weights (:func:`grid`) is scored
+       on every conversation; the weights best on conversations 0–2 are reported on 3–4
+       and the other way round. The HEADLINE is the untuned-fold recall@5 (both folds
+       pooled) per category, printed against the issue-16 targets (met / NOT met); the
+       tuned (in-sample) figures and the shipped defaults stand beside it. The defaults
+       were chosen on all five conversations before this protocol, so their figures are
+       in-sample: quote the untuned rows.
+    4. ``--ablations``: recall@5/10, hit@5, MRR of ``keyword`` (FTS5 BM25), ``vector``,
+       ``hybrid-rrf`` and ablations of ``full`` on all conversations.
+    5. Measures recall latency at 500 memories per user on the SQLite store (query vectors
+       precomputed, so embedding time is excluded) and, separately, the CPU time of
+       embedding one uncached query (target ≤ 1 ms).
 
-Tuned on this data (so the figures for ``full`` are optimistic; the per-conversation rows
-show how much they vary): ``memory.ranking.vector_share`` (0.7), ``feedback`` (0.3) and
-``feedback_docs`` (2), ``when`` (0.2), ``context`` (0.2), and lowering ``quality`` /
-``evidence`` / ``recency`` to 0.05 with ``half_life_days`` 90 (recency costs recall here).
-Not tuned: RRF k (60), candidate_pool (30), the date parser, sub-query rules, the
-diversity filter. Data: ../shared/data/locomo-dev.json (LoCoMo, Maharana et al., ACL 2024;
-CC BY-NC 4.0; read in place, not redistributed).
+r@k = the share of a question's evidence memories among the top k (k = 5 is the default
+injection count: what reaches the model). Not tuned: RRF k (60), candidate_pool (30),
+feedback_docs, half_life_days, the date parser, sub-query rules, the diversity filter.
+Data: LoCoMo (Maharana et al., ACL 2024; CC BY-NC 4.0), read in place from
+../shared/data/locomo-dev.json, not redistributed. The static model is distilled once into
+``--cache-dir`` (default .bench/embedders, git-ignored; ~2 min CPU).
 
-    python bench/retrieval_locomo.py [--data PATH] [--conversations N] [--no-latency]
+    python bench/retrieval_locomo.py [--data PATH] [--embedders local,static,none]
+        [--cache-dir DIR] [--ablations] [--no-latency]
 """
 
 from __future__ import annotations
@@ -55,14 +60,17 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
+# ../shared/data next to the repository (or next to the folder of worktrees).
+DEFAULT_DATA = next((p for p in (ROOT.parent / "shared" / "data" / "locomo-dev.json",
+                                 ROOT.parent.parent / "shared" / "data" / "locomo-dev.json")
+                     if p.is_file()), ROOT.parent / "shared" / "data" / "locomo-dev.json")
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
 from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.embed import CachedEmbedder, Embeddings, Vector  # noqa: E402
-from proxy.memory.embed_local import LocalEmbeddings  # noqa: E402
+from proxy.memory.embedders import build_embedder  # noqa: E402
 from proxy.memory.recall import RankWeights  # noqa: E402
 from proxy.memory.records import Memory  # noqa: E402
 from proxy.memory.retrieve import Retriever, SubQuery, plan_queries  # noqa: E402
@@ -70,7 +78,7 @@ from proxy.memory.service import rank_weights  # noqa: E402
 from proxy.memory.store import ChangeSet, SearchQuery  # noqa: E402
 from proxy.memory.text import query_terms  # noqa: E402
 from proxy.memory.when import mentioned_periods  # noqa: E402
-from proxy.settings import MemorySettings  # noqa: E402
+from proxy.settings import EmbedderSettings, MemorySettings  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 TENANT = "bench"
@@ -159,8 +167,8 @@ class Precomputed:
     async def embed_query(self, text: str) -> Vector:
         return self._vectors[text]
 
-    async def embed_queries(self, texts: Sequence[str]) -> tuple[Vector, ...]:
-        return tuple(self._vectors[t] for t in texts)
+    async def embed_queries(self, texts: Sequence[str]) -> Embeddings:
+        return Embeddings(tuple(self._vectors[t] for t in texts))
 
     async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
         return Embeddings(tuple(self._vectors[t] for t in texts))
@@ -309,63 +317,221 @@ async def latency(conversations: list[Conversation], embedder: CachedEmbedder,
                 times.append((time.perf_counter() - started) * 1000)
             print(f"recall, SQLite, 500 memories, {label:<22} p50 {percentile(times, 50):6.1f} ms"
                   f"   p99 {percentile(times, 99):6.1f} ms   (n={len(times)})")
-    fresh = CachedEmbedder(LocalEmbeddings(embedder.model), cache_size=0)
-    await fresh.start()
-    times = []
-    for q in questions[:100]:
-        started = time.perf_counter()
-        await fresh.embed_query(q.text)
-        times.append((time.perf_counter() - started) * 1000)
-    await fresh.aclose()
-    print(f"embedding one query, local {embedder.model}, uncached     p50 "
-          f"{percentile(times, 50):6.1f} ms   p99 {percentile(times, 99):6.1f} ms   (n=100)")
+    # One uncached query at a time, as the hot path embeds: CPU time of the whole process
+    # (the encode runs on the embedder's thread for local), per query.
+    await embedder.start()
+    cpu, times = [], []
+    for q in questions[:200]:
+        wall, started = time.perf_counter(), time.process_time()
+        await embedder.embed_query(q.text)
+        cpu.append((time.process_time() - started) * 1000)
+        times.append((time.perf_counter() - wall) * 1000)
+    await embedder.aclose()
+    print(f"embedding one query, {embedder.model}, uncached: CPU p50 "
+          f"{statistics.median(cpu):6.2f} ms  mean {statistics.fmean(cpu):6.2f} ms   wall p50 "
+          f"{percentile(times, 50):6.2f} ms   p99 {percentile(times, 99):6.2f} ms   "
+          f"(n={len(cpu)}; target CPU <= 1 ms: "
+          f"{'met' if statistics.fmean(cpu) <= 1.0 else 'NOT met'})")
+
+
+FOLDS = ((0, 1, 2), (3, 4))  # conversation indices: tune on one, report on the other
+TARGETS = {"local": 0.75, "static": 0.75, "none": 0.68}  # issue 16: untuned-fold r@5
+
+
+class CachedSearch:
+    """A store whose ``search`` answers are memoised (the candidates do not depend on the
+    ranking weights), so a grid of weights costs ranking time only."""
+
+    def __init__(self, store: SqliteMemoryStore) -> None:
+        self._store = store
+        self._seen: dict[SearchQuery, Any] = {}
+
+    async def search(self, query: SearchQuery) -> Any:
+        found = self._seen.get(query)
+        if found is None:
+            found = self._seen[query] = await self._store.search(query)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def grid(vectors: bool) -> list[RankWeights]:
+    """The weights tuned by cross-validation: relevance mix and the blend's extras. The
+    rest (rrf_k, candidate_pool, feedback_docs, half_life_days, sub-query rules, date
+    parser, diversity filter) stays at the defaults."""
+    base = rank_weights(MemorySettings())
+    out = []
+    for share in (0.5, 0.7, 0.9) if vectors else (base.vector_share,):
+        for feedback in (0.0, 0.3):
+            for when in (0.0, 0.2):
+                for context in (0.0, 0.2):
+                    for prior in (0.0, 0.05):
+                        out.append(replace(base, vector_share=share, feedback=feedback,
+                                           when=when, context=context, quality=prior,
+                                           evidence=prior, recency=prior))
+    return out
+
+
+def describe(w: RankWeights) -> str:
+    return (f"vector_share {w.vector_share} feedback {w.feedback} when {w.when} "
+            f"context {w.context} quality/evidence/recency {w.quality}")
+
+
+async def score_grid(store: SqliteMemoryStore, conversations: list[Conversation],
+                     weights: list[RankWeights], vectors: bool
+                     ) -> list[dict[str, Scores]]:
+    """For each weight set, Scores per conversation id (full ranking, default plan)."""
+    settings = MemorySettings()
+    cached = CachedSearch(store)
+    out = []
+    for w in weights:
+        per: dict[str, Scores] = defaultdict(Scores)
+        for conv in conversations:
+            recall = Retriever(store=cached,  # type: ignore[arg-type]
+                               embedder=Precomputed(conv.vectors, "precomputed", 0)
+                               if vectors else None,
+                               weights=w, candidate_pool=settings.candidate_pool)
+            for q in conv.questions:
+                queries = plan_queries([{"role": "user", "content": q.text}],
+                                       context_turns=settings.query_context_turns,
+                                       max_subqueries=settings.max_subqueries,
+                                       subquery_weight=settings.subquery_weight)
+                result = await recall.recall(tenant=TENANT, user=conv.id, limit=TOP,
+                                             now=conv.now, queries=queries,
+                                             periods=mentioned_periods(q.text))
+                per[conv.id].add(q.category, [r.memory.id for r in result.ranked],
+                                 q.relevant)
+        out.append(per)
+    return out
+
+
+def pooled(per: dict[str, Scores], ids: Sequence[str]) -> Scores:
+    out = Scores()
+    for cid in ids:
+        for category, rows in per[cid].rows.items():
+            out.rows[category].extend(rows)
+    return out
+
+
+def cross_validate(name: str, conversations: list[Conversation],
+                   weights: list[RankWeights], scored: list[dict[str, Scores]]) -> float:
+    """Prints the cross-validated table; returns the pooled untuned-fold r@5."""
+    folds = [[conversations[i].id for i in fold if i < len(conversations)] for fold in FOLDS]
+    folds = [f for f in folds if f]
+    default = rank_weights(MemorySettings())
+    default_at = weights.index(default) if default in weights else None
+    print(f"\n== {name}: cross-validated full ranking (tune on one fold, report on the other)")
+    head = f"{'fold':<34}" + "".join(f"{'r@5 ' + c[:9]:>16}" for c in CATEGORIES.values())
+    print(head + f"{'r@5':>8}{'r@10':>8}{'hit@5':>8}{'MRR':>8}{'n':>6}")
+
+    def row(title: str, scores: Scores) -> None:
+        cells = "".join(f"{scores.mean(c)[0]:>16.3f}" for c in CATEGORIES)
+        n = sum(len(r) for r in scores.rows.values())
+        print(f"{title:<34}{cells}" + "".join(f"{v:>8.3f}" for v in scores.mean())
+              + f"{n:>6}")
+
+    untuned_all = Scores()
+    for held in folds:
+        tune = [c for f in folds if f is not held for c in f] or held
+        best = max(range(len(weights)),
+                   key=lambda i: (pooled(scored[i], tune).mean()[0], -i))
+        untuned, tuned = pooled(scored[best], held), pooled(scored[best], tune)
+        for category, rows in untuned.rows.items():
+            untuned_all.rows[category].extend(rows)
+        span = ",".join(c.removeprefix("conv-") for c in held)
+        tspan = ",".join(c.removeprefix("conv-") for c in tune)
+        row(f"UNTUNED conv {span}", untuned)
+        row(f"  tuned   conv {tspan} (in-sample)", tuned)
+        if default_at is not None:
+            row(f"  default conv {span}", pooled(scored[default_at], held))
+        print(f"    weights tuned on conv {tspan}: {describe(weights[best])}")
+    row("UNTUNED, both folds pooled", untuned_all)
+    if default_at is not None:
+        row("  defaults, all conversations", pooled(scored[default_at],
+                                                    [c for f in folds for c in f]))
+    # The weights that generalise: best mean of the two untuned-fold figures.
+    general = max(range(len(weights)), key=lambda i: (statistics.fmean(
+        pooled(scored[i], f).mean()[0] for f in folds), -i))
+    print(f"  best on both folds: {describe(weights[general])} "
+          f"(r@5 {' / '.join(f'{pooled(scored[general], f).mean()[0]:.3f}' for f in folds)})")
+    headline = untuned_all.mean()[0]
+    target = TARGETS[name]
+    print(f"  target untuned r@5 >= {target:.2f}: {headline:.3f} "
+          f"{'met' if headline >= target else 'NOT met'}")
+    return headline
+
+
+def make_embedder(name: str, args: argparse.Namespace, *,
+                  cache_size: int = 100_000) -> CachedEmbedder | None:
+    """The product's embedder for ``memory.embedder.provider: name`` (``None`` for none)."""
+    if name == "none":
+        return None
+    return build_embedder(EmbedderSettings(provider=name, cache_dir=args.cache_dir,
+                                           batch_size=64, cache_size=cache_size))
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--conversations", type=int, default=5)
+    parser.add_argument("--embedders", default="local,static,none",
+                        help="comma-separated: local (MiniLM, sentence-transformers), "
+                             "static (model2vec distilled from it), none (keyword-only)")
+    parser.add_argument("--cache-dir", default=str(ROOT / ".bench" / "embedders"),
+                        help="memory.embedder.cache_dir for the static model")
+    parser.add_argument("--ablations", action="store_true",
+                        help="also print the method/ablation table (all conversations)")
     parser.add_argument("--no-latency", action="store_true")
     args = parser.parse_args()
     conversations = load(args.data, args.conversations)
-    embedder = CachedEmbedder(LocalEmbeddings(), batch_size=64, cache_size=100_000)
-    started = time.perf_counter()
-    await embedder.start()
-    await embed_all(conversations, embedder)
-    print(f"embedded {sum(len(c.memories) for c in conversations)} memories and the queries "
-          f"with {embedder.model} ({embedder.dimension} d) in "
-          f"{time.perf_counter() - started:.0f} s")
-    results: dict[str, Scores] = defaultdict(Scores)
-    per_conv: dict[tuple[str, str], Scores] = defaultdict(Scores)
-    with tempfile.TemporaryDirectory() as tmp:
-        async with SqliteDatabase(Path(tmp) / "bench.db") as db:
-            store = SqliteMemoryStore(db)
-            for conv in conversations:
-                await store_memories(store, conv.id, conv.memories)
-            for name, method in methods().items():
+    asked = sum(len(c.questions) for c in conversations)
+    skipped = sum(c.skipped for c in conversations)
+    print(f"{len(conversations)} conversations, {asked} questions of categories 1–4 "
+          f"({skipped} more have no matching observation and are skipped); folds "
+          f"{FOLDS[0]} / {FOLDS[1]}; r@k = share of a question's evidence among the top k "
+          f"(the default injection count is {MemorySettings().injection_count})")
+    summary: dict[str, float] = {}
+    for name in args.embedders.split(","):
+        embedder = make_embedder(name, args)
+        if embedder is not None:
+            started = time.process_time()
+            await embedder.start()
+            await embed_all(conversations, embedder)
+            print(f"\n[{name}] embedded {sum(len(c.memories) for c in conversations)} "
+                  f"memories and the queries with {embedder.model} ({embedder.dimension} d) "
+                  f"in {time.process_time() - started:.0f} s CPU")
+        with tempfile.TemporaryDirectory() as tmp:
+            async with SqliteDatabase(Path(tmp) / "bench.db") as db:
+                store = SqliteMemoryStore(db)
                 for conv in conversations:
-                    for q in conv.questions:
-                        ranked = await method(store, conv, q)
-                        results[name].add(q.category, ranked, q.relevant)
-                        per_conv[(name, conv.id)].add(q.category, ranked, q.relevant)
-        asked = sum(len(c.questions) for c in conversations)
-        skipped = sum(c.skipped for c in conversations)
-        print(f"{len(conversations)} conversations, {asked} questions of categories 1–4 "
-              f"({skipped} more have no matching observation and are skipped)\n")
-        table(results)
-        print("\nrecall@5 per conversation")
-        names = ["keyword", "vector", "hybrid-rrf", "full"]
-        print(f"{'conversation':<14}" + "".join(f"{n:>12}" for n in names))
+                    memories = conv.memories if embedder is not None else \
+                        [m.with_changes(embedding=None) for m in conv.memories]
+                    await store_memories(store, conv.id, memories)
+                weights = grid(embedder is not None)
+                scored = await score_grid(store, conversations, weights, embedder is not None)
+                summary[name] = cross_validate(name, conversations, weights, scored)
+                if args.ablations and embedder is not None:
+                    await ablations(store, conversations)
+            if not args.no_latency and embedder is not None:
+                fresh = make_embedder(name, args, cache_size=0)
+                assert fresh is not None
+                await latency(conversations, fresh, Path(tmp))
+        if embedder is not None:
+            await embedder.aclose()
+    print("\nheadline (untuned folds pooled, r@5): " + "   ".join(
+        f"{n} {v:.3f} ({'met' if v >= TARGETS[n] else 'NOT met'} >= {TARGETS[n]})"
+        for n, v in summary.items()))
+
+
+async def ablations(store: SqliteMemoryStore, conversations: list[Conversation]) -> None:
+    results: dict[str, Scores] = defaultdict(Scores)
+    for method_name, method in methods().items():
         for conv in conversations:
-            print(f"{conv.id:<14}" + "".join(f"{per_conv[(n, conv.id)].mean()[0]:>12.3f}"
-                                             for n in names))
-        print("\nTuned on this data: memory.ranking vector_share, feedback, feedback_docs, "
-              "when, context,\nquality/evidence/recency and half_life_days (see the docstring). "
-              "Not tuned: rrf_k,\ncandidate_pool, sub-query rules, date parser, diversity "
-              "filter.\n")
-        if not args.no_latency:
-            await latency(conversations, embedder, Path(tmp))
-    await embedder.aclose()
+            for q in conv.questions:
+                results[method_name].add(q.category, await method(store, conv, q), q.relevant)
+    print("\nmethods and ablations, all conversations (in-sample for the defaults)")
+    table(results)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ from proxy.shutdown import Drain
 log = structlog.get_logger("proxy.app")
 FLUSH_INTERVAL_SECONDS = 1.0
 WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
+# Between backfill batches (vector-backfill task): leaves the CPU to requests.
+BACKFILL_PAUSE_SECONDS = 0.05
 
 
 async def _proxy_error(_request: Request, exc: Exception) -> Response:
@@ -144,6 +146,22 @@ async def _warm_up(res: Resources) -> None:
         await warm()
 
 
+async def _backfill(res: Resources) -> None:
+    """Vectors for memories stored without one of the configured embedder (see
+    :mod:`proxy.memory.reindex`), in the background; a failure is logged, never fatal."""
+    from proxy.memory.reindex import reindex
+    from proxy.memory.vectors import MemoryVectors
+
+    assert res.embedder is not None
+    try:
+        await reindex(res.store, MemoryVectors(
+            res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
+            timeout_seconds=res.settings.memory.embedder.timeout_seconds),
+            pause_seconds=BACKFILL_PAUSE_SECONDS)
+    except Exception as exc:  # the store is down: the next start (or reindex) does it
+        log.warning("memory_reindex_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 @contextlib.asynccontextmanager
 async def _running(res: Resources) -> AsyncIterator[None]:
     stop = asyncio.Event()
@@ -160,6 +178,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
                "index_maintenance", first=0.0),
         name="index-maintenance"))
+    if res.embedder is not None and res.settings.memory.embedder.reindex_on_start:
+        tasks.append(asyncio.create_task(_backfill(res), name="vector-backfill"))
     if res.worker is not None and res.settings.server.run_worker:
         worker = asyncio.create_task(res.worker.run(stop), name="learning-worker")
         # SIGTERM: the worker stops (releasing its job) at once, not after the streams.

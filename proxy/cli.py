@@ -6,7 +6,9 @@ learning in separate processes — next to ``serve`` on the SQLite file, or any 
 them on the Redis queue that ``serve --no-worker`` pods feed (``storage.backend: redis``);
 ``dead-letters`` lists learning jobs that failed for good (of every tenant, and those
 dead-lettered before jobs carried a tenant, which no tenant's admin API lists), requeues
-or drops them.
+or drops them; ``reindex`` prepares the configured embedder (distils the ``static`` model
+into ``memory.embedder.cache_dir`` when it is not there yet) and gives every active memory
+a vector of it (:mod:`proxy.memory.reindex`), then exits.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--requeue", metavar="JOB_ID", help="requeue one job")
     group.add_argument("--requeue-all", action="store_true", help="requeue every dead job")
     group.add_argument("--drop", metavar="JOB_ID", help="delete one dead job for good")
+    reindex = sub.add_parser(
+        "reindex", help="distil the static embedding model if needed and embed every "
+                        "memory that lacks a vector of the configured embedder")
+    reindex.add_argument("--config", help="YAML file")
     return parser
 
 
@@ -161,6 +167,25 @@ async def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _reindex(settings: Settings) -> int:
+    from proxy.memory.reindex import reindex
+    from proxy.memory.vectors import MemoryVectors
+    from proxy.resources import open_resources
+
+    if settings.memory.embedder.provider == "none":
+        raise ConfigError("memory.embedder.provider is none: there is no embedder to "
+                          "index memories with")
+    async with open_resources(settings) as res:
+        assert res.embedder is not None
+        report = await reindex(res.store, MemoryVectors(
+            res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
+            timeout_seconds=settings.memory.embedder.timeout_seconds))
+        await res.usage.flush()
+    print(f"{report.model}: {report.embedded} memories embedded, {report.skipped} changed "
+          f"meanwhile, {report.failed} failed")
+    return 1 if report.failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -177,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(settings)
         if args.command == "dead-letters":
             return asyncio.run(_dead_letters(settings, args))
+        if args.command == "reindex":
+            return asyncio.run(_reindex(settings))
         asyncio.run(_work(settings, args.metrics_port))
     except ConfigError as exc:
         print(f"memory-proxy: {exc}", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 The usage ledger has one row per chat request: upstream prompt/completion tokens (as the
 upstream reported them — the prompt includes the injected memory block, which is what the
-provider bills) and, separately, the memory tokens and memories injected. The learning
+provider bills) and, separately, the memory tokens and memories injected and the
+``recall_tokens`` a remote embedder billed for the request's query embeddings (memory
+cost: never in the user's prompt/completion totals, never in the learning ledger). The learning
 ledger has one row per learning call (purpose ``score`` / ``extract`` / ``embed``); it is
 never added to a user's usage.
 """
@@ -29,6 +31,7 @@ class UsageRecord:
     memory_tokens: int
     memories_injected: int
     estimated: bool = False
+    recall_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class Totals:
     prompt_tokens: int
     completion_tokens: int
     memory_tokens: int = 0
+    recall_tokens: int = 0
 
     def to_api(self) -> dict[str, int]:
         return {
@@ -57,6 +61,7 @@ class Totals:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "memory_tokens": self.memory_tokens,
+            "recall_tokens": self.recall_tokens,
         }
 
 

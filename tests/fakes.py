@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -527,3 +528,23 @@ def concept_embedder(concepts: list[list[str]], **kwargs: Any) -> CachedEmbedder
     """The real :class:`~proxy.memory.embed.CachedEmbedder` over a :class:`ConceptBackend`."""
     backend = ConceptBackend(concepts, **kwargs)
     return CachedEmbedder(backend, dimension=backend.size)
+
+
+def tiny_static_model(folder: Path, dimension: int = 8) -> Path:
+    """Save a real model2vec model to ``folder``: random ``dimension``-d token vectors over
+    the bundled MiniLM word pieces, with the config a distillation writes."""
+    import numpy as np
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer
+
+    from proxy.memory.embed_local import bundled_model_dir
+
+    source = bundled_model_dir()
+    assert source is not None
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    vectors = np.random.default_rng(0).standard_normal(
+        (tokenizer.get_vocab_size(), dimension)).astype(np.float32)
+    config = {"model_type": "model2vec", "architectures": ["StaticModel"],
+              "hidden_dim": dimension, "normalize": True}
+    StaticModel(vectors, tokenizer, config=config, normalize=True).save_pretrained(str(folder))
+    return folder

@@ -152,3 +152,46 @@ def test_an_impossible_port_on_the_command_line_names_the_setting(
     err = capsys.readouterr().err
     assert "server.port" in err
     assert "Traceback" not in err
+
+
+def test_reindex_embeds_memories_stored_without_a_vector(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``memory-proxy reindex`` with the static embedder gives every stored memory a vector
+    of that model (a second run has nothing to do); without an embedder it refuses."""
+    import asyncio
+    import sqlite3
+    from datetime import UTC, datetime
+
+    from proxy.backends.sqlite.database import SqliteDatabase
+    from proxy.backends.sqlite.store import SqliteMemoryStore
+    from proxy.cli import main
+    from proxy.memory.records import Memory
+    from tests.fakes import tiny_static_model
+
+    db = tmp_path / "db.sqlite"
+    model = tiny_static_model(tmp_path / "m2v-tiny")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(f"storage: {{path: '{db}'}}\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"storage: {{path: '{db}'}}\nmemory:\n  embedder:\n"
+                      f"    provider: static\n    model: '{model}'\n"
+                      f"    cache_dir: '{tmp_path / 'cache'}'\n")
+
+    async def seed() -> None:
+        now = datetime(2025, 1, 1, tzinfo=UTC)
+        async with SqliteDatabase(db) as database:
+            store = SqliteMemoryStore(database)
+            for i, text in enumerate(("Owns a puppy called Rex", "Drinks chai")):
+                await store.add(Memory(id=f"m{i}", tenant="t", user_id="u", content=text,
+                                       created_at=now, updated_at=now, last_seen_at=now))
+
+    asyncio.run(seed())
+    assert main(["reindex", "--config", str(plain)]) == 2
+    assert "memory.embedder.provider is none" in capsys.readouterr().err
+    assert main(["reindex", "--config", str(config)]) == 0
+    assert "static/m2v-tiny: 2 memories embedded" in capsys.readouterr().out
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT embedding_model, length(embedding) FROM memories").fetchall()
+    assert rows == [("static/m2v-tiny", 8 * 4)] * 2
+    assert main(["reindex", "--config", str(config)]) == 0
+    assert "0 memories embedded" in capsys.readouterr().out

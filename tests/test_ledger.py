@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -72,6 +73,19 @@ async def test_learning_tokens_are_kept_apart_from_usage(ledger: Ledger) -> None
     assert await ledger.learning_totals("t1", "u1") == Totals(1, 100, 20)
     assert await ledger.learning_totals("t1") == Totals(2, 105, 21)
     assert await ledger.usage_totals("t1", "u1") == Totals(0, 0, 0, 0)
+
+
+async def test_recall_tokens_are_memory_cost_beside_usage(ledger: Ledger) -> None:
+    """Query-embedding tokens add up as ``recall_tokens`` per user and tenant, apart from
+    the user's prompt/completion tokens and never in the learning ledger."""
+    await ledger.record_usage([replace(usage("u1", 10, 2, 5), recall_tokens=7),
+                               replace(usage("u2", 1, 1), recall_tokens=3), usage("u1", 4, 0)])
+    assert await ledger.usage_totals("t1", "u1") == Totals(2, 14, 2, 5, 7)
+    assert await ledger.usage_totals("t1") == Totals(3, 15, 3, 5, 10)
+    assert (await ledger.usage_totals("t1", "u2")).to_api() == {
+        "requests": 1, "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2,
+        "memory_tokens": 0, "recall_tokens": 3}
+    assert await ledger.learning_totals("t1") == Totals(0, 0, 0)
 
 
 @pytest.mark.redis

@@ -35,6 +35,10 @@ Targets (columns):
                   cache off, since the benchmark repeats its 48 questions): what
                   local-embedding recall adds, printed under the targets. Needs the
                   ``embeddings`` extra; skipped with a note without it.
+    gw mem-on+static  the same with ``memory.embedder.provider: static`` (model2vec
+                  distilled from all-MiniLM-L6-v2 into ``--embedder-cache``, default
+                  ``.bench/embedders``; made there on first use, ~2 min CPU) and its
+                  vectors: hybrid recall without torch. Needs the ``static`` extra.
     LiteLLM proxy litellm's proxy server, no database, ``LITELLM_LOG=ERROR``.
     Learning is off in the gateway's config: the figures are the request path's.
     The same 48 conversations go to every target; only the user header differs.
@@ -77,7 +81,12 @@ Rows:
     peak RSS MB   ``VmHWM`` (high-water mark) at the end of the run.
     mem-on÷LiteLLM  the gateway with memory on divided by LiteLLM (× for requests/s).
 
-The issue's targets are printed under the table with met / NOT met.
+The issue's targets are printed under the table with met / NOT met, then issue 16's
+hot-path targets (memory on, keyword recall: ≤ 1.0 ms CPU and ≤ 1.0 ms added TTFT p50 per
+request at c=1, ≤ 15 ms added TTFT p99 for paced streams at c=32; with embeddings, local
+or static: ≤ 3 ms CPU per request at c=1 and no ``degraded`` reply at c=32). Every
+gateway target runs this checkout's code (``PYTHONPATH``), whatever tree the virtualenv's
+editable install points at.
 
 Other options: ``--profile gw-on`` samples that target with py-spy during the measured
 load (collapsed stacks and a summary per scenario in the run directory); ``--variant

@@ -209,6 +209,54 @@ def targets(reports: Sequence[TargetReport], scenarios: Sequence[Scenario]) -> l
     return out
 
 
+def hot_path_targets(reports: Sequence[TargetReport],
+                     scenarios: Sequence[Scenario]) -> list[str]:
+    """Issue 16's hot-path targets with their figures and met / NOT met: memory on with
+    keyword recall (500 memories) ≤ 1.0 ms CPU per request and ≤ 1.0 ms added TTFT p50 at
+    c=1, paced streams at c=32 ≤ 15 ms added TTFT p99; with embeddings (local, static)
+    ≤ 3 ms CPU per request and every reply at c=32 injected (none ``degraded``)."""
+    by_key = {r.key: r for r in reports}
+    on, direct = by_key.get("gw-on"), by_key.get("direct")
+    if on is None or direct is None:
+        return ["(targets need the direct and gw-on columns)"]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    out: list[str] = []
+    for s in scenarios:
+        cell = on.cells.get(s)
+        if cell is None or s not in direct.cells:
+            continue
+        if s.concurrency == 1:
+            out.append(f"mem-on CPU/request <= 1.0 ms, {s.name}: {cell.cpu_ms:6.2f} ms  "
+                       f"{verdict(cell.cpu_ms <= 1.0)}")
+            value = added(cell, direct.cells[s], 50)
+            out.append(f"mem-on added TTFT p50 <= 1.0 ms, {s.name}: {value:6.2f} ms  "
+                       f"{verdict(value <= 1.0)}")
+        elif s.kind == "paced":
+            value = added(cell, direct.cells[s], 99)
+            out.append(f"mem-on added TTFT p99 <= 15 ms, {s.name}: {value:6.2f} ms  "
+                       f"{verdict(value <= 15)}")
+    for key in ("gw-emb", "gw-static"):
+        report = by_key.get(key)
+        if report is None:
+            continue
+        for s in scenarios:
+            cell = report.cells.get(s)
+            if cell is None:
+                continue
+            if s.concurrency == 1:
+                out.append(f"{report.label} CPU/request <= 3 ms, {s.name}: "
+                           f"{cell.cpu_ms:6.2f} ms  {verdict(cell.cpu_ms <= 3.0)}")
+            else:
+                total = sum(cell.memory_status.values())
+                degraded = cell.memory_status.get("degraded", 0)
+                out.append(f"{report.label} no degraded replies, {s.name}: {degraded} of "
+                           f"{total}  {verdict(total > 0 and degraded == 0)}")
+    return out
+
+
 def embedding_cost(reports: Sequence[TargetReport],
                    scenarios: Sequence[Scenario]) -> list[str]:
     """What local-embedding recall adds over keyword recall, per scenario: added TTFT

@@ -18,9 +18,11 @@ from bench.gateway.load import LoadResult, one_request, run_load
 from bench.gateway.report import Cell, Scenario, TargetReport
 from bench.gateway.workload import payloads
 
-TARGET_KEYS = ("direct", "gw-off", "gw-on", "gw-emb", "litellm")
+TARGET_KEYS = ("direct", "gw-off", "gw-on", "gw-emb", "gw-static", "litellm")
 LABELS = {"direct": "direct", "gw-off": "gw mem-off", "gw-on": "gw mem-on",
-          "gw-emb": "gw mem-on+emb", "litellm": "LiteLLM proxy"}
+          "gw-emb": "gw mem-on+emb", "gw-static": "gw mem-on+static",
+          "litellm": "LiteLLM proxy"}
+EMBEDDERS = {"gw-emb": "local", "gw-static": "static"}  # target → memory.embedder.provider
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Target:
 
 def memory_on(key: str) -> bool:
     """Whether the target's requests carry the seeded user (memory on)."""
-    return key.endswith("-on") or key == "gw-emb"
+    return key.endswith("-on") or key in EMBEDDERS
 
 
 def label(key: str) -> str:
@@ -172,6 +174,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--paced-ms", type=float, default=10.0,
                         help="pause between events of the paced streams (c=32 paced)")
     parser.add_argument("--memories", type=int, default=seed.MEMORIES)
+    parser.add_argument("--embedder-cache", type=Path,
+                        default=targets.ROOT / ".bench" / "embedders",
+                        help="memory.embedder.cache_dir of gw-static (the distilled model "
+                             "is made there on first use, ~2 min CPU)")
     parser.add_argument("--server-core", type=int, default=1,
                         help="core of the gateway / LiteLLM under test")
     parser.add_argument("--client-core", type=int, default=0,
@@ -217,7 +223,7 @@ async def run(args: argparse.Namespace) -> int:
     if "litellm" in keys:
         litellm_version = targets.ensure_litellm(args.litellm_venv, args.litellm_spec)
     if "gw-emb" in keys and not seed.can_embed():
-        if args.targets != ",".join(TARGET_KEYS):
+        if "gw-emb" in [k.strip() for k in args.targets.split(",")]:
             raise SystemExit("target gw-emb needs the embeddings extra: "
                              "scripts/bootstrap test,embeddings")
         keys.remove("gw-emb")
@@ -225,10 +231,12 @@ async def run(args: argparse.Namespace) -> int:
     if any(k.endswith("-on") for k in keys):
         stored = await seed.seed_store(workdir / "seeded.db", count=args.memories)
         print(f"seeded {stored} memories for {seed.USER} through the store API", flush=True)
-    if "gw-emb" in keys:
-        stored = await seed.seed_store(workdir / "seeded-emb.db", count=args.memories,
-                                       embed=True)
-        print(f"seeded {stored} memories with local vectors for gw-emb", flush=True)
+    for key, provider in EMBEDDERS.items():
+        if key in keys:
+            stored = await seed.seed_store(workdir / f"seeded-{provider}.db",
+                                           count=args.memories, embed=provider,
+                                           cache_dir=args.embedder_cache)
+            print(f"seeded {stored} memories with {provider} vectors for {key}", flush=True)
 
     started: list[procs.Proc] = []
     with running(started):
@@ -280,13 +288,16 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
     else:
         db = workdir / f"{key}.db"
         if memory_on(key):
-            shutil.copyfile(workdir / ("seeded-emb.db" if key == "gw-emb" else "seeded.db"), db)
+            provider = EMBEDDERS.get(key)
+            shutil.copyfile(workdir / (f"seeded-{provider}.db" if provider else "seeded.db"), db)
         config = targets.gateway_config(workdir / f"{key}.yaml", port=port,
                                         upstream_port=upstream.port, db=db,
-                                        embedder=key == "gw-emb")
+                                        embedder=EMBEDDERS.get(key),
+                                        cache_dir=args.embedder_cache)
         env = dict(targets.BASE_ENV)
-        if src is not None:
-            env["PYTHONPATH"] = str(src)
+        # This checkout's code (the shared virtualenv may hold another tree's editable
+        # install), or the variant's source tree.
+        env["PYTHONPATH"] = str(src if src is not None else targets.ROOT)
         proc = procs.start(key, targets.gateway_argv(config), core=args.server_core, port=port,
                            logs=logs, env=env, cwd=workdir)
     started.append(proc)
@@ -371,6 +382,9 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
     print()
     print("targets (memory on, keyword recall):")
     for line in report.targets(reports, scenarios):
+        print("  " + line)
+    print("issue 16 targets (hot path; CPU figures: the server's process tree):")
+    for line in report.hot_path_targets(reports, scenarios):
         print("  " + line)
     embedding = report.embedding_cost(reports, scenarios)
     if embedding:

@@ -121,15 +121,18 @@ def questions(count: int = 48, *, seed: int = 7) -> list[str]:
     return out
 
 
-async def seed_store(path: Path, *, count: int = MEMORIES, embed: bool = False) -> int:
+async def seed_store(path: Path, *, count: int = MEMORIES, embed: str | None = None,
+                     cache_dir: Path | None = None) -> int:
     """Create the database at ``path`` with :data:`USER`'s memories and profile.
 
-    ``embed``: each memory also carries its all-MiniLM-L6-v2 vector of ``content`` (what the
-    gateway's writers embed), computed here with the ``local`` embedder the gateway loads,
-    so hybrid recall has a vector for every memory. Needs the ``embeddings`` extra."""
+    ``embed`` (``local`` | ``static``): each memory also carries its vector of ``content``
+    (what the gateway's writers embed) and the model id, computed here with the embedder
+    the gateway loads, so hybrid recall has a vector for every memory. ``local`` needs the
+    ``embeddings`` extra, ``static`` the ``static`` one (``cache_dir``: where its distilled
+    model is, or is made)."""
     memories = build_memories(count)
     if embed:
-        memories = await _with_vectors(memories)
+        memories = await _with_vectors(memories, embed, cache_dir)
     async with SqliteDatabase(path) as db:
         store = SqliteMemoryStore(db)
         for memory in memories:
@@ -139,17 +142,22 @@ async def seed_store(path: Path, *, count: int = MEMORIES, embed: bool = False) 
     return counts["total"]
 
 
-async def _with_vectors(memories: list[Memory]) -> list[Memory]:
-    from proxy.memory.embed import CachedEmbedder
-    from proxy.memory.embed_local import LocalEmbeddings
+async def _with_vectors(memories: list[Memory], provider: str,
+                        cache_dir: Path | None) -> list[Memory]:
+    from proxy.memory.embedders import build_embedder
+    from proxy.settings import EmbedderSettings
 
-    embedder = CachedEmbedder(LocalEmbeddings(), batch_size=64, cache_size=0)
+    embedder = build_embedder(EmbedderSettings(
+        provider=provider, model="all-MiniLM-L6-v2", batch_size=64, cache_size=0,  # type: ignore[arg-type]
+        **({"cache_dir": cache_dir} if cache_dir is not None else {})))
+    assert embedder is not None
     await embedder.start()
     try:
         vectors = (await embedder.embed_documents([m.content for m in memories])).vectors
     finally:
         await embedder.aclose()
-    return [m.with_changes(embedding=v) for m, v in zip(memories, vectors, strict=True)]
+    return [m.with_changes(embedding=v, embedding_model=embedder.model)
+            for m, v in zip(memories, vectors, strict=True)]
 
 
 def can_embed() -> bool:

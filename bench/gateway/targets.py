@@ -53,11 +53,12 @@ def _model_list(upstream_port: int) -> list[dict[str, object]]:
 
 
 def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path,
-                   embedder: bool = False) -> Path:
+                   embedder: str | None = None, cache_dir: Path | None = None) -> Path:
     """A ``memory-proxy`` config: one relayed model on the fake upstream, embedded SQLite,
     one gateway key (tenant ``default``), learning off (the benchmark measures the request
-    path, not what learning spends). ``embedder``: hybrid recall with the ``local``
-    all-MiniLM-L6-v2 embedder and its query cache off — a real user's every turn is a new
+    path, not what learning spends). ``embedder``: hybrid recall with that provider
+    (``local``: all-MiniLM-L6-v2; ``static``: its model2vec distillation in ``cache_dir``)
+    and its query cache off — a real user's every turn is a new
     text, while the benchmark repeats 48 questions, which a cache would answer for free."""
     config: dict[str, object] = {
         "model_list": _model_list(upstream_port),
@@ -67,8 +68,9 @@ def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path,
         "auth": {"keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}]},
     }
     if embedder:
-        config["memory"] = {"embedder": {"provider": "local", "model": "all-MiniLM-L6-v2",
-                                         "cache_size": 0}}
+        config["memory"] = {"embedder": {"provider": embedder, "model": "all-MiniLM-L6-v2",
+                                         "cache_size": 0, "cache_dir": str(cache_dir or ""),
+                                         "reindex_on_start": False}}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 

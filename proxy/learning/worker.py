@@ -779,19 +779,25 @@ class Worker:
         the vectors filled in) plus each fact's nearest stored memories by vector."""
         if self._vectors is None or not facts:
             return None, list(related)
+        model = self._vectors.embedder.model
+
+        def current(m: Memory) -> bool:
+            return m.embedding is not None and m.embedding_model == model
+
         vectors = await self._vectors.embed(
-            [f.content for f in facts] + [m.content for m in related if m.embedding is None],
+            [f.content for f in facts] + [m.content for m in related if not current(m)],
             tenant=batch.tenant, user=owner, source="learn", job_id=job_id,
         )
         if vectors is None:
             return None, list(related)
-        existing = [m if m.embedding is not None or m.content not in vectors
-                    else m.with_changes(embedding=vectors[m.content]) for m in related]
+        existing = [m if current(m) or m.content not in vectors
+                    else m.with_changes(embedding=vectors[m.content], embedding_model=model)
+                    for m in related]
         seen = {m.id for m in existing}
         found = await asyncio.gather(*(
             self._store.search(SearchQuery(
                 tenant=batch.tenant, user=owner, terms=(), embedding=vectors[f.content],
-                limit=VECTOR_NEIGHBOURS, include_shared=False,
+                limit=VECTOR_NEIGHBOURS, include_shared=False, embedding_model=model,
             )) for f in facts
         ))
         for candidates in found:

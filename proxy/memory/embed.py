@@ -68,9 +68,10 @@ class Embedder(Protocol):
         """One query vector (hot path). Raises :class:`EmbedderError`."""
         ...
 
-    async def embed_queries(self, texts: Sequence[str]) -> tuple[Vector, ...]:
-        """Query vectors in one batch (hot path: served before pending document batches).
-        Raises :class:`EmbedderError`."""
+    async def embed_queries(self, texts: Sequence[str]) -> Embeddings:
+        """Query vectors in one batch (hot path: served before pending document batches)
+        and the provider tokens spent (booked as the request's ``recall_tokens``). Raises
+        :class:`EmbedderError`."""
         ...
 
     async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
@@ -192,8 +193,8 @@ class CachedEmbedder:
     async def embed_query(self, text: str) -> Vector:
         return (await self._embed([text], urgent=True)).vectors[0]
 
-    async def embed_queries(self, texts: Sequence[str]) -> tuple[Vector, ...]:
-        return (await self._embed(texts, urgent=True)).vectors
+    async def embed_queries(self, texts: Sequence[str]) -> Embeddings:
+        return await self._embed(texts, urgent=True)
 
     async def embed_documents(self, texts: Sequence[str]) -> Embeddings:
         return await self._embed(texts, urgent=False)

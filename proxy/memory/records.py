@@ -99,6 +99,9 @@ class Memory:
     superseded_at: datetime | None = None
     superseded_by: str | None = None
     supersede_reason: str | None = None
+    # The embedder model id ``embedding`` came from (``None``: no vector, or a vector stored
+    # before model ids were kept — re-embedded by ``memory-proxy reindex``).
+    embedding_model: str | None = None
 
     @property
     def active(self) -> bool:

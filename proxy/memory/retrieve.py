@@ -28,7 +28,7 @@ from datetime import datetime
 import structlog
 
 from proxy.logs import LogThrottle
-from proxy.memory.embed import Embedder, EmbedderError, Vector
+from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
 from proxy.memory.text import load_segmenter_for, query_terms
@@ -63,6 +63,7 @@ class Recall:
 
     ranked: list[Ranked]
     degraded: str | None = None
+    tokens: int = 0  # provider tokens the query embeddings spent (remote embedders)
 
 
 def sentences(text: str) -> list[str]:
@@ -114,6 +115,17 @@ def _merge(keyword: Sequence[Candidate], vector: Sequence[Candidate]) -> list[Ca
     return list(found.values())
 
 
+def _comparable(candidates: list[Candidate], model: str | None) -> list[Candidate]:
+    """``candidates`` without the vectors of another model than ``model`` (ranking
+    compares memory vectors with the query's; vectors of no recorded model are kept)."""
+    if model is None:
+        return candidates
+    return [c if c.memory.embedding_model in (None, model) else Candidate(
+        c.memory.with_changes(embedding=None, embedding_model=None),
+        keyword_rank=c.keyword_rank, keyword_score=c.keyword_score,
+        vector_rank=c.vector_rank, vector_score=c.vector_score) for c in candidates]
+
+
 class Retriever:
     """Runs a query plan against a store (and an embedder, when there is one)."""
 
@@ -136,11 +148,14 @@ class Retriever:
         loop = asyncio.get_running_loop()
         started = loop.time()
 
+        model = None if self._embedder is None else self._embedder.model
+
         def search(terms: tuple[str, ...], vector: Vector | None = None) -> SearchQuery:
             return SearchQuery(tenant=tenant, user=user, terms=terms, limit=self._pool,
-                               embedding=vector, channels=channels)
+                               embedding=vector, channels=channels,
+                               embedding_model=None if vector is None else model)
 
-        embedding: asyncio.Task[tuple[Vector, ...]] | None = None
+        embedding: asyncio.Task[Embeddings] | None = None
         if self._embedder is not None:
             embedding = asyncio.create_task(self._embedder.embed_queries(
                 [q.text[-MAX_EMBED_CHARS:] for q in queries]))
@@ -152,7 +167,8 @@ class Retriever:
             ))
             by_query = iter(keyword)
             keyword_hits = [list(next(by_query)) if t else [] for t in terms]
-            vectors, degraded = await self._vectors(embedding, embed_budget, started)
+            embedded, degraded = await self._vectors(embedding, embed_budget, started)
+            vectors = None if embedded is None else embedded.vectors
             if vectors is not None and len(vectors) != len(queries):
                 vectors, degraded = None, "embedder_unavailable"
         finally:
@@ -170,18 +186,18 @@ class Retriever:
         await load_segmenter_for(*(c.memory.content for found in (*keyword_hits, *vector_hits)
                                    for c in found))
         hits = [
-            QueryHits(_merge(kw, vec), vector=None if vectors is None else vectors[i],
-                      weight=q.weight)
+            QueryHits(_comparable(_merge(kw, vec), model),
+                      vector=None if vectors is None else vectors[i], weight=q.weight)
             for i, (q, kw, vec) in enumerate(zip(queries, keyword_hits, vector_hits,
                                                  strict=True))
         ]
         ranked = rank(hits, now=now, weights=self.weights, limit=limit, periods=periods)
-        return Recall(ranked, degraded)
+        return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens)
 
     async def _vectors(
-        self, embedding: asyncio.Task[tuple[Vector, ...]] | None, budget: float | None,
+        self, embedding: asyncio.Task[Embeddings] | None, budget: float | None,
         started: float,
-    ) -> tuple[tuple[Vector, ...] | None, str | None]:
+    ) -> tuple[Embeddings | None, str | None]:
         if embedding is None or self._embedder is None:
             return None, None
         remaining = None if budget is None else \

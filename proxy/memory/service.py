@@ -66,6 +66,7 @@ class Injection:
     # Stored lines (facts, profile texts) left out because they pose as instructions
     # (:func:`~proxy.memory.directives.injectable`: the write-time rules, applied again).
     refused: int = 0
+    recall_tokens: int = 0  # provider tokens of the query embeddings (memory cost)
 
     @property
     def injected(self) -> bool:
@@ -162,7 +163,7 @@ class MemoryService:
         started = loop.time()
         try:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
-                profile, relevant, resident, degraded = await self._recall(
+                profile, relevant, resident, degraded, spent = await self._recall(
                     identity, request, latest, settings)
         except TimeoutError:
             held = THROTTLE.allow("memory_recall_timeout")
@@ -194,7 +195,7 @@ class MemoryService:
                 messages=self.passthrough(request, route, "empty").messages,
                 status="degraded" if degraded else "empty",
                 reason=degraded or ("budget" if facts else None), recall_ms=recall_ms,
-                trimmed=plan.trimmed, refused=refused,
+                trimmed=plan.trimmed, refused=refused, recall_tokens=spent,
             )
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
@@ -206,15 +207,16 @@ class MemoryService:
             count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
             recall_ms=recall_ms, trimmed=plan.trimmed, refused=refused,
             reason=degraded or ("budget" if plan.trimmed else None), block=plan.text,
+            recall_tokens=spent,
         )
 
     async def _recall(
         self, identity: Identity, request: ChatRequest, latest: str,
         settings: MemorySettings,
-    ) -> tuple[Profile | None, list[Memory], list[Memory], str | None]:
-        """Profile, relevant memories, resident memories, and why vectors were not used
-        (``None`` when they were, or when no embedder is configured). ``latest``: the text
-        of the latest user turn."""
+    ) -> tuple[Profile | None, list[Memory], list[Memory], str | None, int]:
+        """Profile, relevant memories, resident memories, why vectors were not used
+        (``None`` when they were, or when no embedder is configured) and the tokens the
+        query embeddings spent. ``latest``: the text of the latest user turn."""
         assert identity.user is not None
         channels = None if identity.channel == "private" else (f"group:{identity.group}",)
         queries = plan_queries(request.messages, context_turns=settings.query_context_turns,
@@ -234,7 +236,8 @@ class MemoryService:
             profile_task, recall_task, resident_task
         )
         await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
-        return profile, [r.memory for r in recalled.ranked], resident, recalled.degraded
+        return (profile, [r.memory for r in recalled.ranked], resident, recalled.degraded,
+                recalled.tokens)
 
     async def _budget(self, request: ChatRequest, route: Route,
                       settings: MemorySettings) -> int:

@@ -40,6 +40,9 @@ class SearchQuery:
     embedding: tuple[float, ...] | None = None
     channels: tuple[str | None, ...] | None = None
     include_shared: bool = True
+    # The vector search only compares vectors of this model (and legacy vectors stored
+    # without a model id); ``None`` = any model of the query's dimension.
+    embedding_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,19 @@ class ChangeSet:
     audit: tuple[AuditEvent, ...] = ()
     deletes: tuple[str, ...] = ()
     learned_from: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VectorUpdate:
+    """A vector for one memory (:meth:`MemoryStore.set_vectors`): ``content`` is the text
+    it was computed from, ``model`` the embedder's model id."""
+
+    tenant: str
+    user_id: str | None
+    memory_id: str
+    content: str
+    embedding: tuple[float, ...]
+    model: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +354,24 @@ class MemoryStore(Protocol):
         """Hard-delete one memory of the tenant's shared space (no user: shared memories,
         or system ones in the global namespace) with its index entries; ``False`` when no
         such memory is there."""
+        ...
+
+    # vectors kept consistent with the embedder (memory-proxy reindex) -------------------
+    async def stale_vectors(self, model: str, *, limit: int,
+                            cursor: str = "") -> tuple[list[Memory], str]:
+        """One page of a walk over every tenant's active memories (personal and shared):
+        those without a vector of ``model`` — none at all, one of another model, or one
+        stored without a model id — and the cursor of the next page (``""``: the walk is
+        over). A page looks at about ``limit`` memories, so it may hold none that are
+        stale while the cursor goes on; a memory may come twice (re-embedding is
+        idempotent). Start with ``cursor=""``."""
+        ...
+
+    async def set_vectors(self, updates: Sequence[VectorUpdate]) -> int:
+        """Store each update's vector and model id on its memory when the memory still
+        exists with the content the vector was computed from (else skipped: whoever
+        changed it stores a new vector). ``updated_at`` and the audit log are unchanged.
+        Returns how many were written."""
         ...
 
 

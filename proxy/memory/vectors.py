@@ -79,12 +79,15 @@ class MemoryVectors:
     async def attach(self, memories: Sequence[Memory], *, known: Mapping[str, Vector],
                      previous: Mapping[str, Memory], tenant: str, user: str | None,
                      source: str, job_id: str | None = None) -> tuple[Memory, ...]:
-        """``memories`` with a vector for each active one whose vector is missing or whose
-        content changed since ``previous`` (by id); vectors come from ``known`` or one more
-        call. Memories the embedder could not serve are returned unchanged."""
+        """``memories`` with a vector (and the embedder's model id) for each active one
+        whose vector is missing, of another model, or whose content changed since
+        ``previous`` (by id); vectors come from ``known`` or one more call. Memories the
+        embedder could not serve are returned unchanged."""
+        model = self.embedder.model
+
         def stale(m: Memory) -> bool:
             before = previous.get(m.id)
-            return m.active and (m.embedding is None or
+            return m.active and (m.embedding is None or m.embedding_model != model or
                                  (before is not None and before.content != m.content))
 
         missing = [m.content for m in memories if stale(m) and m.content not in known]
@@ -93,7 +96,7 @@ class MemoryVectors:
             vectors.update(await self.embed(missing, tenant=tenant, user=user, source=source,
                                             job_id=job_id) or {})
         return tuple(
-            m.with_changes(embedding=vectors[m.content])
+            m.with_changes(embedding=vectors[m.content], embedding_model=model)
             if stale(m) and m.content in vectors else m
             for m in memories
         )

@@ -303,11 +303,13 @@ def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:
         at=res.clock(), tenant=identity.tenant, user_id=identity.user, model=call.chat.model,
         prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
         memory_tokens=call.injection.tokens, memories_injected=call.injection.count,
-        estimated=estimated,
+        estimated=estimated, recall_tokens=call.injection.recall_tokens,
     ))
     res.metrics.tokens.labels("user", "prompt").inc(usage.prompt_tokens)
     res.metrics.tokens.labels("user", "completion").inc(usage.completion_tokens)
     res.metrics.tokens.labels("memory", "injected").inc(call.injection.tokens)
+    if call.injection.recall_tokens:
+        res.metrics.tokens.labels("memory", "recall").inc(call.injection.recall_tokens)
 
 
 async def _learning_state(res: Resources, identity: Identity) -> str | None:

@@ -35,7 +35,7 @@ from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, Pro
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.resources import Resources
-from proxy.routes.memories import add_manual, check_manual, embed_manual
+from proxy.routes.memories import add_manual, check_manual, embed_manual, vector_fields
 from proxy.routes.owner import Owner
 from proxy.routes.shapes import NewMemory
 
@@ -210,7 +210,7 @@ async def _edited(res: Resources, memory: Memory, *, content: str | None,
     if updated.content != memory.content:
         embedding = await embed_manual(res, memory.tenant, memory.user_id or "",
                                        updated.content)
-        updated = replace(updated, embedding=embedding)
+        updated = replace(updated, **vector_fields(res, embedding))
     now = res.clock()
     return updated.with_changes(updated_at=now, last_seen_at=now)
 

@@ -162,7 +162,7 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     )
     embedding = await embed_manual(res, tenant, user, memory.content)
     if embedding is not None:  # no vector (embedder down) → stored all the same
-        memory = memory.with_changes(embedding=embedding)
+        memory = memory.with_changes(**vector_fields(res, embedding))
     audit = me.audit(res, "created", memory.id, reason="manual",
                      detail={"via": via} if via != "api" else None)
     await res.store.add(memory, audit=audit)
@@ -249,6 +249,13 @@ async def embed_texts(res: Resources, texts: list[str], *, tenant: str,
     return {text: tuple(v) for text, v in (vectors or {}).items()}
 
 
+def vector_fields(res: Resources, vector: tuple[float, ...] | None) -> dict[str, Any]:
+    """A memory's vector fields: the vector and the id of the embedder that made it
+    (``None`` for both when there is no vector), so recall never compares spaces."""
+    model = res.embedder.model if vector is not None and res.embedder is not None else None
+    return {"embedding": vector, "embedding_model": model}
+
+
 def clean_text(value: str) -> str:
     """Stored text: invisible characters removed, outer whitespace trimmed."""
     return strip_invisible(value).strip()
@@ -310,7 +317,7 @@ async def patch_memory(request: Request) -> Response:
     if "content" in changes:
         vectors = await embed_texts(res, [changes["content"]], tenant=me.tenant,
                                     user=me.user)
-        changes["embedding"] = vectors.get(changes["content"])
+        changes.update(vector_fields(res, vectors.get(changes["content"])))
     if switched:
         changes["enabled"] = patch.enabled
     updated = memory.with_changes(updated_at=res.clock(), **changes)

@@ -34,7 +34,13 @@ from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
 from proxy.resources import Resources
 from proxy.routes.json import json_response
-from proxy.routes.memories import all_memories, check_manual, clean_text, embed_texts
+from proxy.routes.memories import (
+    all_memories,
+    check_manual,
+    clean_text,
+    embed_texts,
+    vector_fields,
+)
 from proxy.routes.owner import Owner, owner
 from proxy.routes.shapes import (
     ExportedMemory,
@@ -234,7 +240,7 @@ async def import_memories(request: Request) -> Response:
                 superseded_by=old_ids.get(memory.superseded_by))
     vectors = await embed_texts(res, [m.content for m in created.values() if m.active],
                                 tenant=me.tenant, user=me.user)
-    upserts = [m.with_changes(embedding=vectors.get(m.content)) if m.active else m
+    upserts = [m.with_changes(**vector_fields(res, vectors.get(m.content))) if m.active else m
                for m in created.values()] + list(merged.values())
     if upserts:
         await res.store.apply(ChangeSet(

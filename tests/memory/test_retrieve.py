@@ -161,3 +161,38 @@ async def test_vectors_of_another_dimension_are_skipped(store: SqliteMemoryStore
     found = await store.search(SearchQuery(tenant="t", user="u", terms=("peanuts",),
                                            embedding=(0.0, 1.0, 0.0, 0.0)))
     assert {c.memory.id for c in found} == {"old", "new"}
+
+
+async def test_query_embedding_tokens_are_reported_with_the_recall(
+        store: SqliteMemoryStore) -> None:
+    """The provider tokens of the query embeddings come back with the recall (the
+    request's ``recall_tokens``); a query served from the cache costs none."""
+    embedder = CachedEmbedder(ConceptBackend(CONCEPTS, tokens_per_text=4))
+    await add(store, None, "Owns a puppy called Rex")
+    queries = [SubQuery("What's the name of my hound?"), SubQuery("my hound", 0.8)]
+    first = await retriever(store, embedder).recall(tenant="t", user="u", queries=queries,
+                                                    limit=3, now=NOW)
+    again = await retriever(store, embedder).recall(tenant="t", user="u", queries=queries,
+                                                    limit=3, now=NOW)
+    assert (first.tokens, again.tokens) == (8, 0)
+    assert (await retriever(store, None).recall(tenant="t", user="u", queries=queries,
+                                                limit=3, now=NOW)).tokens == 0
+
+
+async def test_vectors_of_another_model_are_not_compared(store: SqliteMemoryStore) -> None:
+    """A memory whose vector came from another model is found by its keywords only: its
+    vector is neither searched nor used in ranking, so spaces never mix."""
+    embedder = concept_embedder(CONCEPTS)
+    vector = await embedder.embed_query("Owns a puppy called Rex")
+    await store.add(Memory(id="m1", tenant="t", user_id="u", content="Owns a puppy called Rex",
+                           embedding=vector, embedding_model="another-model",
+                           created_at=NOW, last_seen_at=NOW, updated_at=NOW))
+    paraphrase = [SubQuery("What's the name of my hound?")]
+    assert (await contents(store, embedder, paraphrase))[0] == []
+    found = await retriever(store, embedder).recall(
+        tenant="t", user="u", queries=[SubQuery("puppy Rex")], limit=3, now=NOW)
+    assert [r.memory.id for r in found.ranked] == ["m1"]
+    assert found.ranked[0].memory.embedding is None
+    await store.update((await store.get("t", "u", "m1")).with_changes(  # type: ignore[union-attr]
+        embedding_model=embedder.model))
+    assert (await contents(store, embedder, paraphrase))[0] == ["Owns a puppy called Rex"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from proxy.memory.store import (
     MemoryStore,
     SearchQuery,
     UserSettings,
+    VectorUpdate,
 )
 from proxy.memory.text import normalize, query_terms
 
@@ -1016,3 +1018,88 @@ async def test_a_retired_fact_does_not_absorb_a_new_one(store: MemoryStore) -> N
     active = {m.content: m.id for m in await store.list_memories(
         ListQuery(tenant="t1", user="u1"))}
     assert active == {"Lives in Porto": newer.id, "Lives in Lisbon": again.id}
+# vectors kept consistent with the embedder (memory-proxy reindex) ---------------------
+
+async def walk_stale(store: MemoryStore, model: str, *, limit: int = 2) -> list[Memory]:
+    """Every memory a full stale_vectors walk returns, by id (duplicates dropped)."""
+    out: dict[str, Memory] = {}
+    cursor = ""
+    for _ in range(1000):
+        page, cursor = await store.stale_vectors(model, limit=limit, cursor=cursor)
+        out.update((m.id, m) for m in page)
+        if not cursor:
+            return list(out.values())
+    raise AssertionError("the stale_vectors walk did not end")
+
+
+async def test_stale_vectors_finds_memories_without_a_vector_of_the_model(
+        store: MemoryStore) -> None:
+    """A walk over every tenant finds active memories with no vector, another model's
+    vector or a vector of no recorded model; current and retired ones are left out."""
+    current = mem("current", embedding=(1.0, 0.0, 0.0, 0.0), embedding_model="m2")
+    missing = mem("missing")
+    other = mem("other model", embedding=(1.0, 0.0, 0.0, 0.0), embedding_model="m1")
+    legacy = mem("legacy vector", embedding=(0.0, 1.0, 0.0, 0.0))
+    shared = mem("shared fact", user=None, tenant="t2")
+    retired = mem("retired", superseded_at=T0, superseded_by="x")
+    disabled = mem("disabled", enabled=False)
+    for m in (current, missing, other, legacy, shared, retired, disabled):
+        await store.add(m)
+    found = await walk_stale(store, "m2")
+    assert sorted(m.content for m in found) == sorted(
+        ["missing", "other model", "legacy vector", "shared fact"])
+    assert {m.embedding_model for m in found if m.content == "other model"} == {"m1"}
+    assert {m.content for m in await walk_stale(store, "m1", limit=50)} == {
+        "current", "missing", "legacy vector", "shared fact"}
+
+
+async def test_set_vectors_stores_vector_and_model_unless_the_content_changed(
+        store: MemoryStore) -> None:
+    """set_vectors writes the vector and model id of memories whose content is still the
+    embedded text (other fields untouched); a changed or deleted memory is skipped."""
+    kept = mem("kept", embedding=(0.0, 0.0, 1.0, 0.0), embedding_model="m1", hits=4)
+    changed = mem("before edit")
+    gone = mem("deleted soon")
+    shared = mem("shared", user=None)
+    for m in (kept, changed, gone, shared):
+        await store.add(m)
+    await store.update(changed.with_changes(content="after edit"))
+    await store.delete("t1", "u1", gone.id)
+    written = await store.set_vectors([
+        VectorUpdate("t1", "u1", kept.id, "kept", (1.0, 0.0, 0.0, 0.0), "m2"),
+        VectorUpdate("t1", "u1", changed.id, "before edit", (1.0, 0.0, 0.0, 0.0), "m2"),
+        VectorUpdate("t1", "u1", gone.id, "deleted soon", (1.0, 0.0, 0.0, 0.0), "m2"),
+        VectorUpdate("t1", None, shared.id, "shared", (0.0, 1.0, 0.0, 0.0), "m2"),
+        VectorUpdate("t1", "u2", kept.id, "kept", (0.0, 1.0, 0.0, 0.0), "m2"),  # not theirs
+    ])
+    assert written == 2
+    after = await store.get("t1", "u1", kept.id)
+    assert after is not None
+    assert after.embedding == pytest.approx((1.0, 0.0, 0.0, 0.0))
+    assert (after.embedding_model, after.hits, after.updated_at) == ("m2", 4, kept.updated_at)
+    edited = await store.get("t1", "u1", changed.id)
+    assert edited is not None
+    assert edited.embedding is None
+    assert [m.content for m in await walk_stale(store, "m2")] == ["after edit"]
+    result = await store.search(SearchQuery(tenant="t1", user="u1", terms=(),
+                                            embedding=(0.0, 1.0, 0.0, 0.0),
+                                            embedding_model="m2"))
+    assert {c.memory.content for c in result} == {"kept", "shared"}
+
+
+async def test_vector_search_compares_only_vectors_of_the_query_model(
+        store: MemoryStore) -> None:
+    """With ``embedding_model`` set, vectors of another model are never compared (legacy
+    vectors of no recorded model are); without it, every vector of the length is."""
+    same = mem("same model", embedding=(1.0, 0.0, 0.0, 0.0), embedding_model="m2")
+    other = mem("other model", embedding=(1.0, 0.0, 0.0, 0.0), embedding_model="m1")
+    legacy = mem("legacy", embedding=(0.9, 0.1, 0.0, 0.0))
+    for m in (same, other, legacy):
+        await store.add(m)
+    query = SearchQuery(tenant="t1", user="u1", terms=(), embedding=(1.0, 0.0, 0.0, 0.0))
+    strict = await store.search(replace(query, embedding_model="m2"))
+    assert {c.memory.content for c in strict} == {"same model", "legacy"}
+    stored = {c.memory.content: c.memory.embedding_model for c in strict}
+    assert stored == {"same model": "m2", "legacy": None}
+    assert {c.memory.content for c in await store.search(query)} == {
+        "same model", "other model", "legacy"}

@@ -10,7 +10,14 @@ from typing import Any
 
 from proxy.memory.embed import CachedEmbedder
 from proxy.settings import Settings
-from tests.fakes import ConceptBackend, Gateway, concept_embedder, make_settings, running_gateway
+from tests.fakes import (
+    ConceptBackend,
+    Gateway,
+    concept_embedder,
+    eventually,
+    make_settings,
+    running_gateway,
+)
 
 CONCEPTS = [["dog", "puppy", "hound"], ["allergic", "allergy", "intolerant"]]
 
@@ -134,3 +141,43 @@ async def test_an_edited_memory_is_embedded_again(tmp_path: Path) -> None:
         response = await ask(gw, "What about my hound?")
         assert "Owns a puppy called Rex" in str(gw.upstream.last_chat["messages"])
         assert response.headers["x-memory-status"] == "injected"
+
+
+async def test_query_embedding_tokens_are_memory_cost_not_usage(tmp_path: Path) -> None:
+    """The tokens a remote embedder bills for a request's query embeddings land in its
+    usage row as ``recall_tokens`` — apart from prompt/completion — and not in the
+    learning ledger; a repeated question (cached vectors) costs none."""
+    settings = make_settings(tmp_path)
+    backend = ConceptBackend(CONCEPTS, tokens_per_text=5)
+    async with running_gateway(settings, embedder=CachedEmbedder(backend)) as gw:
+        await remember(gw, "Owns a puppy called Rex")
+        await ask(gw, "What about my hound?")
+        await ask(gw, "What about my hound?")
+    with sqlite3.connect(settings.storage.path) as conn:
+        rows = conn.execute("SELECT prompt_tokens, completion_tokens, recall_tokens "
+                            "FROM usage_ledger ORDER BY id").fetchall()
+    assert [r[2] for r in rows] == [5, 0]
+    assert all(r[:2] == (12, 3) for r in rows)  # as the upstream reported them
+    assert embed_ledger(settings) == [("embed", "fake-concepts", 5)]  # the manual memory
+
+
+async def test_memories_stored_without_a_vector_are_backfilled_at_start(
+        tmp_path: Path) -> None:
+    """A memory written while no embedder was configured gets a vector (and the model id)
+    in the background once the gateway starts with one; paraphrases then recall it."""
+    settings = make_settings(tmp_path)
+    async with running_gateway(settings) as gw:
+        assert (await remember(gw, "Owns a puppy called Rex"))["has_embedding"] is False
+    async with running_gateway(settings, embedder=concept_embedder(CONCEPTS)) as gw:
+        async def embedded() -> bool:
+            async with gw.client() as client:
+                listed = (await client.get("/v1/memories", headers={"X-User-Id": "u1"})).json()
+            return bool(listed["data"][0]["has_embedding"])
+
+        await eventually(embedded, within=10)
+        response = await ask(gw, "What about my hound?")
+        assert "Owns a puppy called Rex" in str(gw.upstream.last_chat["messages"])
+        assert response.headers["x-memory-status"] == "injected"
+    with sqlite3.connect(settings.storage.path) as conn:
+        assert conn.execute("SELECT embedding_model FROM memories").fetchall() == [
+            ("fake-concepts",)]

@@ -44,6 +44,7 @@ from proxy.memory.text import fold_diacritics, index_terms, normalize
 
 DOC_VERSION = "1"  # layout of a memory hash; a new layout bumps it and rewrites documents
 EMBEDDING_FIELD_PREFIX = "emb_"
+VECTOR_MODEL_FIELD = "vector_model"  # the embedder model id of the emb_<n> vector
 # Stream entry ids are "<ms>-<seq>"; the integer audit id is ms × 1000 + seq. One stream
 # gets fewer than 1000 entries in one millisecond (an apply writes a few dozen at most),
 # and ms × 1000 stays below 2**53 until the year 2255, so ids survive JSON clients.
@@ -146,6 +147,8 @@ def memory_to_hash(memory: Memory) -> dict[str, Value]:
         out["ix_chan"] = channel_token(m.source_channel)
     if m.embedding is not None:
         out[embedding_field(len(m.embedding))] = np.asarray(m.embedding, np.float32).tobytes()
+        if m.embedding_model is not None:
+            out[VECTOR_MODEL_FIELD] = m.embedding_model
     if m.active:
         out["ix_terms"] = stemmed_terms(
             index_terms(f"{m.title}\n{m.content}\n{' '.join(m.tags)}"))
@@ -179,6 +182,7 @@ def memory_from_hash(data: Hash) -> Memory:
             last_access_at=from_iso(get("last_access_at")),
             superseded_at=from_iso(get("superseded_at")), superseded_by=get("superseded_by"),
             supersede_reason=get("supersede_reason"),
+            embedding_model=get(VECTOR_MODEL_FIELD) if embedding is not None else None,
         )
     except KeyError as exc:
         raise ValueError(f"stored memory lacks field {exc}") from exc

@@ -4,9 +4,10 @@ Each usage or learning record adds (``HINCRBY``) to two hashes: the user's
 (``<prefix>:usage:{u…}`` / ``<prefix>:learning:{u…}``, in the user's hash slot — see
 :mod:`proxy.backends.redis.keys`) and the tenant's (``…:{t…}``). Records without a user count
 for the tenant only. Fields: ``requests``, ``prompt_tokens``, ``completion_tokens`` and,
-for usage, ``memory_tokens``, ``memories_injected`` and ``estimated`` (records whose
-tokens were estimated). Totals are therefore O(1) to read, at the cost of the per-request
-history the SQLite ledger keeps. One flush is one pipeline (not a transaction: the two
+for usage, ``memory_tokens``, ``memories_injected``, ``recall_tokens`` (query embeddings
+of a remote embedder) and ``estimated`` (records whose tokens were estimated). Totals are
+therefore O(1) to read, at the cost of the per-request history the SQLite ledger keeps.
+One flush is one pipeline (not a transaction: the two
 hashes live in different slots); a failure raises
 :class:`~proxy.memory.store.StoreUnavailableError`.
 
@@ -98,6 +99,7 @@ class RedisLedger:
                     "completion_tokens": r.completion_tokens,
                     "memory_tokens": r.memory_tokens,
                     "memories_injected": r.memories_injected, "estimated": int(r.estimated),
+                    "recall_tokens": r.recall_tokens,
                 })
             day = days.setdefault((r.tenant, _day(r.at)), Counter())
             for metric, amount in (("requests", 1), ("prompt", r.prompt_tokens),
@@ -130,9 +132,10 @@ class RedisLedger:
     async def _totals(self, key: str) -> Totals:
         with unavailable_on_redis_error("ledger read"):
             raw = await self._redis.hmget(key, ["requests", "prompt_tokens",
-                                                "completion_tokens", "memory_tokens"])
+                                                "completion_tokens", "memory_tokens",
+                                                "recall_tokens"])
         values = [int(v) if v is not None else 0 for v in raw]
-        return Totals(values[0], values[1], values[2], values[3])
+        return Totals(values[0], values[1], values[2], values[3], values[4])
 
     async def usage_totals(self, tenant: str, user: str | None = None) -> Totals:
         token = tenant_token(tenant) if user is None else user_token(tenant, user)

@@ -45,6 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import orjson
 import structlog
 from redis.asyncio import Redis
@@ -55,7 +56,14 @@ from redisvl.query.filter import FilterExpression, Num, Tag
 
 from proxy.backends.redis.audit import AuditStreams
 from proxy.backends.redis.client import multi, require_resp2_bytes, transact
-from proxy.backends.redis.codec import memory_from_hash, memory_to_hash, stored_norm
+from proxy.backends.redis.codec import (
+    EMBEDDING_FIELD_PREFIX,
+    VECTOR_MODEL_FIELD,
+    embedding_field,
+    memory_from_hash,
+    memory_to_hash,
+    stored_norm,
+)
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -96,6 +104,7 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
+    VectorUpdate,
     fact_key,
     plan_apply,
     related_by_keywords,
@@ -252,6 +261,9 @@ class RedisMemoryStore:
             if memory is not None:
                 found[memory.id] = Candidate(memory, keyword_rank=rank,
                                              keyword_score=hit.score)
+        if query.embedding_model is not None:  # vectors of another model are not comparable
+            nearest = [h for h in nearest if (m := memories.get(h.key)) is not None
+                       and m.embedding_model in (None, query.embedding_model)]
         for rank, hit in enumerate(nearest, start=1):
             memory = memories.get(hit.key)
             if memory is None:
@@ -813,6 +825,46 @@ class RedisMemoryStore:
             if deleted:
                 await self._audit.append(events)
         return deleted
+
+
+    # vectors kept consistent with the embedder (memory-proxy reindex) -------------------
+    async def stale_vectors(self, model: str, *, limit: int,
+                            cursor: str = "") -> tuple[list[Memory], str]:
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._keys.prefix)
+        with _unavailable("stale_vectors"):
+            following, keys = await self._redis.scan(
+                int(cursor) if cursor.isdigit() else 0, match=f"{pattern}:m:*",
+                count=max(1, limit), _type="HASH")
+            memories = await self._load([_text(k) for k in keys])
+        stale = [m for m in memories if m.active and (
+            m.embedding is None or m.embedding_model != model)]
+        return sorted(stale, key=lambda m: m.id), "" if int(following) == 0 else str(following)
+
+    async def set_vectors(self, updates: Sequence[VectorUpdate]) -> int:
+        written = 0
+        for u in updates:
+            key = self._keys.memory(namespace_token(u.tenant, u.user_id), u.memory_id)
+            field = embedding_field(len(u.embedding))
+            vector = np.asarray(u.embedding, np.float32).tobytes()
+
+            async def body(pipe: Pipeline, key: str = key, u: VectorUpdate = u,
+                           field: str = field, vector: bytes = vector) -> int:
+                current = await pipe.hmget(key, ["content"])
+                if current[0] is None or _text(current[0]) != u.content:
+                    return 0
+                names = [_text(n) for n in await pipe.hkeys(key)]
+                multi(pipe)
+                others = [n for n in names if n.startswith(EMBEDDING_FIELD_PREFIX)
+                          and n != field]
+                if others:
+                    pipe.hdel(key, *others)
+                pipe.hset(key, mapping={field: vector, VECTOR_MODEL_FIELD: u.model})
+                await pipe.execute()
+                return 1
+
+            with _unavailable("set_vectors"):
+                written += await transact(self._redis, [key], body)
+        return written
 
 
 def _text(value: bytes | str) -> str:

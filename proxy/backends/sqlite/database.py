@@ -249,6 +249,12 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at TEXT NOT NULL
     ) WITHOUT ROWID;
     """,
+    # 9: the embedder model id of each stored vector (a model change re-embeds instead of
+    # mixing spaces), and the query-embedding tokens of a remote embedder per request.
+    """
+    ALTER TABLE memories ADD COLUMN embedding_model TEXT;
+    ALTER TABLE usage_ledger ADD COLUMN recall_tokens INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 

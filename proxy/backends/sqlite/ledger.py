@@ -33,7 +33,7 @@ class SqliteLedger:
             return
         rows = [
             (to_iso(r.at), r.tenant, r.user_id, r.model, r.prompt_tokens, r.completion_tokens,
-             r.memory_tokens, r.memories_injected, int(r.estimated))
+             r.memory_tokens, r.memories_injected, int(r.estimated), r.recall_tokens)
             for r in records
         ]
         seen: dict[tuple[str, str], str] = {}
@@ -46,8 +46,8 @@ class SqliteLedger:
         def run(c: sqlite3.Connection) -> None:
             c.executemany(
                 "INSERT INTO usage_ledger (at, tenant, user_id, model, prompt_tokens, "
-                "completion_tokens, memory_tokens, memories_injected, estimated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows,
+                "completion_tokens, memory_tokens, memories_injected, estimated, "
+                "recall_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows,
             )
             c.executemany(
                 "INSERT INTO tenant_users (tenant, user_id, last_seen) VALUES (?, ?, ?) "
@@ -76,7 +76,8 @@ class SqliteLedger:
         if user is not None:
             where += " AND user_id = ?"
             args.append(user)
-        memory_sum = "coalesce(sum(memory_tokens), 0)" if memory else "0"
+        memory_sum = "coalesce(sum(memory_tokens), 0), coalesce(sum(recall_tokens), 0)" \
+            if memory else "0, 0"
 
         def run(conn: sqlite3.Connection) -> Any:
             return conn.execute(
@@ -86,7 +87,7 @@ class SqliteLedger:
             ).fetchone()
 
         row = await self._db.read(run)
-        return Totals(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        return Totals(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]))
 
     async def usage_totals(self, tenant: str, user: str | None = None) -> Totals:
         return await self._totals("usage_ledger", True, tenant, user)

@@ -42,6 +42,7 @@ from proxy.memory.store import (
     SearchQuery,
     StoreUnavailableError,
     UserSettings,
+    VectorUpdate,
     fact_key,
     plan_apply,
     related_by_keywords,
@@ -53,7 +54,7 @@ _COLUMNS = (
     "id, tenant, user_id, scope, category, subcategory, title, content, tags, subject, source, "
     "source_conversation_id, source_channel, score, embedding, enabled, hits, created_at, "
     "updated_at, last_seen_at, access_count, last_access_at, superseded_at, superseded_by, "
-    "supersede_reason"
+    "supersede_reason, embedding_model"
 )
 _ACTIVE = "m.enabled = 1 AND m.superseded_at IS NULL"
 
@@ -124,6 +125,7 @@ def _memory_from_row(row: Sequence[Any]) -> Memory:
         superseded_at=from_iso(row[22]),
         superseded_by=row[23],
         supersede_reason=row[24],
+        embedding_model=row[25],
     )
 
 
@@ -191,13 +193,14 @@ def _row_values(m: Memory) -> tuple[Any, ...]:
         orjson.dumps(list(m.tags)).decode(), m.subject, m.source, m.source_conversation_id,
         m.source_channel, m.score, embedding, int(m.enabled), m.hits, to_iso(m.created_at),
         to_iso(m.updated_at), to_iso(m.last_seen_at), m.access_count, to_iso(m.last_access_at),
-        to_iso(m.superseded_at), m.superseded_by, m.supersede_reason, normalize(m.content),
+        to_iso(m.superseded_at), m.superseded_by, m.supersede_reason,
+        m.embedding_model if m.embedding is not None else None, normalize(m.content),
     )
 
 
 def _upsert(conn: sqlite3.Connection, memory: Memory) -> None:
     conn.execute(
-        f"INSERT INTO memories ({_COLUMNS}, norm) VALUES ({', '.join('?' * 26)}) "
+        f"INSERT INTO memories ({_COLUMNS}, norm) VALUES ({', '.join('?' * 27)}) "
         "ON CONFLICT(id) DO UPDATE SET "
         + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _COLUMNS.split(",")[1:])
         + ", norm = excluded.norm",
@@ -377,8 +380,8 @@ class SqliteMemoryStore:
         result: list[Candidate] = await self._read(run)
         return result
 
-    @staticmethod
     def _vector_candidates(
+        self,
         conn: sqlite3.Connection,
         query: SearchQuery,
         clause: str,
@@ -391,32 +394,43 @@ class SqliteMemoryStore:
              if query.include_shared else ")")
         np = _np()
         vector = np.asarray(query.embedding, dtype=np.float32)
-        # Only vectors of the query's length: after a model change, older vectors of another
-        # dimension are skipped (keyword recall still finds those memories).
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM memories m WHERE ({owner}) AND {_ACTIVE} "
-            f"AND m.embedding IS NOT NULL AND length(m.embedding) = ?{clause}",
-            (query.tenant, query.user,
-             *((GLOBAL_NAMESPACE,) if query.include_shared else ()), vector.nbytes,
-             *clause_args),
-        ).fetchall()
-        if not rows:
-            return
-        matrix = np.vstack([np.frombuffer(r["embedding"], dtype=np.float32) for r in rows])
-        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(vector) or 1.0)
-        sims = (matrix @ vector) / np.where(norms == 0, 1.0, norms)
-        order = np.argsort(-sims)[: query.limit]
+        # Only vectors of the query's length and model (or of no recorded model): after a
+        # model change, vectors of the other model are skipped until reindexed (keyword
+        # recall still finds those memories).
+        model = "" if query.embedding_model is None else \
+            " AND (m.embedding_model IS NULL OR m.embedding_model = ?)"
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        # Scan (rowid, vector) only and decode the blobs in one call, then read the
+        # winners' columns (through the decoded-memory cache): reading every column of
+        # every row cost ~20 ms a request at 500 memories (bench/gateway gw-static).
+        with _snapshot(conn):
+            rows = cursor.execute(
+                f"SELECT m.rowid, m.embedding FROM memories m WHERE ({owner}) "
+                f"AND {_ACTIVE} AND m.embedding IS NOT NULL AND length(m.embedding) = ?"
+                f"{model}{clause}",
+                (query.tenant, query.user,
+                 *((GLOBAL_NAMESPACE,) if query.include_shared else ()), vector.nbytes,
+                 *(() if query.embedding_model is None else (query.embedding_model,)),
+                 *clause_args),
+            ).fetchall()
+            if not rows:
+                return
+            matrix = np.frombuffer(b"".join(r[1] for r in rows),
+                                   dtype=np.float32).reshape(len(rows), -1)
+            norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(vector) or 1.0)
+            sims = (matrix @ vector) / np.where(norms == 0, 1.0, norms)
+            order = [int(i) for i in np.argsort(-sims, kind="stable")[: query.limit]]
+            columns = _rows_by_rowid(conn, [rows[i][0] for i in order])
         for rank, index in enumerate(order, start=1):
-            row = rows[int(index)]
-            memory_id = row["id"]
-            previous = found.get(memory_id)
-            memory = previous.memory if previous else _memory_from_row(row)
-            found[memory_id] = Candidate(
-                memory,
+            memory = self._memories.memory(columns[rows[index][0]])
+            previous = found.get(memory.id)
+            found[memory.id] = Candidate(
+                previous.memory if previous else memory,
                 keyword_rank=previous.keyword_rank if previous else None,
                 keyword_score=previous.keyword_score if previous else None,
                 vector_rank=rank,
-                vector_score=float(sims[int(index)]),
+                vector_score=float(sims[index]),
             )
 
     async def resident(
@@ -944,4 +958,43 @@ class SqliteMemoryStore:
             return True
 
         result: bool = await self._write(run)
+        return result
+
+    # vectors kept consistent with the embedder (memory-proxy reindex) -------------------
+    async def stale_vectors(self, model: str, *, limit: int,
+                            cursor: str = "") -> tuple[list[Memory], str]:
+        after = int(cursor) if cursor.isdigit() else 0
+
+        def run(conn: sqlite3.Connection) -> tuple[list[Memory], str]:
+            cur = conn.cursor()
+            cur.row_factory = None
+            rows = cur.execute(
+                f"SELECT m.rowid, {_COLUMNS} FROM memories m WHERE m.rowid > ? AND {_ACTIVE} "
+                "AND (m.embedding IS NULL OR m.embedding_model IS NULL "
+                "OR m.embedding_model != ?) ORDER BY m.rowid LIMIT ?",
+                (after, model, max(1, limit)),
+            ).fetchall()
+            following = str(rows[-1][0]) if len(rows) >= max(1, limit) else ""
+            return [_memory_from_row(r[1:]) for r in rows], following
+
+        result: tuple[list[Memory], str] = await self._read(run)
+        return result
+
+    async def set_vectors(self, updates: Sequence[VectorUpdate]) -> int:
+        if not updates:
+            return 0
+        np = _np()
+
+        def run(conn: sqlite3.Connection) -> int:
+            written = 0
+            for u in updates:
+                written += conn.execute(
+                    "UPDATE memories SET embedding = ?, embedding_model = ? WHERE id = ? "
+                    "AND tenant = ? AND user_id IS ? AND content = ?",
+                    (np.asarray(u.embedding, np.float32).tobytes(), u.model, u.memory_id,
+                     u.tenant, u.user_id, u.content),
+                ).rowcount
+            return written
+
+        result: int = await self._write(run)
         return result
