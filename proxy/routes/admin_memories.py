@@ -32,7 +32,7 @@ from proxy.resources import Resources
 from proxy.routes import admin_models as m
 from proxy.routes.governance import body, ok, query
 from proxy.routes.json import json_response
-from proxy.routes.memories import check_manual, clean_text, embed_texts
+from proxy.routes.memories import check_manual, clean_text, embed_texts, vector_fields
 from proxy.settings import GLOBAL_NAMESPACE
 
 PROMOTED_TAG = "promoted-from:"
@@ -122,7 +122,7 @@ async def create_admin_memory(request: Request) -> Response:
         tags=tuple(dict.fromkeys(t for t in (clean_text(x) for x in new.tags) if t)),
         source="system" if scope == "system" else "manual",
         score=1.0, created_at=now, updated_at=now, last_seen_at=now,
-        embedding=await _vector(res, content, tenant),
+        **vector_fields(res, await _vector(res, content, tenant)),
     )
     await res.store.add(memory, audit=_event(tenant, "created", memory.id, now,
                                              reason=scope, detail={"by": actor}))
@@ -155,7 +155,7 @@ async def patch_admin_memory(request: Request) -> Response:
                      f"{changes.get('content', memory.content)}",
                      res.scrubbers.for_tenant(tenant))
     if "content" in changes:
-        changes["embedding"] = await _vector(res, str(changes["content"]), tenant)
+        changes.update(vector_fields(res, await _vector(res, str(changes["content"]), tenant)))
     switched = patch.enabled is not None and patch.enabled != memory.enabled
     if not changes and not switched:
         return json_response(memory.to_api())
@@ -163,8 +163,8 @@ async def patch_admin_memory(request: Request) -> Response:
     events = []
     if changes:
         events.append(_event(tenant, "edited", memory.id, now,
-                             detail={"by": actor, "fields": sorted(set(changes) -
-                                                                   {"embedding"})}))
+                             detail={"by": actor, "fields": sorted(set(changes) - {
+                                 "embedding", "embedding_model"})}))
     if switched:
         changes["enabled"] = patch.enabled
         events.append(_event(tenant, "enabled" if patch.enabled else "disabled",
