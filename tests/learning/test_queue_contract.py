@@ -669,7 +669,7 @@ async def test_a_released_job_is_claimable_at_once_with_no_attempt_counted(
 ) -> None:
     """release (a worker told to stop) hands the job back before its lease ends, and the
     next delivery counts as the same attempt again."""
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t1")
     job = await queue.claim("stopping", lease_seconds=300)
     assert job is not None
     assert job.attempts == 1
@@ -685,7 +685,7 @@ async def test_release_leaves_a_later_delivery_and_finished_jobs_alone(
 ) -> None:
     """A stale release (the lease ran out and another worker holds the job now) does not
     take the job from its new holder; releasing an acknowledged job does nothing."""
-    await queue.enqueue("learn", "j", b"p")
+    await queue.enqueue("learn", "j", b"p", tenant="t1")
     stale = await queue.claim("slow", lease_seconds=LEASE)
     assert stale is not None
     await asyncio.sleep(LEASE + SLACK)
@@ -706,9 +706,9 @@ async def test_oldest_ready_age_tracks_the_job_waiting_longest(queue: LearningQu
     """The age is None with nothing waiting, grows while the oldest ready job waits, and
     ignores leased and not-yet-due delayed jobs."""
     assert await queue.oldest_ready_age() is None
-    await queue.enqueue("learn", "a", b"")
+    await queue.enqueue("learn", "a", b"", tenant="t1")
     await asyncio.sleep(LEASE)
-    await queue.enqueue("learn", "b", b"")
+    await queue.enqueue("learn", "b", b"", tenant="t1")
     age = await queue.oldest_ready_age()
     assert age is not None
     assert LEASE - SLACK <= age < LEASE + 5
