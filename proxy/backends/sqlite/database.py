@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -296,7 +297,7 @@ class SqliteDatabase:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True,
                                timeout=self.busy_timeout)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(conn, self.busy_timeout)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         # Deleted memories are overwritten on disk, not left in free pages: "delete" means
@@ -405,6 +406,27 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";\n") if s.strip()]
+
+
+# Pause between tries of the switch to WAL while another process holds the lock.
+WAL_RETRY_SECONDS = 0.05
+
+
+def _enter_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch ``conn``'s file to WAL. SQLite's busy handler does not cover the lock that
+    change takes, so processes opening a new file at the same moment (``serve --processes``,
+    a worker beside ``serve``) get "database is locked" at once: retry until ``timeout``
+    seconds, then raise :class:`sqlite3.OperationalError` as SQLite does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(WAL_RETRY_SECONDS)
+        else:
+            return
 
 
 def preflight(path: Path) -> None:
