@@ -19,13 +19,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
-from proxy.routes import admin, chat, health, memories, models
+from proxy.routes import admin, chat, console, health, memories, models
 from proxy.settings import Settings
 
 log = structlog.get_logger("proxy.app")
@@ -197,6 +197,8 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
+        # The web console (issue 15): static files under a strict CSP.
+        Mount("/console", app=console.ConsoleFiles(), name="console"),
     ]
     return Starlette(
         routes=routes,
