@@ -1,0 +1,174 @@
+"""The console's admin view in a real browser, against a running gateway: the learning log,
+prompt versions, promotion to shared knowledge, run-time settings, usage, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from playwright.async_api import expect
+
+from proxy.memory.store import ListQuery
+from tests.console.conftest import (
+    ADMIN_KEY,
+    TENANT,
+    USER_KEY,
+    axe_violations,
+    fact,
+    fits_width,
+    learn,
+    screenshot,
+    sign_in,
+)
+from tests.fakes import Gateway
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+async def admin_get(gateway: Gateway, path: str, **params: str) -> Any:
+    async with gateway.client() as client:
+        answer = await client.get(path, params=params, headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+async def test_admin_sees_totals_trend_and_the_filtered_learning_log(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """An admin key opens the admin view: totals, the daily trend chart and the "Learning
+    log" with filters (a filter matching nothing shows an empty log)."""
+    await learn(console_gateway, USER_KEY, "I work on the billing service.",
+                fact("Works on the billing service", category="technical"))
+    await sign_in(page, ADMIN_KEY)
+    await expect(page.get_by_role("heading", name="admin · tenant acme")).to_be_visible()
+    await expect(page.get_by_role("heading", name="Learning log")).to_be_visible()
+    await expect(page.get_by_role("img", name="Learned memories per day")).to_be_visible()
+    log = page.get_by_role("region", name="Learning log")
+    await expect(log).to_contain_text("created")
+    await expect(log).to_contain_text("alice")
+    assert await axe_violations(page) == []
+    assert await fits_width(page)
+    await screenshot(page, "admin-overview")
+
+    filters = page.get_by_role("form", name="Filters")
+    await filters.get_by_label("User").fill("nobody")
+    await filters.get_by_role("button", name="Apply").click()
+    await expect(page.get_by_role("region", name="Learning log")).to_have_count(0)
+    await filters.get_by_label("User").fill("alice")
+    await filters.get_by_label("Action").select_option("created")
+    await filters.get_by_role("button", name="Apply").click()
+    await expect(page.get_by_role("region", name="Learning log")).to_contain_text(
+        "created")
+
+
+async def test_admin_edits_a_prompt_and_restores_a_version(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """Saving the scoring prompt twice makes two versions; restoring the first makes its
+    text current again, as the API reports."""
+    await sign_in(page, ADMIN_KEY)
+    await page.get_by_role("tab", name="Prompts").click()
+    editor = page.get_by_label("scoring prompt")
+    await expect(editor).to_be_visible()
+    scoring = page.locator("section", has=page.get_by_role("heading", name="scoring prompt"))
+    await editor.fill("Rate the conversation. Custom version one.")
+    await scoring.get_by_role("button", name="Save").click()
+    await expect(scoring.get_by_text("Version 1")).to_be_visible()
+    await editor.fill("Rate the conversation. Custom version two.")
+    await scoring.get_by_role("button", name="Save").click()
+    await expect(scoring.get_by_text("Version 2")).to_be_visible()
+    current = await admin_get(console_gateway, "/v1/admin/prompts/scoring")
+    assert current["text"] == "Rate the conversation. Custom version two."
+    assert await axe_violations(page) == []
+    assert await fits_width(page)
+    await screenshot(page, "admin-prompts")
+
+    version_one = scoring.locator("li.card", has_text="Version 1 ·")
+    await version_one.get_by_role("button", name="Restore").click()
+    await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Restore").click()
+    await expect(editor).to_have_value("Rate the conversation. Custom version one.")
+    current = await admin_get(console_gateway, "/v1/admin/prompts/scoring")
+    assert current["text"] == "Rate the conversation. Custom version one."
+
+
+async def test_admin_opens_a_user_and_promotes_a_memory_to_shared(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """From the user list the admin opens alice's memory and promotes one: it is listed
+    under shared knowledge and alice's personal copy is retired."""
+    await learn(console_gateway, USER_KEY, "Our team deploys on Fridays.",
+                fact("Team deploys on Fridays", category="organizational"))
+    await sign_in(page, ADMIN_KEY)
+    await page.get_by_role("tab", name="Users").click()
+    await page.get_by_role("button", name="Open alice").click()
+    await expect(page.get_by_role("heading", name="Memory of alice")).to_be_visible()
+    card = page.locator("li.card", has_text="Team deploys on Fridays")
+    await card.get_by_role("button", name="Promote").click()
+    await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Promote").click()
+    await expect(page.locator("li.card", has_text="Team deploys on Fridays")).to_have_count(0)
+    personal = await console_gateway.res.store.list_memories(ListQuery(
+        tenant=TENANT, user="alice", include_retired=True))
+    assert [(m.content, m.active) for m in personal] == [("Team deploys on Fridays", False)]
+
+    await page.get_by_role("button", name="Back to admin").click()
+    await page.get_by_role("tab", name="Shared knowledge").click()
+    shared = page.locator("section", has=page.get_by_role("heading", name="Shared memories"))
+    await expect(shared.locator("li.card", has_text="Team deploys on Fridays")).to_be_visible()
+    assert await axe_violations(page) == []
+    assert await fits_width(page)
+    await screenshot(page, "admin-shared")
+
+
+async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """An out-of-range score threshold is refused next to its field; a valid one is
+    stored and reported by the settings API."""
+    await sign_in(page, ADMIN_KEY)
+    await page.get_by_role("tab", name="Settings").click()
+    threshold = page.get_by_label("Score threshold (0–1)")
+    await expect(threshold).to_be_visible()
+    await threshold.fill("1.5")
+    await page.get_by_role("button", name="Save").click()
+    await expect(threshold).to_have_attribute("aria-invalid", "true")
+    await expect(threshold).to_be_focused()
+    assert await axe_violations(page) == []
+    await threshold.fill("0.7")
+    await page.get_by_role("button", name="Save").click()
+    await expect(threshold).not_to_have_attribute("aria-invalid", "true")
+    await expect(page.get_by_role("status")).to_contain_text("Saved")
+    stored = await admin_get(console_gateway, "/v1/admin/settings")
+    settings = stored.get("settings", stored)
+    value = settings.get("learning.score_threshold",
+                         (settings.get("learning") or {}).get("score_threshold"))
+    assert value == 0.7
+    assert await fits_width(page)
+    await screenshot(page, "admin-settings")
+
+
+async def test_admin_sees_usage_and_drops_a_dead_letter(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """Usage lists user and learning tokens apart; a failed learning job shows under dead
+    letters and can be dropped after confirmation."""
+    await learn(console_gateway, USER_KEY, "I keep bees on my roof.",
+                extract=lambda body: "I could not find anything useful, sorry.")
+    await asyncio.sleep(0.05)
+    await console_gateway.settle()
+    dead = await console_gateway.res.queue.dead_letters()  # type: ignore[union-attr]
+    assert len(dead) == 1
+    await sign_in(page, ADMIN_KEY)
+    await page.get_by_role("tab", name="Usage").click()
+    usage = page.get_by_role("region", name="Usage")
+    await expect(usage).to_contain_text("Learning tokens")
+    await page.get_by_label("Group by").select_option("model")
+    await expect(usage).to_contain_text("m")
+    assert await axe_violations(page) == []
+    await page.get_by_role("tab", name="Dead letters").click()
+    letters = page.get_by_role("region", name="Dead letters")
+    await expect(letters).to_contain_text("ParseError")
+    assert await axe_violations(page) == []
+    await page.get_by_role("button", name=f"Drop {dead[0].id}").click()
+    await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Drop").click()
+    await expect(page.get_by_role("region", name="Dead letters")).to_have_count(0)
+    assert await console_gateway.res.queue.dead_letters() == []  # type: ignore[union-attr]
