@@ -37,10 +37,12 @@
     return template.replace(/\{(\w+)\}/g, (_, name) =>
       vars && vars[name] !== undefined && vars[name] !== null ? String(vars[name]) : "");
   }
-  function when(iso) {
+  function when(iso, dateOnly) {
     if (!iso) return "—";
     const d = new Date(iso);
-    return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString(LANG === "zh" ? "zh-CN" : "en-US");
+    if (Number.isNaN(d.getTime())) return String(iso);
+    const locale = LANG === "zh" ? "zh-CN" : "en-US";
+    return dateOnly ? d.toLocaleDateString(locale) : d.toLocaleString(locale);
   }
 
   // ---------------------------------------------------------------- DOM
@@ -107,14 +109,18 @@
     else status(message, true);
   }
   function table(headers, rows, caption) {
-    return h("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": caption },
+    // The wrapper scrolls sideways on narrow screens, so it is a focusable region.
+    return h("div", { class: "table-wrap", tabindex: 0, role: "region",
+      "aria-label": t("tableOf", { name: caption }) },
       h("table", {}, h("caption", { class: "visually-hidden" }, caption),
-        h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
+        h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" },
+          x || h("span", { class: "visually-hidden" }, t("actions")))))),
         h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c)))))));
   }
-  function bars(entries, label) {
-    // entries: [[text, value]]; the bar length is value / max, set through the CSSOM.
-    const max = Math.max(1e-9, ...entries.map(([, v]) => Number(v) || 0));
+  function bars(entries, label, scale) {
+    // entries: [[text, value]]; the bar length is value / scale (default: the largest
+    // value), set through the CSSOM.
+    const max = scale || Math.max(1e-9, ...entries.map(([, v]) => Number(v) || 0));
     return h("ul", { class: "bars", "aria-label": label }, entries.map(([name, value]) => {
       const bar = h("div", { class: "bar" });
       bar.style.width = `${Math.max(0, Math.min(100, (100 * (Number(value) || 0)) / max))}%`;
@@ -271,14 +277,14 @@
     const as = (opts) => ({ ...opts, user: ctx.header });
     const main = $("main");
     const heading = h("h2", { tabindex: -1 }, t("viewingUser", { user: ctx.user }));
-    main.replaceChildren(
+    main.replaceChildren(...[
       ctx.admin ? h("button", { type: "button", class: "quiet", onclick: () => adminView(3) }, t("backToAdmin")) : null,
       heading,
       tabs(t("viewingUser", { user: ctx.user }), [
         { label: t("tabMemories"), render: (p) => memoriesTab(p, ctx, as) },
         { label: t("tabProfile"), render: (p) => profileTab(p, as) },
         { label: t("tabLearning"), render: (p) => learningTab(p, ctx, as) },
-      ]));
+      ])].filter(Boolean));
     heading.focus();
   }
 
@@ -312,7 +318,7 @@
             h("li", {}, h("strong", {}, s.total), t("statTotal")),
             h("li", {}, h("strong", {}, s.enabled), t("statEnabled")),
             h("li", {}, h("strong", {}, s.retired), t("statRetired")),
-            h("li", {}, h("strong", {}, when(s.last_learned_at)), t("statLastLearned"))),
+            h("li", {}, h("strong", {}, when(s.last_learned_at, true)), t("statLastLearned"))),
           h("h3", {}, t("byCategory")),
           cats.length ? bars(cats, t("byCategory")) : h("p", { class: "help" }, t("none")));
       } catch (err) { failed(err, statsBox); }
@@ -409,7 +415,7 @@
     ]).then(([profile, all]) => {
       const scored = (items, label) => items && items.length
         ? bars(items.map((x) => [`${x.text} (${t("hits")} ${x.hits})`,
-          Number(x.effective_score ?? x.score).toFixed(2)]), label)
+          Number(x.effective_score ?? x.score).toFixed(2)]), label, 1)
         : h("p", { class: "help" }, t("none"));
       const retired = all.data.filter((m) => m.superseded_at);
       box.replaceChildren(

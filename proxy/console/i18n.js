@@ -29,6 +29,8 @@ window.CONSOLE_TEXT = {
     save: "Save",
     none: "Nothing here yet.",
     loadMore: "Load more",
+    tableOf: "{name} (table)",
+    actions: "Actions",
     // user view
     tabMemories: "Memories",
     tabProfile: "Profile",
@@ -199,6 +201,8 @@ window.CONSOLE_TEXT = {
     save: "保存",
     none: "暂无内容。",
     loadMore: "加载更多",
+    tableOf: "{name}（表格）",
+    actions: "操作",
     tabMemories: "记忆",
     tabProfile: "画像",
     tabLearning: "学习与数据",

@@ -43,7 +43,7 @@ async def test_admin_sees_totals_trend_and_the_filtered_learning_log(
     await expect(page.get_by_role("heading", name="admin · tenant acme")).to_be_visible()
     await expect(page.get_by_role("heading", name="Learning log")).to_be_visible()
     await expect(page.get_by_role("img", name="Learned memories per day")).to_be_visible()
-    log = page.get_by_role("region", name="Learning log")
+    log = page.get_by_role("table", name="Learning log", exact=True)
     await expect(log).to_contain_text("created")
     await expect(log).to_contain_text("alice")
     assert await axe_violations(page) == []
@@ -53,11 +53,11 @@ async def test_admin_sees_totals_trend_and_the_filtered_learning_log(
     filters = page.get_by_role("form", name="Filters")
     await filters.get_by_label("User").fill("nobody")
     await filters.get_by_role("button", name="Apply").click()
-    await expect(page.get_by_role("region", name="Learning log")).to_have_count(0)
+    await expect(page.get_by_role("table", name="Learning log", exact=True)).to_have_count(0)
     await filters.get_by_label("User").fill("alice")
     await filters.get_by_label("Action").select_option("created")
     await filters.get_by_role("button", name="Apply").click()
-    await expect(page.get_by_role("region", name="Learning log")).to_contain_text(
+    await expect(page.get_by_role("table", name="Learning log", exact=True)).to_contain_text(
         "created")
 
 
@@ -159,16 +159,16 @@ async def test_admin_sees_usage_and_drops_a_dead_letter(
     assert len(dead) == 1
     await sign_in(page, ADMIN_KEY)
     await page.get_by_role("tab", name="Usage").click()
-    usage = page.get_by_role("region", name="Usage")
+    usage = page.get_by_role("table", name="Usage", exact=True)
     await expect(usage).to_contain_text("Learning tokens")
     await page.get_by_label("Group by").select_option("model")
     await expect(usage).to_contain_text("m")
     assert await axe_violations(page) == []
     await page.get_by_role("tab", name="Dead letters").click()
-    letters = page.get_by_role("region", name="Dead letters")
+    letters = page.get_by_role("table", name="Dead letters", exact=True)
     await expect(letters).to_contain_text("ParseError")
     assert await axe_violations(page) == []
     await page.get_by_role("button", name=f"Drop {dead[0].id}").click()
     await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Drop").click()
-    await expect(page.get_by_role("region", name="Dead letters")).to_have_count(0)
+    await expect(page.get_by_role("table", name="Dead letters", exact=True)).to_have_count(0)
     assert await console_gateway.res.queue.dead_letters() == []  # type: ignore[union-attr]
