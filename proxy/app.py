@@ -21,11 +21,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
-from proxy.routes import admin, chat, console, health, memories, models
+from proxy.routes import admin, chat, console, health, memories, models, transfer, users
 from proxy.settings import Settings
 
 log = structlog.get_logger("proxy.app")
@@ -185,6 +186,17 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/memories", memories.create_memory, methods=["POST"]),
         Route("/v1/memories", memories.clear_memories, methods=["DELETE"]),
         Route("/v1/memories/flush", memories.flush_learning, methods=["POST"]),
+        # issue 12: the user's own memory (fixed paths before /v1/memories/{memory_id})
+        Route("/v1/memories/export", transfer.export_memories, methods=["GET"]),
+        Route("/v1/memories/import", transfer.import_memories, methods=["POST"]),
+        Route("/v1/memories/stats", memories.memory_stats, methods=["GET"]),
+        Route("/v1/memories/{memory_id}", memories.patch_memory, methods=["PATCH"]),
+        Route("/v1/profile", users.get_profile, methods=["GET"]),
+        Route("/v1/settings", users.get_settings, methods=["GET"]),
+        Route("/v1/settings", users.patch_settings, methods=["PATCH"]),
+        Route("/v1/me", users.whoami, methods=["GET"]),
+        Route("/v1/me", users.erase_me, methods=["DELETE"]),
+        Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         Route("/v1/memories/{memory_id}", memories.get_memory, methods=["GET"]),
         Route("/v1/memories/{memory_id}", memories.delete_memory, methods=["DELETE"]),
         Route("/v1/admin/prompts/{kind}", admin.get_prompt, methods=["GET"]),

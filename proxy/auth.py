@@ -12,10 +12,12 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from proxy.errors import AuthenticationError, PermissionDeniedError
 from proxy.settings import AuthSettings, GatewayKey
 
+Role = Literal["user", "app", "admin", "global_admin"]
 OPEN_TENANT = "default"
 GATEWAY_KEY_HEADER = "x-memory-proxy-key"
 
@@ -31,6 +33,17 @@ class Principal:
     open_mode: bool = False
     # The caller's own bearer token, kept only when ``auth.forward_client_key`` is on.
     client_key: str | None = None
+
+    @property
+    def role(self) -> Role:
+        """What the key is (``GET /v1/me``): ``"admin"`` for an admin key, ``"user"`` for
+        a key bound to one end user, ``"app"`` for an application key (and open mode).
+        The one place a role is derived."""
+        if self.is_admin:
+            return "admin"
+        if self.bound_user is not None:
+            return "user"
+        return "app"
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,11 @@ class Ledger(Protocol):
 
     async def learning_totals(self, tenant: str, user: str | None = None) -> Totals: ...
 
+    async def erase_user(self, tenant: str, user: str) -> None:
+        """Delete the user's usage and learning rows (or counters); tenant totals keep
+        the user's share without naming them (issue 12, ``DELETE /v1/me``)."""
+        ...
+
 
 class UsageWriter:
     """Buffers usage rows in memory and writes them in batches (one transaction per flush),

@@ -63,6 +63,14 @@ class ListQuery:
     text: str | None = None
     limit: int = 100
     offset: int = 0
+    # Issue 12: ``enabled`` keeps only enabled (True) or disabled (False) memories;
+    # ``source`` one source; ``after`` is a cursor: only ids below it (ids are ULIDs, so
+    # "older than that memory"); ``scope`` "shared"/"system" lists the tenant's memories of
+    # that scope (no user) instead of the user's.
+    enabled: bool | None = None
+    source: str | None = None
+    after: str | None = None
+    scope: Literal["personal", "shared", "system"] = "personal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +91,7 @@ class AuditEvent:
     action: Literal[
         "scored", "skipped", "extracted", "created", "merged", "retired", "edited",
         "deleted", "cleared", "promoted", "evicted", "purged", "failed", "rejected",
-        "profile_updated", "settings_changed",
+        "profile_updated", "settings_changed", "disabled", "enabled", "imported", "erased",
     ]
     actor: Literal["auto", "user", "admin"]
     at: datetime
@@ -257,6 +265,18 @@ class MemoryStore(Protocol):
     async def audit_log(
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
     ) -> list[tuple[int, AuditEvent]]: ...
+
+    # issue 12: erasure ---------------------------------------------------------------
+    async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
+        """"Forget me": delete everything stored about (tenant, user) — memories (retired
+        too) with their embeddings, evidence and deletion tombstones, the profile,
+        conversation records and summaries, applied-batch keys, name bindings and the
+        user's audit events (in the tenant's log too) — then keep only a content-free
+        erasure marker (``UserSettings`` at defaults with ``cleared_at`` = now, so a
+        learning batch already claimed writes nothing back, see :class:`ChangeSet`) and
+        ``audit`` as the one tombstone event. Returns the number of memories deleted.
+        Other users and the tenant's shared memories are untouched."""
+        ...
 
 
 async def related_by_keywords(

@@ -17,12 +17,24 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError
 from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN
 from proxy.memory.records import to_iso
 from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
 from proxy.routes.json import json_response
+from proxy.routes.shapes import (
+    AuditList,
+    AuditParams,
+    DeadLetterList,
+    PromptIn,
+    PromptOut,
+    PromptSaved,
+    Requeued,
+    UsageOut,
+    UsageParams,
+)
 
 MAX_PROMPT_CHARS = 20_000
 PromptKind = Literal["scoring", "extraction"]
@@ -133,3 +145,22 @@ async def requeue(request: Request) -> Response:
     if res.queue is None or not await res.queue.requeue(job_id):
         raise NotFoundError("No dead job with that id.", param="job_id", code="job_not_found")
     return json_response({"object": "job.requeued", "id": job_id})
+
+
+openapi.register(
+    openapi.Operation("GET", "/v1/admin/prompts/{kind}", "The learning prompt in force and "
+                      "its versions", auth="admin", response=PromptOut, errors=(404,),
+                      tags=("admin",)),
+    openapi.Operation("PUT", "/v1/admin/prompts/{kind}", "Save a new prompt version",
+                      auth="admin", body=PromptIn, response=PromptSaved, errors=(404,),
+                      tags=("admin",)),
+    openapi.Operation("GET", "/v1/admin/audit", "The learning log", auth="admin",
+                      query=AuditParams, response=AuditList, tags=("admin",)),
+    openapi.Operation("GET", "/v1/admin/usage", "Usage and learning tokens", auth="admin",
+                      query=UsageParams, response=UsageOut, tags=("admin",)),
+    openapi.Operation("GET", "/v1/admin/dead-letters", "Jobs that failed for good",
+                      auth="admin", response=DeadLetterList, tags=("admin",)),
+    openapi.Operation("POST", "/v1/admin/dead-letters/{job_id:path}/requeue",
+                      "Retry a dead job", auth="admin", response=Requeued, errors=(404,),
+                      tags=("admin",)),
+)

@@ -30,6 +30,7 @@ from proxy.identity import Identity, resolve_identity
 from proxy.learning.sink import Turn
 from proxy.ledger import UsageRecord
 from proxy.memory.service import Injection
+from proxy.memory.store import StoreUnavailableError, UserSettings
 from proxy.models import Route
 from proxy.request import ChatRequest, parse_chat_request
 from proxy.resources import Resources
@@ -52,6 +53,8 @@ class _Call:
     injection: Injection
     started: float
     api_key: str | None
+    # issue 12: the user's switches said no learning (X-Memory-Learning: off)
+    learning: str | None = None
 
     def body(self) -> dict[str, Any]:
         body = {**self.chat.body, "messages": self.injection.messages}
@@ -67,7 +70,9 @@ class _Call:
         return UpstreamCall(route=self.route, body=self.body(), api_key=self.api_key)
 
     def headers(self) -> dict[str, str]:
-        return {**self.injection.headers(), "x-memory-conversation-id": self.identity.conversation}
+        extra = {"x-memory-learning": self.learning} if self.learning else {}
+        return {**self.injection.headers(), "x-memory-conversation-id": self.identity.conversation,
+                **extra}
 
 
 async def chat_completions(request: Request) -> Response:
@@ -79,6 +84,7 @@ async def chat_completions(request: Request) -> Response:
                                 res.settings.identity)
     route = res.registry.route(chat.model)
     injection = await res.memory.prepare(identity, chat, route)
+    learning = await _learning_state(res, identity)
     res.metrics.memory_outcomes.labels(injection.status, injection.reason or "").inc()
     if injection.injected:
         res.metrics.recall_seconds.observe(injection.recall_ms / 1000)
@@ -86,7 +92,8 @@ async def chat_completions(request: Request) -> Response:
     if principal.bound_user is not None and chat.body.get("user") not in (None, identity.user):
         # A user-bound key names its user upstream too, not whoever the body claimed (B26).
         chat.body["user"] = identity.user
-    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key)
+    call = _Call(res, request, chat, identity, route, injection, started, principal.client_key,
+                 learning)
     try:
         if chat.stream:
             return await _stream(call)
@@ -223,9 +230,29 @@ def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:
     res.metrics.tokens.labels("memory", "injected").inc(call.injection.tokens)
 
 
+async def _learning_state(res: Resources, identity: Identity) -> str | None:
+    """``X-Memory-Learning`` (issue 12): ``off`` when this user's turns are not learned
+    from (learning.enabled off, ``X-Memory`` read-only/off, or the user's personal switch
+    off); ``pending`` when they are and the user's learning indicator is on (the turn is
+    handed to learning once the reply completes); ``None`` otherwise or without a user.
+    An unreadable store counts as the defaults (the worker checks the switch again)."""
+    if identity.user is None:
+        return None
+    if not res.learning_enabled or not identity.can_write:
+        return "off"
+    try:
+        prefs = await res.store.get_user_settings(identity.tenant, identity.user)
+    except StoreUnavailableError:
+        prefs = UserSettings()
+    if not prefs.enable_personal_learning:
+        return "off"
+    return "pending" if prefs.show_learning_indicator else None
+
+
 def _learn(call: _Call, reply: str) -> None:
     identity = call.identity
-    if not call.res.learning_enabled or not identity.can_write or identity.user is None:
+    if not call.res.learning_enabled or not identity.can_write or identity.user is None \
+            or call.learning == "off":
         return
     call.res.sink.submit(Turn(
         tenant=identity.tenant, user=identity.user, conversation=identity.conversation,

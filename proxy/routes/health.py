@@ -15,8 +15,10 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import openapi
 from proxy.resources import Resources
 from proxy.routes.json import json_response
+from proxy.routes.shapes import Healthz, Readyz
 
 log = structlog.get_logger("proxy.health")
 READY_TIMEOUT_SECONDS = 2.0
@@ -76,3 +78,13 @@ async def metrics(request: Request) -> Response:
             for state in ("ready", "delayed", "leased", "dead"):
                 res.metrics.queue_depth.labels(state).set(getattr(depth, state))
     return Response(res.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+openapi.register(
+    openapi.Operation("GET", "/healthz", "Liveness", auth="none", response=Healthz,
+                      tags=("health",)),
+    openapi.Operation("GET", "/readyz", "Readiness of each dependency", auth="none",
+                      response=Readyz, errors=(503,), tags=("health",)),
+    openapi.Operation("GET", "/metrics", "Prometheus metrics", auth="none",
+                      response_media="text/plain", tags=("health",)),
+)

@@ -18,39 +18,43 @@ DELETE). A memory of another user or tenant is indistinguishable from a missing 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections import Counter
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import openapi
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
-from proxy.identity import resolve_user
 from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.pii import Scrubber
-from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, new_id
-from proxy.memory.store import AuditEvent, ListQuery
+from proxy.memory.records import Memory, new_id, to_iso
+from proxy.memory.store import ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
+from proxy.routes.owner import learning_state, owner
+from proxy.routes.shapes import (
+    MAX_PAGE,
+    ConfirmParams,
+    FlushQueued,
+    ListParams,
+    MemoriesCleared,
+    MemoryDeleted,
+    MemoryList,
+    MemoryOut,
+    MemoryPatch,
+    MemoryStats,
+    NewMemory,
+    UserParams,
+    parse_body,
+    parse_query,
+)
 
 
-class NewMemory(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
-    category: Literal["user_preference", "business", "technical", "organizational",
-                      "domain"] = "user_preference"
-    subcategory: str = Field(default="", max_length=60)
-    tags: list[str] = Field(default_factory=list, max_length=20)
-    subject: str = Field(default="user", max_length=120)
-    user: str | None = None  # accepted like the chat body's ``user``
-
-
-def _check_manual(text: str, scrubber: Scrubber) -> None:
+def check_manual(text: str, scrubber: Scrubber) -> None:
     """Manual memories meet the rules learned ones do: statements, not orders, links or
     role markers (case B30), and no personal data or secrets (case B28). Both checks see
     through full-width, look-alike and invisible-character spellings
@@ -70,65 +74,30 @@ def _check_manual(text: str, scrubber: Scrubber) -> None:
         )
 
 
-def _owner(request: Request, res: Resources, source: dict[str, Any]) -> tuple[str, str]:
-    principal = res.keyring.authenticate(request.headers)
-    user, _ = resolve_user(principal, request.headers, source, res.settings.identity)
-    if user is None:
-        raise InvalidRequestError(
-            f"Identify the end user: send header {res.settings.identity.user_header} "
-            "(or 'user' in the body / query string).",
-            param=res.settings.identity.user_header, code="missing_user",
-        )
-    return principal.tenant, user
-
-
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise InvalidRequestError(f"'{name}' must be an integer.", param=name) from exc
-    if not low <= value <= high:
-        raise InvalidRequestError(f"'{name}' must be between {low} and {high}.", param=name)
-    return value
-
-
-_TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
-
-
 def _flag(request: Request, name: str) -> bool:
     """A boolean query parameter (absent = false). Raises :class:`InvalidRequestError` for
-    anything but 1/0, true/false, yes/no."""
-    raw = request.query_params.get(name, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise InvalidRequestError(f"'{name}' must be true or false (got {raw[:40]!r}).",
-                              param=name, code="invalid_value")
-
-
-def _audit(tenant: str, user: str, action: str, memory_id: str | None, *, res: Resources,
-           reason: str = "") -> AuditEvent:
-    return AuditEvent(tenant=tenant, user_id=user, action=action,  # type: ignore[arg-type]
-                      actor="user", at=res.clock(), memory_id=memory_id, reason=reason)
+    anything but a boolean word (true/false, 1/0, yes/no, on/off)."""
+    return bool(getattr(parse_query(request, ConfirmParams), name))
 
 
 async def list_memories(request: Request) -> Response:
+    """``GET /v1/memories``: the user's memories, newest first (:class:`ListParams`);
+    ``after=<last_id>`` pages by cursor, ``offset`` still works. ``scope=shared|system``
+    lists the tenant's memories of that scope that this user receives."""
     res: Resources = request.app.state.resources
-    tenant, user = _owner(request, res, dict(request.query_params))
-    limit = _int(request, "limit", 100, 1, 500)
-    offset = _int(request, "offset", 0, 0, 1_000_000)
+    params = parse_query(request, ListParams)
+    me = owner(request, res, dict(request.query_params))
     memories = await res.store.list_memories(ListQuery(
-        tenant=tenant, user=user, include_retired=_flag(request, "include_retired"),
-        category=request.query_params.get("category") or None,
-        text=request.query_params.get("q") or None, limit=limit + 1, offset=offset,
+        tenant=me.tenant, user=me.user, include_retired=params.include_retired,
+        category=params.category, text=params.q, limit=params.limit + 1,
+        offset=params.offset, enabled=params.enabled, source=params.source,
+        after=params.after, scope=params.scope,
     ))
+    page = memories[:params.limit]
     return json_response({
-        "object": "list", "data": [m.to_api() for m in memories[:limit]],
-        "has_more": len(memories) > limit,
+        "object": "list", "data": [m.to_api() for m in page],
+        "first_id": page[0].id if page else None, "last_id": page[-1].id if page else None,
+        "has_more": len(memories) > params.limit,
     })
 
 
@@ -142,14 +111,9 @@ async def create_memory(request: Request) -> Response:
     if not isinstance(raw, dict):
         raise InvalidRequestError("The request body must be a JSON object with 'content'.",
                                   code="invalid_json")
-    try:
-        new = NewMemory.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise InvalidRequestError(f"{param}: {first['msg']}", param=param,
-                                  code="invalid_value") from exc
-    tenant, user = _owner(request, res, raw)
+    new = parse_body(raw, NewMemory)
+    me = owner(request, res, raw)
+    tenant, user = me.tenant, me.user
     # Stored without zero-width, bidi-control and other invisible characters.
     content = strip_invisible(new.content).strip()
     if not content:
@@ -159,7 +123,7 @@ async def create_memory(request: Request) -> Response:
     subject = strip_invisible(new.subject).strip() or "user"
     tags = (strip_invisible(t).strip() for t in new.tags)
     # The subject is injected too ("About <subject>: …"), so it meets the same rules.
-    _check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
+    check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
     now = res.clock()
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
@@ -177,15 +141,15 @@ async def create_memory(request: Request) -> Response:
             [memory.content], tenant=tenant, user=user, source="manual")
         if vectors:
             memory = memory.with_changes(embedding=vectors[memory.content])
-    audit = _audit(tenant, user, "created", memory.id, res=res, reason="manual")
+    audit = me.audit(res, "created", memory.id, reason="manual")
     await res.store.add(memory, audit=audit)
     return json_response(memory.to_api(), status_code=201)
 
 
 async def get_memory(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    tenant, user = _owner(request, res, dict(request.query_params))
-    memory = await res.store.get(tenant, user, request.path_params["memory_id"])
+    me = owner(request, res, dict(request.query_params))
+    memory = await res.store.get(me.tenant, me.user, request.path_params["memory_id"])
     if memory is None:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
     return json_response(memory.to_api())
@@ -193,11 +157,10 @@ async def get_memory(request: Request) -> Response:
 
 async def delete_memory(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    tenant, user = _owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params))
     memory_id = request.path_params["memory_id"]
-    deleted = await res.store.delete(
-        tenant, user, memory_id, audit=_audit(tenant, user, "deleted", memory_id, res=res)
-    )
+    deleted = await res.store.delete(me.tenant, me.user, memory_id,
+                                     audit=me.audit(res, "deleted", memory_id))
     if not deleted:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
     return json_response({"id": memory_id, "object": "memory.deleted", "deleted": True})
@@ -217,7 +180,8 @@ async def flush_learning(request: Request) -> Response:
         raise InvalidRequestError("The request body must be a JSON object (or empty).",
                                   code="invalid_type")
     # The user may be named like everywhere else: header, body, or query string.
-    tenant, user = _owner(request, res, {**request.query_params, **body})
+    me = owner(request, res, {**request.query_params, **body})
+    tenant, user = me.tenant, me.user
     if not res.learning_enabled or res.queue is None:
         raise ConflictError("Learning is not enabled on this gateway (learning.enabled).",
                             code="learning_disabled")
@@ -229,14 +193,166 @@ async def flush_learning(request: Request) -> Response:
 
 async def clear_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    tenant, user = _owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params))
     if not _flag(request, "confirm"):
         raise InvalidRequestError(
             "Deleting all memories needs explicit confirmation: add ?confirm=true.",
             param="confirm", code="confirmation_required",
         )
-    count = await res.store.clear(tenant, user,
-                                  audit=_audit(tenant, user, "cleared", None, res=res))
+    count = await res.store.clear(me.tenant, me.user, audit=me.audit(res, "cleared"))
     if res.queue is not None:
-        await res.queue.forget_user(tenant, user)
+        await res.queue.forget_user(me.tenant, me.user)
     return json_response({"object": "memory.cleared", "deleted": count})
+
+
+# issue 12: edit, stats ------------------------------------------------------------------
+
+async def embed_texts(res: Resources, texts: list[str], *, tenant: str,
+                      user: str) -> dict[str, tuple[float, ...]]:
+    """text → vector with the configured embedder; ``{}`` without one or when it fails
+    (memories are then stored without a vector, as for ``POST /v1/memories``)."""
+    if res.embedder is None or not texts:
+        return {}
+    vectors = await MemoryVectors(
+        res.embedder, ledger=res.ledger, clock=res.clock, metrics=res.metrics,
+        timeout_seconds=res.settings.memory.embedder.timeout_seconds,
+    ).embed(texts, tenant=tenant, user=user, source="manual")
+    return {text: tuple(v) for text, v in (vectors or {}).items()}
+
+
+def clean_text(value: str) -> str:
+    """Stored text: invisible characters removed, outer whitespace trimmed."""
+    return strip_invisible(value).strip()
+
+
+def _text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
+    """The text fields ``patch`` really changes, cleaned as stored. 400 for a blank
+    content."""
+    changes: dict[str, Any] = {}
+    if patch.content is not None:
+        content = clean_text(patch.content)
+        if not content:
+            raise InvalidRequestError("content: must not be blank", param="content",
+                                      code="invalid_value")
+        if content != memory.content:
+            changes["content"] = content
+    if patch.title is not None and clean_text(patch.title) != memory.title:
+        changes["title"] = clean_text(patch.title) or \
+            changes.get("content", memory.content)[:30]
+    if patch.category is not None and patch.category != memory.category:
+        changes["category"] = patch.category
+    if patch.subcategory is not None and clean_text(patch.subcategory) != memory.subcategory:
+        changes["subcategory"] = clean_text(patch.subcategory)
+    if patch.tags is not None:
+        tags = tuple(dict.fromkeys(t for t in (clean_text(t) for t in patch.tags) if t))
+        if tags != memory.tags:
+            changes["tags"] = tags
+    return changes
+
+
+async def patch_memory(request: Request) -> Response:
+    """``PATCH /v1/memories/{memory_id}`` :class:`MemoryPatch` → the memory. Text meets
+    the manual-memory rules (400 ``instruction_not_allowed`` / ``pii_not_allowed``); a new
+    content is embedded again (no vector when the embedder fails). Audited ``edited``, or
+    ``disabled``/``enabled`` for the switch, with actor ``user`` (``admin`` for an admin
+    key). 404 for a memory that is not the user's."""
+    res: Resources = request.app.state.resources
+    try:
+        raw = orjson.loads(await request.body() or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError("The request body is not valid JSON.",
+                                  code="invalid_json") from exc
+    patch = parse_body(raw, MemoryPatch)
+    me = owner(request, res, {**request.query_params, **raw})
+    memory_id = request.path_params["memory_id"]
+    memory = await res.store.get(me.tenant, me.user, memory_id)
+    if memory is None:
+        raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
+    changes = _text_changes(patch, memory)
+    edited = sorted(changes)
+    if "content" in changes or "title" in changes:
+        check_manual(f"{changes.get('title', memory.title)}\n"
+                      f"{changes.get('content', memory.content)}\n{memory.subject}",
+                      res.scrubbers.for_tenant(me.tenant))
+    switched = patch.enabled is not None and patch.enabled != memory.enabled
+    if not edited and not switched:
+        return json_response(memory.to_api())
+    if "content" in changes:
+        vectors = await embed_texts(res, [changes["content"]], tenant=me.tenant,
+                                    user=me.user)
+        changes["embedding"] = vectors.get(changes["content"])
+    if switched:
+        changes["enabled"] = patch.enabled
+    updated = memory.with_changes(updated_at=res.clock(), **changes)
+    events = []
+    if edited:
+        events.append(me.audit(res, "edited", memory_id, detail={"fields": edited}))
+    if switched:
+        events.append(me.audit(res, "enabled" if patch.enabled else "disabled", memory_id))
+    try:
+        await res.store.update(updated, audit=events[0])
+    except KeyError as exc:  # deleted between the read and the write
+        raise NotFoundError("No such memory.", param="memory_id",
+                            code="memory_not_found") from exc
+    if len(events) > 1:
+        await res.store.audit(events[1:])
+    return json_response(updated.to_api())
+
+
+async def all_memories(res: Resources, tenant: str, user: str) -> list[Memory]:
+    """Every memory of the user, retired and disabled included, newest first (paged by
+    cursor, :data:`~proxy.routes.shapes.MAX_PAGE` a page)."""
+    out: list[Memory] = []
+    after: str | None = None
+    while True:
+        page = await res.store.list_memories(ListQuery(
+            tenant=tenant, user=user, include_retired=True, limit=MAX_PAGE, after=after))
+        out.extend(page)
+        if len(page) < MAX_PAGE:
+            return out
+        after = page[-1].id
+
+
+async def memory_stats(request: Request) -> Response:
+    """``GET /v1/memories/stats`` → :class:`~proxy.routes.shapes.MemoryStats`."""
+    res: Resources = request.app.state.resources
+    parse_query(request, UserParams)
+    me = owner(request, res, dict(request.query_params))
+    memories = await all_memories(res, me.tenant, me.user)
+    settings = await res.store.get_user_settings(me.tenant, me.user)
+    live = [m for m in memories if m.superseded_at is None]
+    learned = [m.last_seen_at for m in memories if m.source == "auto"]
+    return json_response({
+        "object": "memory.stats", "total": len(memories),
+        "enabled": sum(1 for m in live if m.enabled),
+        "retired": len(memories) - len(live),
+        "by_category": dict(Counter(m.category for m in live)),
+        "by_source": dict(Counter(m.source for m in live)),
+        "last_learned_at": to_iso(max(learned)) if learned else None,
+        "learning": learning_state(res, settings),
+    })
+
+
+openapi.register(
+    openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first)",
+                      query=ListParams, response=MemoryList, tags=("memories",)),
+    openapi.Operation("POST", "/v1/memories", "Add a memory by hand", body=NewMemory,
+                      response=MemoryOut, status=201, tags=("memories",)),
+    openapi.Operation("DELETE", "/v1/memories", "Delete all of the user's memories and "
+                      "profile (needs confirm=true)", query=ConfirmParams,
+                      response=MemoriesCleared, tags=("memories",)),
+    openapi.Operation("POST", "/v1/memories/flush", "Learn now from what the user's "
+                      "conversations buffered", query=UserParams, response=FlushQueued,
+                      status=202, errors=(409,), tags=("memories",)),
+    openapi.Operation("GET", "/v1/memories/stats", "Counts, last learning, learning "
+                      "switches", query=UserParams, response=MemoryStats,
+                      tags=("memories",)),
+    openapi.Operation("GET", "/v1/memories/{memory_id}", "One memory", query=UserParams,
+                      response=MemoryOut, errors=(404,), tags=("memories",)),
+    openapi.Operation("PATCH", "/v1/memories/{memory_id}", "Edit, disable or enable a "
+                      "memory", body=MemoryPatch, response=MemoryOut, errors=(404,),
+                      tags=("memories",)),
+    openapi.Operation("DELETE", "/v1/memories/{memory_id}", "Delete one memory",
+                      query=UserParams, response=MemoryDeleted, errors=(404,),
+                      tags=("memories",)),
+)

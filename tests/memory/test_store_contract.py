@@ -872,3 +872,95 @@ async def test_summaries_are_capped_per_user(store: MemoryStore) -> None:
     assert kept is not None
     assert kept.summary == "summary 5"
     assert kept.score == 0.2
+
+
+# issue 12: listing filters, cursor, erasure --------------------------------------------
+
+async def test_list_filters_enabled_source_and_pages_by_cursor(store: MemoryStore) -> None:
+    """enabled / source keep only matching memories; ``after`` lists ids below the
+    cursor (older memories), newest first, and combines with the text filter."""
+    memories = [mem(f"fact {i}", id=f"01JB{i:022d}", source="manual" if i % 2 else "auto",
+                    enabled=i != 3) for i in range(6)]
+    for memory in memories:
+        await store.add(memory)
+
+    async def ids(**fields: Any) -> list[str]:
+        query = ListQuery(tenant="t1", user="u1", **fields)
+        return [m.id for m in await store.list_memories(query)]
+
+    newest_first = [m.id for m in reversed(memories)]
+    assert await ids(after=newest_first[1], limit=2) == newest_first[2:4]
+    assert await ids(after=newest_first[-1]) == []
+    assert await ids(after=newest_first[1], text="fact") == newest_first[2:]
+    assert await ids(enabled=False) == [memories[3].id]
+    assert await ids(enabled=True, source="manual") == [memories[5].id, memories[1].id]
+    assert await ids(source="auto") == [memories[4].id, memories[2].id, memories[0].id]
+
+
+async def test_list_scope_shows_the_tenants_shared_or_system_memories_only(
+    store: MemoryStore,
+) -> None:
+    """scope "shared"/"system" lists the tenant's memories of that scope, never a user's
+    memories and never another tenant's."""
+    shared = mem("Office opens at nine", user=None, scope="shared")
+    system = mem("Answer in the user's language", user=None, scope="system",
+                 source="system")
+    for memory in (shared, system, mem("personal"), mem("t2 shared", tenant="t2", user=None)):
+        await store.add(memory)
+    for scope, expected in (("shared", [shared.id]), ("system", [system.id])):
+        query = ListQuery(tenant="t1", user="u1", scope=scope)  # type: ignore[arg-type]
+        assert [m.id for m in await store.list_memories(query)] == expected
+
+
+async def test_erase_user_leaves_only_the_marker_and_one_audit_event(
+    store: MemoryStore,
+) -> None:
+    """erase_user deletes memories (retired too), evidence, tombstones, profile,
+    conversations, name bindings, settings and the user's audit events; keeps a
+    cleared_at marker (a batch learned before it writes nothing) and the one tombstone
+    event; other users and the shared space are untouched."""
+    memories = [mem(f"City C fact {i}", embedding=(1.0, 0.0, 0.0, float(i)))
+                for i in range(4)]
+    memories.append(mem("Retired City C fact", superseded_at=T0, enabled=False))
+    for memory in memories:
+        await store.add(memory, audit=event("created", memory_id=memory.id))
+    await store.delete("t1", "u1", memories[0].id)
+    other = mem("City C fact of u2", user="u2")
+    shared = mem("City C shared", user=None, scope="shared")
+    await store.add(other, audit=event("created", user="u2"))
+    await store.add(shared)
+    await store.apply(batch("b-erase", evidence=((memories[1].id, "b1"),),
+                            profile=Profile(tenant="t1", user_id="u1", style="terse"),
+                            conversation=ConversationRecord(
+                                tenant="t1", user_id="u1", conversation_id="c",
+                                learned_messages=1, updated_at=T0, summary="talked")))
+    await store.bind_names("t1", "u1", ["Alice"])
+    await store.bind_names("t1", "u2", ["Alice"])
+    await store.put_user_settings("t1", "u1", UserSettings(enable_personal_learning=False))
+    before = datetime.now(UTC) - timedelta(seconds=5)
+
+    tombstone = AuditEvent(tenant="t1", user_id="u1", action="erased", actor="user",
+                           at=datetime.now(UTC))
+    assert await store.erase_user("t1", "u1", audit=tombstone) == 4
+
+    assert await store.list_memories(ListQuery(tenant="t1", user="u1",
+                                                include_retired=True)) == []
+    assert await store.search(ask("City C fact", embedding=(1.0, 0.0, 0.0, 0.0),
+                                  include_shared=False)) == []
+    assert await store.get_profile("t1", "u1") is None
+    assert await store.get_conversation("t1", "u1", "c") is None
+    assert await store.tombstoned("t1", "u1", [normalize(memories[0].content)]) == {}
+    assert await store.users_named("t1", "Alice") == ["u2"]
+    settings = await store.get_user_settings("t1", "u1")
+    assert settings.enable_personal_learning is True  # back to defaults
+    assert settings.cleared_at is not None
+    assert settings.cleared_at >= before
+    assert [e.action for _, e in await store.audit_log("t1", "u1")] == ["erased"]
+    tenant_log = [(e.user_id, e.action) for _, e in await store.audit_log("t1", None)]
+    assert ("u1", "erased") in tenant_log
+    assert [a for u, a in tenant_log if u == "u1"] == ["erased"]
+    assert ("u2", "created") in tenant_log
+    late = batch("b-late", mem("learned before the erasure"), learned_from=before)
+    assert await store.apply(late) is False
+    assert {c.memory.id for c in await store.search(ask("City C", user="u2"))} == \
+        {other.id, shared.id}

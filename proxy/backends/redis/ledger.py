@@ -86,3 +86,8 @@ class RedisLedger:
     async def learning_totals(self, tenant: str, user: str | None = None) -> Totals:
         token = tenant_token(tenant) if user is None else user_token(tenant, user)
         return await self._totals(self._keys.learning(token))
+
+    async def erase_user(self, tenant: str, user: str) -> None:
+        token = user_token(tenant, user)
+        with unavailable_on_redis_error("ledger erase"):
+            await self._redis.unlink(self._keys.usage(token), self._keys.learning(token))

@@ -304,25 +304,38 @@ class RedisMemoryStore:
     async def list_memories(self, query: ListQuery) -> list[Memory]:
         if query.limit <= 0:
             return []
-        where = namespace_filter([user_token(query.tenant, query.user)])
+        if query.scope == "personal":
+            where = namespace_filter([user_token(query.tenant, query.user)])
+        else:
+            where = namespace_filter([shared_token(query.tenant)]) & \
+                tag_is("scope", query.scope)
         if not query.include_retired:
             where = where & tag_is("ix_retired", "0")
         if not query.include_disabled:
             where = where & tag_is("enabled", "1")
+        if query.enabled is not None:
+            where = where & tag_is("enabled", "1" if query.enabled else "0")
+        if query.source:
+            where = where & tag_is("source", query.source)
         if query.category:
             where = where & tag_is("category", query.category)
         with _unavailable("list"):
             await self._ensure_index()
-            if not query.text:
+            if not query.text and not query.after:
                 rows = await self._index.find(where, offset=query.offset, limit=query.limit)
                 return await self._load([r["id"] for r in rows])
-            terms = [t.lower() for t in query_terms(query.text, limit=8) or [query.text]]
+            # A text filter or a cursor is applied here, over the namespace's rows (a
+            # user holds at most the quota's few hundred, plus retired ones).
+            terms = [t.lower() for t in query_terms(query.text, limit=8) or [query.text]] \
+                if query.text else []
             keys: list[str] = []
             offset = 0
             while True:
                 rows = await self._index.find(where, offset=offset, limit=LIST_SCAN_PAGE,
                                               fields=("ix_id", "norm", "title"))
                 for row in rows:
+                    if query.after and str(row.get("ix_id", "")) >= query.after:
+                        continue
                     norm, title = str(row.get("norm", "")), str(row.get("title", ""))
                     if all(_like(norm, t) or _like(title, t) for t in terms):
                         keys.append(row["id"])
@@ -633,6 +646,48 @@ class RedisMemoryStore:
     ) -> list[tuple[int, AuditEvent]]:
         with _unavailable("audit_log"):
             return await self._audit.read(tenant, user, limit=limit, before_id=before_id)
+
+
+    # issue 12: erasure ---------------------------------------------------------------
+    async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
+        ns = user_token(tenant, user)
+        ids_key, convs_key = self._keys.ids(ns), self._keys.conversations(ns)
+        now = utcnow()
+
+        async def body(pipe: Pipeline) -> int:
+            ids = [_text(i) for i in await pipe.smembers(ids_key)]
+            conversations = [_text(c) for c in await pipe.smembers(convs_key)]
+            multi(pipe)
+            doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
+                      self._keys.tombstones(ns), self._keys.batches(ns),
+                      self._keys.settings(ns), self._keys.audit(ns)]
+            doomed += [self._keys.memory(ns, i) for i in ids]
+            doomed += [self._keys.evidence(ns, i) for i in ids]
+            doomed += [self._keys.conversation(ns, c) for c in conversations]
+            pipe.unlink(*doomed)
+            self._users.queue_cleared(pipe, ns, now)  # the content-free erasure marker
+            await pipe.execute()
+            return len(ids)
+
+        with _unavailable("erase_user"):
+            removed = await transact(self._redis, [ids_key, convs_key], body)
+            removed += await self._sweep(ns)
+            await self._erase_names(tenant, user)
+            await self._audit.erase_user(tenant, user)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                self._audit.queue(pipe, [audit], ns)
+                await pipe.execute()
+            await self._audit.append([audit], written_ns=ns)
+        return removed
+
+    async def _erase_names(self, tenant: str, user: str) -> None:
+        """Remove ``user`` from every display-name set of the tenant (``SCAN`` over the
+        tenant's name keys: bindings are not listed per user)."""
+        pattern = self._keys.names(tenant_token(tenant), "x").rsplit(":", 1)[0] + ":*"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            async for key in self._redis.scan_iter(match=pattern, count=1000):
+                pipe.srem(key, user)
+            await pipe.execute()
 
 
 def _text(value: bytes | str) -> str:

@@ -64,3 +64,11 @@ class SqliteLedger:
 
     async def learning_totals(self, tenant: str, user: str | None = None) -> Totals:
         return await self._totals("learning_ledger", False, tenant, user)
+
+    async def erase_user(self, tenant: str, user: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            for table in ("usage_ledger", "learning_ledger"):
+                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?",
+                             (tenant, user))
+
+        await self._db.write(run)

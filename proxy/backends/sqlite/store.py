@@ -432,8 +432,21 @@ class SqliteMemoryStore:
         return result
 
     async def list_memories(self, query: ListQuery) -> list[Memory]:
-        where = ["m.tenant = ?", "m.user_id = ?"]
-        args: list[Any] = [query.tenant, query.user]
+        if query.scope == "personal":
+            where = ["m.tenant = ?", "m.user_id = ?"]
+            args: list[Any] = [query.tenant, query.user]
+        else:
+            where = ["m.tenant = ?", "m.user_id IS NULL", "m.scope = ?"]
+            args = [query.tenant, query.scope]
+        if query.enabled is not None:
+            where.append("m.enabled = ?")
+            args.append(int(query.enabled))
+        if query.source:
+            where.append("m.source = ?")
+            args.append(query.source)
+        if query.after:
+            where.append("m.id < ?")
+            args.append(query.after)
         if not query.include_retired:
             where.append("m.superseded_at IS NULL")
         if not query.include_disabled:
@@ -774,4 +787,30 @@ class SqliteMemoryStore:
             ]
 
         result: list[tuple[int, AuditEvent]] = await self._read(run)
+        return result
+
+    # issue 12: erasure ---------------------------------------------------------------
+    async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
+        marker = to_iso(utcnow())
+        owner = (tenant, user)
+
+        def run(conn: sqlite3.Connection) -> int:
+            # Keyword-index rows first (by rowid), then the memories: one transaction.
+            conn.execute(
+                "DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories "
+                "WHERE tenant = ? AND user_id = ?)", owner)
+            conn.execute(
+                "DELETE FROM memory_evidence WHERE memory_id IN (SELECT id FROM memories "
+                "WHERE tenant = ? AND user_id = ?)", owner)
+            removed = conn.execute("DELETE FROM memories WHERE tenant = ? AND user_id = ?",
+                                   owner).rowcount
+            for table in ("memory_tombstones", "profiles", "conversations", "user_names",
+                          "audit_log", "user_settings"):
+                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?", owner)
+            conn.execute("INSERT INTO user_settings (tenant, user_id, cleared_at) "
+                         "VALUES (?, ?, ?)", (tenant, user, marker))
+            _insert_audit(conn, [audit])
+            return int(removed)
+
+        result: int = await self._write(run)
         return result

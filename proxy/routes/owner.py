@@ -1,0 +1,71 @@
+"""Whose memory a management request acts on, and the helpers every user route shares.
+
+The end user is identified exactly as for chat (:func:`proxy.identity.resolve_user`): a
+user-bound key, else the user header, else ``user`` in the body or query string. An admin
+key may act for a user of its own tenant (``X-User-Id``); its changes are audited with
+actor ``admin``. The tenant always comes from the key, so no request reaches another
+tenant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.requests import Request
+
+from proxy.auth import Principal
+from proxy.errors import InvalidRequestError
+from proxy.identity import resolve_user
+from proxy.memory.store import AuditEvent, UserSettings
+from proxy.resources import Resources
+
+Actor = Literal["user", "admin"]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The (tenant, user) a request acts on and who acts (``user`` or ``admin``)."""
+
+    tenant: str
+    user: str
+    actor: Actor
+    principal: Principal
+
+    def audit(self, res: Resources, action: str, memory_id: str | None = None, *,
+              reason: str = "", detail: dict[str, object] | None = None) -> AuditEvent:
+        return AuditEvent(tenant=self.tenant, user_id=self.user,
+                          action=action,  # type: ignore[arg-type]
+                          actor=self.actor, at=res.clock(), memory_id=memory_id,
+                          reason=reason, detail=detail or {})
+
+
+def caller(request: Request, res: Resources, source: dict[str, Any]) -> tuple[Principal,
+                                                                             str | None]:
+    """The authenticated key and the end user it names (``None``: none named)."""
+    principal = res.keyring.authenticate(request.headers)
+    user, _ = resolve_user(principal, request.headers, source, res.settings.identity)
+    return principal, user
+
+
+def owner(request: Request, res: Resources, source: dict[str, Any]) -> Owner:
+    """The caller's (tenant, user). Raises :class:`InvalidRequestError` (400
+    ``missing_user``) when no user is named, :class:`~proxy.errors.AuthenticationError`
+    (401) for a missing or unknown key."""
+    principal, user = caller(request, res, source)
+    if user is None:
+        raise InvalidRequestError(
+            f"Identify the end user: send header {res.settings.identity.user_header} "
+            "(or 'user' in the body / query string).",
+            param=res.settings.identity.user_header, code="missing_user",
+        )
+    return Owner(principal.tenant, user, "admin" if principal.is_admin else "user",
+                 principal)
+
+
+def learning_state(res: Resources, settings: UserSettings | None) -> dict[str, Any]:
+    """``{"global", "personal", "effective"}``: ``learning.enabled``, the user's switch
+    (``None`` without a user) and whether this user's chats are learned from."""
+    personal = None if settings is None else settings.enable_personal_learning
+    return {"global": res.learning_enabled, "personal": personal,
+            "effective": res.learning_enabled and personal is not False}

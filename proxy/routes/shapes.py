@@ -1,0 +1,454 @@
+"""Pydantic models of the management API: the query and body models that validate
+requests, and the response models the OpenAPI document (:mod:`proxy.openapi`) publishes.
+
+Response models describe exactly what the handlers write (``Memory.to_api``, the list
+envelope, …); ``tests/test_openapi.py`` checks live answers against them (schemathesis).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+
+from proxy.errors import InvalidRequestError
+from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+
+CategoryName = Literal["user_preference", "business", "technical", "organizational",
+                       "domain"]
+SourceName = Literal["auto", "manual", "system"]
+MAX_TAGS = 20
+MAX_SUBCATEGORY_CHARS = 60
+MAX_SUBJECT_CHARS = 120
+MAX_PAGE = 500  # largest page of GET /v1/memories
+M = TypeVar("M", bound=BaseModel)
+
+
+# helpers ----------------------------------------------------------------------------
+
+def invalid(exc: ValidationError) -> InvalidRequestError:
+    """The first pydantic error as a 400 naming its parameter (OpenAI's envelope)."""
+    first = exc.errors()[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    return InvalidRequestError(f"{param}: {first['msg']}" if param else first["msg"],
+                               param=param, code="invalid_value")
+
+
+def parse_query(request: Request, model: type[M]) -> M:
+    """Validate the query string with ``model``; empty values count as absent. Raises
+    :class:`InvalidRequestError` (400, ``param`` = the parameter)."""
+    raw = {k: v for k, v in request.query_params.items() if v != ""}
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(exc) from exc
+
+
+def parse_body(raw: Any, model: type[M]) -> M:
+    """Validate a decoded JSON body with ``model`` (400 naming the field)."""
+    if not isinstance(raw, dict):
+        raise InvalidRequestError("The request body must be a JSON object.",
+                                  code="invalid_json")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(exc) from exc
+
+
+class _Query(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    user: str | None = Field(default=None, min_length=1, max_length=256,
+                             description="The end user, when no user header is sent")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# memories ---------------------------------------------------------------------------
+
+class MemoryOut(BaseModel):
+    """One memory (SPEC §4 field names; no embedding vector)."""
+
+    object: Literal["memory"]
+    id: str
+    tenant: str
+    user_id: str | None
+    scope: Literal["personal", "shared", "system"]
+    category: CategoryName
+    subcategory: str
+    title: str
+    content: str
+    tags: list[str]
+    subject: str
+    source: SourceName
+    source_conversation_id: str | None
+    source_channel: str | None
+    score: float
+    has_embedding: bool
+    enabled: bool
+    hits: int
+    created_at: str
+    updated_at: str
+    last_seen_at: str
+    access_count: int
+    last_access_at: str | None
+    superseded_at: str | None
+    superseded_by: str | None
+    supersede_reason: str | None
+
+
+class MemoryList(BaseModel):
+    """OpenAI's list shape; ``after=<last_id>`` fetches the next page."""
+
+    object: Literal["list"]
+    data: list[MemoryOut]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class ListParams(_Query):
+    q: str | None = Field(default=None, max_length=500,
+                          description="Text that content or title must contain")
+    category: CategoryName | None = None
+    scope: Literal["personal", "shared", "system"] = Field(
+        default="personal", description="shared/system: the tenant's memories this user "
+                                        "receives (read-only here)")
+    enabled: bool | None = None
+    source: SourceName | None = None
+    include_retired: bool = False
+    limit: int = Field(default=100, ge=1, le=MAX_PAGE)
+    after: str | None = Field(default=None, min_length=1, max_length=64,
+                              description="Cursor: the last_id of the previous page")
+    offset: int = Field(default=0, ge=0, le=1_000_000)
+
+
+class NewMemory(_Strict):
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    category: CategoryName = "user_preference"
+    subcategory: str = Field(default="", max_length=MAX_SUBCATEGORY_CHARS)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    subject: str = Field(default="user", max_length=MAX_SUBJECT_CHARS)
+    user: str | None = None  # accepted like the chat body's ``user``
+
+
+class MemoryPatch(_Strict):
+    """Fields to change; at least one. ``enabled: false`` disables (never injected)."""
+
+    title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
+    content: str | None = Field(default=None, min_length=1, max_length=MAX_CONTENT_CHARS)
+    category: CategoryName | None = None
+    subcategory: str | None = Field(default=None, max_length=MAX_SUBCATEGORY_CHARS)
+    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
+    enabled: bool | None = None
+    user: str | None = None
+
+
+class ConfirmParams(_Query):
+    confirm: bool = Field(default=False, description="Must be true")
+
+
+class UserParams(_Query):
+    pass
+
+
+class MemoryDeleted(BaseModel):
+    id: str
+    object: Literal["memory.deleted"]
+    deleted: bool
+
+
+class MemoriesCleared(BaseModel):
+    object: Literal["memory.cleared"]
+    deleted: int
+
+
+class FlushQueued(BaseModel):
+    object: Literal["memory.flush"]
+    queued: bool
+
+
+class FlushBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    user: str | None = None
+
+
+# learning switches, stats -------------------------------------------------------------
+
+class LearningState(BaseModel):
+    """``global``: learning.enabled; ``personal``: the user's switch (null: no user);
+    ``effective``: both on."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    global_: bool = Field(alias="global")
+    personal: bool | None
+    effective: bool
+
+
+class MemoryStats(BaseModel):
+    """``total``: every stored memory of the user (retired and disabled included);
+    ``enabled``: active ones; ``by_category``/``by_source`` count non-retired ones."""
+
+    object: Literal["memory.stats"]
+    total: int
+    enabled: int
+    retired: int
+    by_category: dict[str, int]
+    by_source: dict[str, int]
+    last_learned_at: str | None
+    learning: LearningState
+
+
+class UserSettingsOut(BaseModel):
+    object: Literal["settings"]
+    personal_learning: bool
+    learning_indicator: bool
+
+
+class UserSettingsPatch(_Strict):
+    personal_learning: bool | None = None
+    learning_indicator: bool | None = None
+    user: str | None = None
+
+
+class IdentityOut(BaseModel):
+    object: Literal["identity"]
+    tenant: str
+    user: str | None
+    role: Literal["user", "app", "admin", "global_admin"]
+    learning: LearningState
+
+
+class Erased(BaseModel):
+    object: Literal["identity.erased"]
+    tenant: str
+    user: str
+    memories_deleted: int
+
+
+# profile ------------------------------------------------------------------------------
+
+class ScoredTagOut(BaseModel):
+    text: str
+    score: float
+    effective_score: float
+    hits: int
+    at: str
+
+
+class TimelineEvent(BaseModel):
+    at: str
+    action: str
+    actor: str
+    reason: str
+
+
+class FactOut(BaseModel):
+    id: str
+    title: str
+    content: str
+    category: CategoryName
+    subcategory: str
+    hits: int
+    created_at: str
+    last_seen_at: str
+    timeline: list[TimelineEvent]
+
+
+class ProfileOut(BaseModel):
+    object: Literal["profile"]
+    user: str
+    names: list[str]
+    first_seen: str | None
+    last_seen: str | None
+    message_count: int
+    style: str
+    impression: str
+    traits: list[ScoredTagOut]
+    topics: list[ScoredTagOut]
+    facts: list[FactOut]
+
+
+# export / import ----------------------------------------------------------------------
+
+class ExportParams(_Query):
+    format: Literal["json", "markdown"] = "json"
+
+
+class ExportedMemory(BaseModel):
+    """One memory as exported (every SPEC §4 field but the embedding) and as imported
+    (only ``content`` is required)."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = Field(default=None, max_length=64)
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    scope: Literal["personal", "shared", "system"] = "personal"
+    category: CategoryName = "user_preference"
+    subcategory: str = Field(default="", max_length=MAX_SUBCATEGORY_CHARS)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    subject: str = Field(default="user", min_length=1, max_length=MAX_SUBJECT_CHARS)
+    source: SourceName = "manual"
+    source_conversation_id: str | None = Field(default=None, max_length=256)
+    source_channel: str | None = Field(default=None, max_length=300)
+    score: float = Field(default=1.0, ge=0, le=1_000)
+    enabled: bool = True
+    hits: int = Field(default=1, ge=1, le=1_000_000)
+    created_at: str | None = None
+    updated_at: str | None = None
+    last_seen_at: str | None = None
+    access_count: int = Field(default=0, ge=0)
+    last_access_at: str | None = None
+    superseded_at: str | None = None
+    superseded_by: str | None = Field(default=None, max_length=64)
+    supersede_reason: str | None = Field(default=None, max_length=500)
+
+
+class ExportOut(BaseModel):
+    object: Literal["memory.export"]
+    version: int
+    exported_at: str
+    user: str
+    memories: list[MemoryOut]
+    profile: ProfileOut
+    settings: UserSettingsOut
+
+
+class ImportBody(BaseModel):
+    """Our export (``object: memory.export`` with ``memories``) or mem0's ``get_all``
+    answer (``results``: ``{"memory", "metadata", "created_at", …}``)."""
+
+    model_config = ConfigDict(extra="allow")
+    object: str | None = None
+    memories: list[dict[str, Any]] | None = None
+    results: list[dict[str, Any]] | None = None
+    user: str | None = None
+
+
+class Rejected(BaseModel):
+    """An item left out: its position, the rule's code (``invalid_value``,
+    ``instruction_not_allowed``, ``pii_not_allowed`` …) and a readable message."""
+
+    index: int
+    reason: str
+    message: str
+
+
+class ImportResult(BaseModel):
+    object: Literal["memory.import"]
+    imported: int
+    merged: int
+    rejected: list[Rejected]
+
+
+# existing routes -----------------------------------------------------------------------
+
+class ModelOut(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelOut]
+
+
+class Healthz(BaseModel):
+    status: Literal["ok"]
+
+
+class Readyz(BaseModel):
+    status: Literal["ok", "degraded", "unavailable"]
+    checks: dict[str, Any]
+
+
+class PromptVersionOut(BaseModel):
+    version: int
+    text: str
+    actor: str
+    at: str | None
+
+
+class PromptOut(BaseModel):
+    object: Literal["prompt"]
+    kind: Literal["scoring", "extraction"]
+    text: str
+    source: str
+    versions: list[PromptVersionOut]
+
+
+class PromptIn(BaseModel):
+    text: str = Field(max_length=20_000)
+
+
+class PromptSaved(BaseModel):
+    object: Literal["prompt.version"]
+    kind: Literal["scoring", "extraction"]
+    version: int
+    at: str | None
+
+
+class AuditParams(BaseModel):
+    user: str | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+    before: int | None = None
+
+
+class AuditEventOut(BaseModel):
+    id: int
+    at: str | None
+    user_id: str | None
+    conversation_id: str | None
+    actor: str
+    action: str
+    memory_id: str | None
+    reason: str
+    detail: dict[str, Any]
+
+
+class AuditList(BaseModel):
+    object: Literal["list"]
+    data: list[AuditEventOut]
+
+
+class UsageParams(BaseModel):
+    user: str | None = None
+
+
+class TotalsOut(BaseModel):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    memory_tokens: int
+
+
+class UsageOut(BaseModel):
+    object: Literal["usage"]
+    tenant: str
+    user: str | None
+    usage: TotalsOut
+    learning: TotalsOut
+
+
+class DeadLetterOut(BaseModel):
+    id: str
+    kind: str
+    attempts: int
+    last_error: str
+    failed_at: float
+
+
+class DeadLetterList(BaseModel):
+    object: Literal["list"]
+    data: list[DeadLetterOut]
+
+
+class Requeued(BaseModel):
+    object: Literal["job.requeued"]
+    id: str
