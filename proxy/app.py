@@ -26,7 +26,17 @@ from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
-from proxy.routes import admin, chat, console, health, memories, models, transfer, users
+from proxy.routes import (
+    admin,
+    chat,
+    console,
+    governance,
+    health,
+    memories,
+    models,
+    transfer,
+    users,
+)
 from proxy.settings import Settings
 
 log = structlog.get_logger("proxy.app")
@@ -201,11 +211,20 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/memories/{memory_id}", memories.delete_memory, methods=["DELETE"]),
         Route("/v1/admin/prompts/{kind}", admin.get_prompt, methods=["GET"]),
         Route("/v1/admin/prompts/{kind}", admin.put_prompt, methods=["PUT"]),
-        Route("/v1/admin/audit", admin.audit_log, methods=["GET"]),
-        Route("/v1/admin/usage", admin.usage, methods=["GET"]),
         Route("/v1/admin/dead-letters", admin.dead_letters, methods=["GET"]),
         Route("/v1/admin/dead-letters/{job_id:path}/requeue", admin.requeue,
               methods=["POST"]),
+        # issue 13: admins govern (proxy/routes/governance.py)
+        Route("/v1/admin/audit", governance.audit_log, methods=["GET"]),
+        Route("/v1/admin/usage", governance.usage, methods=["GET"]),
+        Route("/v1/admin/users", governance.users, methods=["GET"]),
+        Route("/v1/admin/stats", governance.stats, methods=["GET"]),
+        Route("/v1/admin/settings", governance.get_settings, methods=["GET"]),
+        Route("/v1/admin/settings", governance.patch_settings, methods=["PATCH"]),
+        Route("/v1/admin/prompts/{kind}/versions", governance.prompt_versions,
+              methods=["GET"]),
+        Route("/v1/admin/prompts/{kind}/versions/{version}/restore",
+              governance.restore_prompt, methods=["POST"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

@@ -10,11 +10,12 @@ never added to a user's usage.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal, Protocol
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Literal, Protocol, get_args
 
 Purpose = Literal["score", "extract", "embed", "vision"]
+PURPOSES: tuple[str, ...] = get_args(Purpose)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,45 @@ class Totals:
         }
 
 
+GroupBy = Literal["user", "model", "day"]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One group of ``GET /v1/admin/usage``: chat requests and their tokens (``prompt`` /
+    ``completion`` as the upstream billed them, ``memory`` injected by the gateway) and,
+    always apart, the learning tokens (prompt + completion) per ledger purpose.
+
+    ``key``: the user id (``None`` for requests without a user), the model name, or the
+    UTC date ``YYYY-MM-DD``, after the report's ``group_by``."""
+
+    key: str | None
+    requests: int = 0
+    prompt: int = 0
+    completion: int = 0
+    memory: int = 0
+    learning: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DailyUsage:
+    """One UTC day of a tenant: chat tokens (prompt + completion), learning tokens (every
+    purpose) and how many distinct users chatted."""
+
+    day: date
+    user_tokens: int = 0
+    learning_tokens: int = 0
+    active_users: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KnownUser:
+    """A user of the tenant index: the user id and the time of their latest usage row."""
+
+    user: str
+    last_seen: datetime
+
+
 class Ledger(Protocol):
     async def record_usage(self, records: Sequence[UsageRecord]) -> None: ...
 
@@ -68,9 +108,37 @@ class Ledger(Protocol):
 
     async def learning_totals(self, tenant: str, user: str | None = None) -> Totals: ...
 
+    # per-day / per-model reports and the tenant → users index (issue 13) ----------------
+    async def usage_report(
+        self, tenant: str, *, group_by: GroupBy, user: str | None = None,
+        since: date | None = None, until: date | None = None,
+    ) -> list[UsageRow]:
+        """Usage and learning tokens of ``tenant`` grouped by user, model or UTC day,
+        optionally of one ``user`` and between the UTC days ``since`` and ``until``
+        (inclusive). Sorted by key (``None`` first); a group with neither usage nor
+        learning is absent."""
+        ...
+
+    async def daily(self, tenant: str, *, since: date, until: date) -> list[DailyUsage]:
+        """One :class:`DailyUsage` per UTC day from ``since`` to ``until`` (inclusive),
+        oldest first, days without usage included with zeros."""
+        ...
+
+    async def users(self, tenant: str, *, after: str | None = None,
+                    limit: int = 100) -> list[KnownUser]:
+        """The tenant's users that have usage rows, in user-id order, strictly after the
+        cursor ``after``, at most ``limit``."""
+        ...
+
+    async def user_count(self, tenant: str) -> int:
+        """How many users the tenant index holds."""
+        ...
+
     async def erase_user(self, tenant: str, user: str) -> None:
-        """Delete the user's usage and learning rows (or counters); tenant totals keep
-        the user's share without naming them (issue 12, ``DELETE /v1/me``)."""
+        """Take ``user`` out of the ledgers (``DELETE /v1/me``): their rows and counters
+        (lifetime, per day, per model) lose the user id — the tenant's figures keep their
+        tokens as usage without a user (key ``null`` in reports) — and their entry of the
+        tenant → users index goes. Other users and tenants are untouched."""
         ...
 
 

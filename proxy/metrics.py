@@ -52,6 +52,16 @@ class Metrics:
         self.sink_dropped = Counter(
             "memory_proxy_learning_sink_dropped_total",
             "Exchanges not queued because the in-process buffer was full.", registry=r)
+        # Issue 13: learning budgets. 1 while the tenant's learning is paused by its
+        # budget (set by the worker when it checks, and by GET /v1/admin/stats), else 0.
+        self.learning_budget_paused = Gauge(
+            "memory_proxy_learning_budget_paused",
+            "1 while a tenant's learning budget (learning.budget) is spent, else 0.",
+            ["tenant"], registry=r)
+        self.learning_budget_spent_tokens = Gauge(
+            "memory_proxy_learning_budget_spent_tokens",
+            "Learning tokens a tenant spent in the current UTC period, at the last check.",
+            ["tenant", "period"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

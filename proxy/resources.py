@@ -30,6 +30,7 @@ from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.metrics import Metrics
 from proxy.models import ModelRegistry
 from proxy.settings import ConfigError, Settings
+from proxy.tenants import TenantSettings
 from proxy.tokens import TokenCounter
 from proxy.upstream.base import Upstream
 from proxy.upstream.dispatch import Dispatcher
@@ -62,9 +63,19 @@ class Resources:
     worker_task: asyncio.Task[None] | None = None
     usage: UsageWriter = field(init=False)
     clock: Callable[[], datetime] = utcnow
+    # Issue 13: run-time settings per tenant (built from settings and store when not given).
+    tenant_settings: TenantSettings | None = None
 
     def __post_init__(self) -> None:
         self.usage = UsageWriter(self.ledger)
+        if self.tenant_settings is None:
+            self.tenant_settings = TenantSettings(self.settings, self.store)
+
+    @property
+    def tenants(self) -> TenantSettings:
+        """Effective settings per tenant (config + admin overrides)."""
+        assert self.tenant_settings is not None
+        return self.tenant_settings
 
     @property
     def learning_enabled(self) -> bool:
@@ -93,8 +104,9 @@ def build_resources(
         scrubbers = Scrubbers(learning.pii)
     except ValueError as exc:
         raise ConfigError(f"learning.pii: {exc}") from exc
+    tenants = TenantSettings(settings, store)
     memory = MemoryService(store=store, settings=settings.memory, counter=counter, clock=clock,
-                           embedder=embedder)
+                           embedder=embedder, tenants=tenants)
     sink: LearningSink = NullSink()
     worker = None
     if learning.enabled and queue is not None:
@@ -104,12 +116,12 @@ def build_resources(
                               counter=counter, model=learning.model, clock=clock)
         worker = Worker(queue=queue, store=store, model=model, scrubbers=scrubbers,
                         settings=learning, metrics=metrics, clock=clock, embedder=embedder,
-                        ledger=ledger)
+                        ledger=ledger, tenants=tenants)
     return Resources(
         settings=settings, registry=registry, keyring=KeyRing(settings.auth), counter=counter,
         store=store, ledger=ledger, upstream=upstream, memory=memory, metrics=metrics,
         scrubbers=scrubbers, queue=queue, sink=sink, worker=worker, clock=clock,
-        embedder=embedder,
+        embedder=embedder, tenant_settings=tenants,
     )
 
 
@@ -134,10 +146,12 @@ def preflight(settings: Settings) -> None:
 @contextlib.asynccontextmanager
 async def open_resources(
     settings: Settings, *, upstream: Upstream | None = None, embedder: Embedder | None = None,
+    clock: Callable[[], datetime] = utcnow,
 ) -> AsyncIterator[Resources]:
     """Open the configured backends, the upstream client and the embedder (loading a local
     model; :class:`~proxy.settings.ConfigError` on a dimension mismatch); close them on
-    exit. ``embedder`` replaces the configured one and is not started or closed here.
+    exit. ``embedder`` replaces the configured one and is not started or closed here;
+    ``clock`` (tests) is the time every record and budget period is stamped with.
 
     ``storage.backend: sqlite`` — memories, ledgers and the learning queue in one file.
     ``storage.backend: redis`` — one ``redis.asyncio`` client for memories
@@ -199,5 +213,5 @@ async def open_resources(
         stack.push_async_callback(upstream.aclose)
         yield build_resources(
             settings, store=store, ledger=ledger, upstream=upstream,
-            queue=queue, embedder=embedder,
+            queue=queue, embedder=embedder, clock=clock,
         )

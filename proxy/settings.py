@@ -42,6 +42,9 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "MEMORY_PROXY_"
+# The namespace of system memories, read by every tenant's recall and written only with a
+# global admin key (issue 13); refused as a tenant name.
+GLOBAL_NAMESPACE = "__global__"
 ENV_REFERENCE = "os.environ/"
 DEFAULT_CONFIG_FILE = Path("config.yaml")
 
@@ -375,6 +378,17 @@ class PiiSettings(_Section):
     tenants: dict[str, TenantPii] = Field(default_factory=dict)
 
 
+class LearningBudget(_Section):
+    """``learning.budget``: learning tokens (prompt + completion of every learning call:
+    score, extract, embed, vision) a tenant may spend per UTC day and per UTC calendar
+    month; ``None`` = no cap. When spent, no batch is scored or extracted until the next
+    period (buffered messages wait under ``buffer_ttl_seconds``, sealed jobs wait without
+    using attempts); chat is untouched."""
+
+    tokens_per_day: int | None = Field(default=None, ge=1)
+    tokens_per_month: int | None = Field(default=None, ge=1)
+
+
 class LearningSettings(_Section):
     # SPEC §3: global switch, default false in code (seed 000 §6 EnableAutoLearning).
     enabled: bool = False
@@ -410,6 +424,8 @@ class LearningSettings(_Section):
     pii: PiiSettings = Field(default_factory=PiiSettings)
     # Maintenance (idle flush, TTL expiry) runs this often in the worker.
     maintenance_interval_seconds: float = Field(default=30.0, gt=0)
+    # Issue 13: a cap on what learning spends per tenant (LearningBudget); none by default.
+    budget: LearningBudget = Field(default_factory=LearningBudget)
 
     @field_validator("batch_messages", mode="before")
     @classmethod
@@ -480,11 +496,80 @@ class GatewayKey(_Section):
         return self.key_sha256.lower()
 
 
+class JwtSettings(_Section):
+    """``auth.jwt``: end users signed in with a JSON Web Token (verified by PyJWT, keys
+    read at startup, never fetched). Exactly one of ``jwks_file`` (a JWKS JSON file),
+    ``public_key`` (PEM, or ``os.environ/NAME``) or ``hs256_secret`` (``os.environ/NAME``
+    only). A valid token names the user (``user_claim``) like a user-bound key and the
+    tenant (``tenant_claim``), which must be one of ``tenants``."""
+
+    issuer: str = Field(min_length=1)
+    audience: str = Field(min_length=1)
+    jwks_file: Path | None = None
+    public_key: SecretStr | None = None
+    hs256_secret: SecretStr | None = None
+    user_claim: str = "sub"
+    tenant_claim: str = "tenant"
+    tenants: list[str] = Field(min_length=1)
+    leeway_seconds: int = Field(default=30, ge=0, le=600)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets_from_env(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        raw = data.get("hs256_secret")
+        if raw is not None and (not isinstance(raw, str) or not raw.startswith(ENV_REFERENCE)):
+            raise ValueError("auth.jwt.hs256_secret must be 'os.environ/NAME': secrets are "
+                             "never written in the config file")
+        for key in ("hs256_secret", "public_key"):
+            value = data.get(key)
+            if isinstance(value, str) and value.startswith(ENV_REFERENCE):
+                resolved = resolve_env_reference(value, setting=f"auth.jwt.{key}")
+                if resolved is None:
+                    raise ValueError(f"environment variable "
+                                     f"{value.removeprefix(ENV_REFERENCE)} named by "
+                                     f"auth.jwt.{key} is not set")
+                data[key] = resolved
+        return data
+
+    @model_validator(mode="after")
+    def _one_key(self) -> JwtSettings:
+        given = [k for k in ("jwks_file", "public_key", "hs256_secret")
+                 if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("auth.jwt needs exactly one of jwks_file, public_key, "
+                             "hs256_secret")
+        if self.jwks_file is not None and not self.jwks_file.is_file():
+            raise ValueError(f"auth.jwt.jwks_file {self.jwks_file} does not exist")
+        return self
+
+
 class AuthSettings(_Section):
     keys: list[GatewayKey] = Field(default_factory=list)
     admin_keys: list[GatewayKey] = Field(default_factory=list)
     # Bring your own key: forward the caller's bearer token upstream instead of ours.
     forward_client_key: bool = False
+    # Issue 13: admin keys of no tenant (system memories; ?tenant= on stats and usage),
+    # and end users signed in with a JWT.
+    global_admin_keys: list[GatewayKey] = Field(default_factory=list)
+    jwt: JwtSettings | None = None
+
+    @model_validator(mode="after")
+    def _tenants_named_well(self) -> AuthSettings:
+        for index, key in enumerate(self.global_admin_keys):
+            if "tenant" in key.model_fields_set or key.user is not None:
+                raise ValueError(f"auth.global_admin_keys.{index}: a global admin key "
+                                 "carries no tenant and no user")
+        named = [("auth.keys", k.tenant) for k in self.keys] + \
+            [("auth.admin_keys", k.tenant) for k in self.admin_keys] + \
+            [("auth.jwt.tenants", t) for t in (self.jwt.tenants if self.jwt else [])]
+        for where, tenant in named:
+            if tenant == GLOBAL_NAMESPACE:
+                raise ValueError(f"{where}: '{GLOBAL_NAMESPACE}' is the reserved name of "
+                                 "the global (system memory) namespace, not a tenant")
+        return self
 
 
 class IdentitySettings(_Section):

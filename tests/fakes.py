@@ -21,6 +21,7 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -396,11 +397,14 @@ async def relay_to(fake: FakeUpstream, settings: Settings) -> AsyncIterator[Rela
 async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
                           *, resources: Resources | None = None,
                           embedder: Embedder | None = None,
-                          run_worker: bool = False) -> AsyncIterator[Gateway]:
+                          run_worker: bool = False,
+                          clock: Callable[[], datetime] | None = None,
+                          ) -> AsyncIterator[Gateway]:
     """Serve the app on a free port. The relay reaches ``upstream`` over HTTP
     (:func:`relay_to`); litellm routes (``upstream.transport: litellm``) reach it through
     respx; ``embedder`` (a fake) replaces the configured one. The app runs the learning
-    worker only with ``run_worker`` (tests otherwise drive it with :meth:`Gateway.settle`).
+    worker only with ``run_worker`` (tests otherwise drive it with :meth:`Gateway.settle`);
+    ``clock`` stamps every record and budget period (default: the real time).
     """
     fake = upstream or FakeUpstream()
     async with contextlib.AsyncExitStack() as stack:
@@ -411,7 +415,8 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
         relay = await stack.enter_async_context(relay_to(fake, settings))
         dispatcher = Dispatcher(relay, LiteLLMUpstream(settings.upstream))
         res = resources or await stack.enter_async_context(
-            open_resources(settings, upstream=dispatcher, embedder=embedder)
+            open_resources(settings, upstream=dispatcher, embedder=embedder,
+                           **({} if clock is None else {"clock": clock}))
         )
         # Tests drive the worker themselves (Gateway.settle) for determinism.
         settings_no_worker = settings.model_copy(update={

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.ledger import SqliteLedger
-from proxy.ledger import LearningUsage, Ledger, Totals, UsageRecord
+from proxy.ledger import DailyUsage, LearningUsage, Ledger, Totals, UsageRecord, UsageRow
 from proxy.memory.store import StoreUnavailableError
 from tests.redis_server import free_port
 
@@ -90,3 +90,110 @@ async def test_erase_user_removes_only_that_users_rows(ledger: Ledger) -> None:
     assert await ledger.learning_totals("t1", "u1") == Totals(0, 0, 0, 0)
     assert await ledger.usage_totals("t1", "u2") == Totals(1, 1, 1, 0)
     assert await ledger.learning_totals("t1", "u2") == Totals(1, 1, 1, 0)
+
+def dated(user: str | None, model: str, day: int, prompt: int, completion: int, *,
+          memory: int = 0, tenant: str = "t1") -> UsageRecord:
+    return UsageRecord(at=T0 + timedelta(days=day, hours=1), tenant=tenant, user_id=user,
+                       model=model, prompt_tokens=prompt, completion_tokens=completion,
+                       memory_tokens=memory, memories_injected=0)
+
+
+def spent(user: str | None, model: str, day: int, purpose: str, tokens: int, *,
+          tenant: str = "t1") -> LearningUsage:
+    return LearningUsage(at=T0 + timedelta(days=day, hours=2), tenant=tenant, user_id=user,
+                         model=model, purpose=purpose,  # type: ignore[arg-type]
+                         prompt_tokens=tokens - 1, completion_tokens=1)
+
+
+async def _seed(ledger: Ledger) -> None:
+    await ledger.record_usage([dated("u1", "gpt", 0, 10, 2, memory=5),
+                               dated("u1", "qwen", 1, 20, 3),
+                               dated("u2", "gpt", 1, 1, 1), dated(None, "gpt", 2, 4, 0),
+                               dated("u1", "gpt", 0, 99, 99, tenant="t2")])
+    await ledger.record_learning([spent("u1", "mini", 0, "score", 30),
+                                  spent("u1", "mini", 1, "extract", 50),
+                                  spent("u2", "mini", 1, "embed", 7),
+                                  spent("u1", "mini", 0, "score", 1000, tenant="t2")])
+
+
+async def test_usage_report_groups_by_user_model_and_day(ledger: Ledger) -> None:
+    """The report groups chat and, apart, learning tokens per purpose by user, model or UTC
+    day; another tenant's rows never appear."""
+    await _seed(ledger)
+    by_user = await ledger.usage_report("t1", group_by="user")
+    assert by_user == [
+        UsageRow(key=None, requests=1, prompt=4),
+        UsageRow(key="u1", requests=2, prompt=30, completion=5, memory=5,
+                 learning={"score": 30, "extract": 50}),
+        UsageRow(key="u2", requests=1, prompt=1, completion=1, learning={"embed": 7}),
+    ]
+    by_model = {r.key: r for r in await ledger.usage_report("t1", group_by="model")}
+    assert set(by_model) == {"gpt", "qwen", "mini"}
+    assert by_model["gpt"].requests == 3
+    assert by_model["qwen"].prompt == 20
+    assert by_model["mini"] == UsageRow(key="mini", learning={"score": 30, "extract": 50,
+                                                              "embed": 7})
+    by_day = await ledger.usage_report("t1", group_by="day")
+    assert [r.key for r in by_day] == ["2025-01-01", "2025-01-02", "2025-01-03"]
+    assert by_day[1] == UsageRow(key="2025-01-02", requests=2, prompt=21, completion=4,
+                                 learning={"extract": 50, "embed": 7})
+
+
+async def test_usage_report_filters_by_user_and_days(ledger: Ledger) -> None:
+    """``user`` keeps one user's rows; ``since``/``until`` are inclusive UTC days."""
+    await _seed(ledger)
+    rows = await ledger.usage_report("t1", group_by="day", user="u1",
+                                     since=date(2025, 1, 2), until=date(2025, 1, 2))
+    assert rows == [UsageRow(key="2025-01-02", requests=1, prompt=20, completion=3,
+                             learning={"extract": 50})]
+    assert await ledger.usage_report("t1", group_by="user", since=date(2025, 2, 1)) == []
+    assert await ledger.usage_report("t1", group_by="user", user="nobody") == []
+
+
+async def test_daily_counts_tokens_and_active_users(ledger: Ledger) -> None:
+    """Daily figures: chat tokens, learning tokens and distinct users, zero-filled days."""
+    await _seed(ledger)
+    days = await ledger.daily("t1", since=date(2024, 12, 31), until=date(2025, 1, 3))
+    assert days == [
+        DailyUsage(day=date(2024, 12, 31)),
+        DailyUsage(day=date(2025, 1, 1), user_tokens=12, learning_tokens=30, active_users=1),
+        DailyUsage(day=date(2025, 1, 2), user_tokens=25, learning_tokens=57, active_users=2),
+        DailyUsage(day=date(2025, 1, 3), user_tokens=4, learning_tokens=0, active_users=0),
+    ]
+
+
+async def test_users_index_pages_in_id_order_with_last_seen(ledger: Ledger) -> None:
+    """The tenant → users index lists users by id after a cursor, with their latest usage
+    time; users of another tenant and records without a user are not in it."""
+    await _seed(ledger)
+    await ledger.record_usage([dated("a0", "gpt", 5, 1, 1)])
+    first = await ledger.users("t1", limit=2)
+    assert [u.user for u in first] == ["a0", "u1"]
+    assert first[1].last_seen == T0 + timedelta(days=1, hours=1)
+    assert [u.user for u in await ledger.users("t1", after="u1", limit=2)] == ["u2"]
+    assert await ledger.users("t1", after="u2") == []
+    assert await ledger.user_count("t1") == 3
+    assert [u.user for u in await ledger.users("t2")] == ["u1"]
+
+
+async def test_erase_user_keeps_their_tokens_without_their_name(ledger: Ledger) -> None:
+    """Erasing a user takes their id out of every report and the index: their tokens stay
+    in the tenant's figures as usage without a user; other users and tenants keep theirs."""
+    await _seed(ledger)
+    await ledger.erase_user("t1", "u1")
+    assert await ledger.usage_report("t1", group_by="user") == [
+        UsageRow(key=None, requests=3, prompt=34, completion=5, memory=5,
+                 learning={"score": 30, "extract": 50}),
+        UsageRow(key="u2", requests=1, prompt=1, completion=1, learning={"embed": 7}),
+    ]
+    assert await ledger.usage_report("t1", group_by="user", user="u1") == []
+    assert [u.user for u in await ledger.users("t1")] == ["u2"]
+    assert await ledger.user_count("t1") == 1
+    assert await ledger.usage_totals("t1", "u1") == Totals(0, 0, 0, 0)
+    assert await ledger.usage_totals("t1") == Totals(4, 35, 6, 5)
+    assert await ledger.learning_totals("t1", "u1") == Totals(0, 0, 0)
+    assert (await ledger.daily("t1", since=date(2025, 1, 2), until=date(2025, 1, 2)))[0] \
+        == DailyUsage(day=date(2025, 1, 2), user_tokens=25, learning_tokens=57,
+                      active_users=1)
+    assert [u.user for u in await ledger.users("t2")] == ["u1"]
+    assert (await ledger.usage_totals("t2", "u1")).requests == 1

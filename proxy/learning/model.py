@@ -15,6 +15,7 @@ remembers what each model refused.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -55,6 +56,14 @@ class LearningModel:
 
     def model_for(self, request_model: str) -> str:
         return self._model or request_model
+
+    def with_model(self, model: str) -> LearningModel:
+        """This learning model client calling ``model`` instead of the configured
+        ``learning.model`` (a tenant's run-time override); it shares what each model
+        refused."""
+        other = copy.copy(self)
+        other._model = model
+        return other
 
     def sees_images(self, request_model: str) -> bool:
         """The learning model for this request model accepts image input (model map or

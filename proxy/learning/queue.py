@@ -153,6 +153,13 @@ class LearningQueue(Protocol):
         so resent history is not learned again)."""
         ...
 
+    # issue 13: learning budgets --------------------------------------------------------
+    async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
+        """Like :meth:`retry`, but this delivery does not count as an attempt: the job
+        waits ``delay_seconds`` (a spent learning budget) and can never be dead-lettered
+        for it. ``reason`` is kept as the job's last error."""
+        ...
+
 
 def batch_key(fingerprints: list[str], conversation: str) -> str:
     """Deterministic batch id from its messages: the same messages → the same key

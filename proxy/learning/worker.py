@@ -26,6 +26,7 @@ import structlog
 
 from proxy.errors import ProxyError, RateLimitError
 from proxy.learning import quotas
+from proxy.learning.budget import BudgetSpent, LearningBudgets
 from proxy.learning.consolidate import BatchContext, consolidate
 from proxy.learning.exchange import (
     GROUP_PREFIX,
@@ -74,6 +75,7 @@ from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.metrics import Metrics
 from proxy.request import Message
 from proxy.settings import LearningSettings
+from proxy.tenants import TenantSettings
 from proxy.tokens import IMAGE_TOKENS
 
 log = structlog.get_logger("proxy.learning")
@@ -87,6 +89,11 @@ SCORING_MAX_TOKENS = 512  # the scoring reply: one small JSON object
 # Nearest stored memories per new fact, by vector, offered to consolidation's dedup
 # besides the keyword-related ones (a paraphrase shares few keywords).
 VECTOR_NEIGHBOURS = 3
+# A job postponed by a spent learning budget is looked at again after at most this long
+# (an admin may raise the budget before the period ends), else when the period ends.
+BUDGET_RECHECK_SECONDS = 300.0
+# Sealing waits while a budget is spent: messages stay buffered (under the buffer TTL).
+NEVER_SEAL = 1 << 30
 
 
 def backoff(attempt: int, *, base: float, retry_after: float | None = None) -> float:
@@ -113,9 +120,12 @@ class Worker:
         worker_id: str | None = None,
         embedder: Embedder | None = None,
         ledger: Ledger | None = None,
+        tenants: TenantSettings | None = None,
     ) -> None:
         """``embedder`` (with the ``ledger`` its tokens are booked in) gives new memories
-        vectors and feeds consolidation's similarity dedup; without it both are skipped."""
+        vectors and feeds consolidation's similarity dedup; without it both are skipped.
+        ``tenants``: run-time settings per tenant (issue 13), else ``settings`` for all;
+        with a ``ledger``, ``learning.budget`` is enforced per tenant."""
         self.queue = queue
         self._store = store
         self.model = model
@@ -128,6 +138,8 @@ class Worker:
         self._scores: OrderedDict[str, ScoreResult] = OrderedDict()
         self._vectors = None if embedder is None or ledger is None else \
             MemoryVectors(embedder, ledger=ledger, clock=clock, metrics=metrics)
+        self._tenants = tenants
+        self._budgets = None if ledger is None else LearningBudgets(ledger, clock=clock)
 
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -202,6 +214,13 @@ class Worker:
             await handler(job)
         except asyncio.CancelledError:
             raise
+        except BudgetSpent as spent:  # waits for the next period, never dead-lettered
+            delay = max(1.0, min(BUDGET_RECHECK_SECONDS,
+                                 (spent.resumes_at - self._clock()).total_seconds()))
+            await self.queue.postpone(job, reason=str(spent), delay_seconds=delay)
+            self._count("budget_postponed", job.kind)
+            log.info("learning_budget_spent", job=job.id, tenant=spent.tenant,
+                     resumes_at=spent.resumes_at.isoformat(), recheck_s=round(delay))
         except Exception as exc:  # every failure is retried, then dead-lettered
             await self._failed(job, exc)
         else:
@@ -234,6 +253,11 @@ class Worker:
             idle_before=now - self._settings.idle_flush_seconds
         )
         bucket = int(now // self._settings.idle_flush_seconds)
+        expiring = await self.queue.idle_conversations(
+            idle_before=now - self._settings.buffer_ttl_seconds)
+        for tenant, _user, _conversation in expiring:
+            if await self._budget_spent(tenant):
+                self._count("budget_expired", "conversation")
         for tenant, user, conversation in idle:
             payload = orjson.dumps({"tenant": tenant, "user": user, "conversation": conversation})
             await self.queue.enqueue("flush", f"flush:{tenant}:{user}:{conversation}:{bucket}",
@@ -256,9 +280,16 @@ class Worker:
     # handlers --------------------------------------------------------------
     async def _exchange(self, job: Job) -> None:
         exchange = Exchange.from_json(orjson.loads(job.payload))
+        config = await self._config(exchange.tenant)
+        if not config.enabled:  # the tenant switched learning off (run-time setting)
+            await self.queue.mark_seen(exchange, now=time.time())
+            self._count("exchange_skipped", "tenant_learning_off")
+            return
         prefs = await self._store.get_user_settings(exchange.tenant, exchange.user)
         cleared = prefs.cleared_at.timestamp() if prefs.cleared_at else None
-        batch_size = batch_sizes(exchange.channel, dict(self._settings.batch_messages))
+        batch_size = batch_sizes(exchange.channel, dict(config.batch_messages))
+        if await self._budget_spent(exchange.tenant, config):
+            batch_size = NEVER_SEAL  # buffered only: no batch while the budget is spent
         if not prefs.enable_personal_learning or (cleared is not None and exchange.at <= cleared):
             # Not learned now, and never later: the messages are marked seen.
             await self.queue.mark_seen(exchange, now=time.time())
@@ -277,6 +308,9 @@ class Worker:
         data = orjson.loads(job.payload)
         tenant, user = data["tenant"], data["user"]
         conversation = data.get("conversation")
+        if await self._budget_spent(tenant):
+            self._count("flush_skipped", "budget_spent")
+            return  # the messages stay buffered (under the buffer TTL) until the period ends
         targets = [conversation] if conversation else \
             await self.queue.buffered_conversations(tenant, user)
         for target in targets:
@@ -290,6 +324,10 @@ class Worker:
         # Messages are cut to MAX_MESSAGE_CHARS where they are buffered (exchange.transcript);
         # this covers batches buffered before that, for the calls and the checks alike.
         batch = clip_batch(loaded)
+        setup = await self._tenant_setup(batch)
+        if setup is None:
+            return
+        config, model = setup
         now = self._clock()
         owners = await self._owners(batch)
         if not owners:
@@ -303,22 +341,23 @@ class Worker:
         await load_segmenter_for(user_text)
         language: Language = "zh" if has_cjk(user_text) else "en"
         related, known, known_text = await self._known(batch, owners)
-        scored = await self._score(job, batch, known_text, language)
+        scored = await self._score(job, batch, known_text, language, model)
         weighted = scored.weighted
         audit = [self._event(batch, "scored", scored.reason[:500], now,
                              {"score": weighted, "dimensions": scored.dimensions})]
         record = _conversation_record(batch, weighted, scored.dimensions, scored.reason, now)
-        if weighted < self._settings.score_threshold:
+        if weighted < config.score_threshold:
             audit.append(self._event(batch, "skipped", "score below threshold", now,
                                      {"score": weighted,
-                                      "threshold": self._settings.score_threshold}))
+                                      "threshold": config.score_threshold}))
             await self._apply(batch, ChangeSet(tenant=batch.tenant, user_id=batch.user,
                                                batch_key=key, audit=tuple(audit),
                                                conversation=record))
             self._count("learn_outcome", "below_threshold")
             return
         extraction, vision, shown = await self._extract(
-            job, batch, known_text=known_text, language=language, audit=audit, now=now)
+            job, batch, known_text=known_text, language=language, audit=audit, now=now,
+            model=model)
         if extraction.summary:
             record = replace(record, summary=extraction.summary)
         audit.append(self._event(batch, "extracted", "", now, {
@@ -354,7 +393,8 @@ class Worker:
                 )
                 await self._apply(batch, changes)
             if changes.upserts:
-                await self._enforce_quotas(batch.tenant, owner, batch.channel)
+                await self._enforce_quotas(batch.tenant, owner, batch.channel,
+                                           max_per_user=config.max_memory_per_user)
         if group:
             await self._apply(batch, ChangeSet(tenant=batch.tenant, user_id=batch.user,
                                                batch_key=key, audit=tuple(audit),
@@ -363,13 +403,13 @@ class Worker:
 
     async def _extract(
         self, job: Job, batch: Batch, *, known_text: str, language: Language,
-        audit: list[AuditEvent], now: datetime,
+        audit: list[AuditEvent], now: datetime, model: LearningModel,
     ) -> tuple[ExtractionResult, bool, Batch]:
         """The extraction call (with the conversation's earlier summary, and the images when
         the learning model sees them), whether images went with it, and the part of the
         batch the model was shown (:meth:`_fit`; its images are the ones numbered)."""
         shared = batch_images(batch)
-        vision = bool(shared) and self.model.sees_images(batch.model)
+        vision = bool(shared) and model.sees_images(batch.model)
         if shared and not vision:
             audit.append(self._event(batch, "skipped", "images: the learning model does not "
                                      "accept image input", now, {"images": len(shared)}))
@@ -385,8 +425,9 @@ class Worker:
                                        vision=vision,
                                        earlier=previous.summary if previous else "")
 
-        shown, messages = self._fit(batch, build, max_tokens=max_tokens, vision=vision)
-        extraction = parse_extraction(await self.model.call(
+        shown, messages = self._fit(batch, build, max_tokens=max_tokens, vision=vision,
+                                    model=model)
+        extraction = parse_extraction(await model.call(
             purpose="extract", request_model=batch.model, tenant=batch.tenant,
             user=batch.user, job_id=job.id, max_tokens=max_tokens, schema=EXTRACTION_SCHEMA,
             messages=messages,
@@ -394,14 +435,16 @@ class Worker:
         return extraction, vision, shown
 
     def _fit(self, batch: Batch, build: Callable[[Batch], list[Message]], *,
-             max_tokens: int, vision: bool = False) -> tuple[Batch, list[Message]]:
+             max_tokens: int, vision: bool = False,
+             model: LearningModel | None = None) -> tuple[Batch, list[Message]]:
         """The part of ``batch`` a learning call shows and the call's messages (``build``):
         the newest messages that fit the learning model's context window once the prompt
         without them and a reply of ``max_tokens`` are counted (:func:`fit_batch`)."""
-        room = self.model.room(batch.model, build(replace(batch, messages=())),
-                               max_tokens=max_tokens)
+        model = model or self.model
+        room = model.room(batch.model, build(replace(batch, messages=())),
+                          max_tokens=max_tokens)
         shown = fit_batch(batch, budget=room,
-                          count=lambda text: self.model.count(batch.model, text),
+                          count=lambda text: model.count(batch.model, text),
                           image_tokens=IMAGE_TOKENS if vision else 0)
         if shown is not batch:
             self._count("transcript_cut", "window")
@@ -412,7 +455,7 @@ class Worker:
                 # learn from. A configuration problem (learning.model / max_output_tokens).
                 self._count("transcript_cut", "window_too_small")
                 log.warning("learning_window_too_small", batch=batch.key,
-                            model=self.model.model_for(batch.model), room_tokens=room,
+                            model=model.model_for(batch.model), room_tokens=room,
                             max_tokens=max_tokens,
                             detail="the learning model's context window leaves no room for "
                                    "the conversation: pick a larger learning.model or lower "
@@ -523,7 +566,7 @@ class Worker:
         return prefs.enable_personal_learning and not cleared
 
     async def _score(self, job: Job, batch: Batch, known_text: str,
-                     language: Language) -> ScoreResult:
+                     language: Language, model: LearningModel) -> ScoreResult:
         """The batch's score; a retry after a failed extraction keeps the earlier one."""
         scored = self._scores.get(batch.key)
         if scored is None:
@@ -533,8 +576,8 @@ class Worker:
                 return scoring_messages(batch=part, known=known_text, language=language,
                                         override=override)
 
-            _, messages = self._fit(batch, build, max_tokens=SCORING_MAX_TOKENS)
-            scored = parse_scoring(await self.model.call(
+            _, messages = self._fit(batch, build, max_tokens=SCORING_MAX_TOKENS, model=model)
+            scored = parse_scoring(await model.call(
                 purpose="score", request_model=batch.model, tenant=batch.tenant,
                 user=batch.user, job_id=job.id, max_tokens=SCORING_MAX_TOKENS,
                 schema=SCORING_SCHEMA, messages=messages,
@@ -621,18 +664,20 @@ class Worker:
             learned_from=datetime.fromtimestamp(batch.oldest_at, UTC),
         )
 
-    async def _enforce_quotas(self, tenant: str, user: str, channel: str) -> None:
+    async def _enforce_quotas(self, tenant: str, user: str, channel: str, *,
+                              max_per_user: int | None = None) -> None:
         """Evict over-quota memories of ``user`` (and of the group, for group channels):
-        per-user total, per-person facts, per-group facts (see :mod:`quotas`)."""
+        per-user total (``max_per_user``, default ``learning.max_memory_per_user``),
+        per-person facts, per-group facts (see :mod:`quotas`)."""
+        max_per_user = max_per_user or self._settings.max_memory_per_user
         now = self._clock()
         counts = await self._store.count(tenant, user)
         stored = counts.get("total", 0) + counts.get("retired", 0) + counts.get("disabled", 0)
         victims: list[Memory] = []
-        if stored > min(self._settings.max_memory_per_user, quotas.FACTS_PER_PERSON):
+        if stored > min(max_per_user, quotas.FACTS_PER_PERSON):
             mine = await self._store.scan(ScanQuery(
                 tenant=tenant, user=user, limit=stored + 100))
-            victims += quotas.evictions(mine, max_per_user=self._settings.max_memory_per_user,
-                                        now=now)
+            victims += quotas.evictions(mine, max_per_user=max_per_user, now=now)
         if channel.startswith(GROUP_PREFIX):
             in_group = await self._store.scan(ScanQuery(
                 tenant=tenant, channel=channel, limit=quotas.FACTS_PER_GROUP * 4))
@@ -707,6 +752,46 @@ class Worker:
             actor="auto", at=at, conversation_id=batch.conversation, reason=reason,
             detail={"batch": batch.key, **(detail or {})},
         )
+
+    async def _tenant_setup(self, batch: Batch) -> tuple[LearningSettings,
+                                                        LearningModel] | None:
+        """The tenant's learning settings and learning model for ``batch``; ``None`` (the
+        batch dropped, audited) when the tenant switched learning off. Raises
+        :class:`BudgetSpent` when its learning budget is spent (the job waits)."""
+        config = await self._config(batch.tenant)
+        if not config.enabled:
+            await self._store.audit([self._event(batch, "skipped", "learning switched off "
+                                                 "for the tenant", self._clock())])
+            await self.queue.drop_batch(batch.key)
+            self._count("learn_outcome", "skipped_tenant_off")
+            return None
+        if self._budgets is not None:
+            await self._budgets.check(batch.tenant, config.budget)
+        model = self.model if config.model == self._settings.model else \
+            self.model.with_model(config.model)
+        return config, model
+
+    async def _config(self, tenant: str) -> LearningSettings:
+        """The tenant's learning settings (config + run-time overrides, issue 13)."""
+        if self._tenants is None:
+            return self._settings
+        return (await self._tenants.get(tenant)).learning
+
+    async def _budget_spent(self, tenant: str,
+                            config: LearningSettings | None = None) -> bool:
+        """Whether the tenant's learning budget is spent now (also sets its gauges)."""
+        config = config or await self._config(tenant)
+        budget = config.budget
+        if self._budgets is None or (budget.tokens_per_day is None
+                                     and budget.tokens_per_month is None):
+            return False
+        state = await self._budgets.state(tenant, budget)
+        if self._metrics is not None:
+            self._metrics.learning_budget_paused.labels(tenant=tenant).set(int(state.spent))
+            spent = self._metrics.learning_budget_spent_tokens
+            spent.labels(tenant=tenant, period="day").set(state.spent_today)
+            spent.labels(tenant=tenant, period="month").set(state.spent_this_month)
+        return state.spent
 
     def _count(self, event: str, label: str) -> None:
         if self._metrics is not None:

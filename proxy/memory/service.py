@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -29,6 +30,9 @@ from proxy.models import Route
 from proxy.request import ChatRequest, Message, message_text
 from proxy.settings import MemorySettings
 from proxy.tokens import TokenCounter, upper_bound_tokens
+
+if TYPE_CHECKING:
+    from proxy.tenants import TenantSettings
 
 log = structlog.get_logger("proxy.memory")
 # Tokens kept free between prompt + memory + requested output and the context window.
@@ -105,9 +109,13 @@ class MemoryService:
         counter: TokenCounter,
         embedder: Embedder | None = None,
         clock: Callable[[], datetime] = utcnow,
+        tenants: TenantSettings | None = None,
     ) -> None:
+        """``tenants``: run-time settings per tenant (issue 13: ``memory.injection_count``
+        and ``memory.token_budget_percent`` overrides); else ``settings`` for all."""
         self._store = store
         self._settings = settings
+        self._tenants = tenants
         self._counter = counter
         self._clock = clock
         self._retriever = Retriever(store=store, embedder=embedder,
@@ -131,9 +139,11 @@ class MemoryService:
             return self.passthrough(request, route, "off", "header")
         if not identity.can_read:
             return self.passthrough(request, route, "write_only", "header")
-        if self._settings.injection_count == 0 and self._settings.resident_facts == 0:
+        settings = self._settings if self._tenants is None else \
+            (await self._tenants.get(identity.tenant)).memory
+        if settings.injection_count == 0 and settings.resident_facts == 0:
             return self.passthrough(request, route, "off", "config")
-        budget = await self._budget(request, route)
+        budget = await self._budget(request, route, settings)
         if budget <= 0:
             return self.passthrough(request, route, "no_room", "context_window")
         # The first Chinese text a process sees loads jieba's dictionary (~0.7 s, once):
@@ -145,8 +155,8 @@ class MemoryService:
         started = loop.time()
         try:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
-                profile, relevant, resident, degraded = await self._recall(identity, request,
-                                                                           latest)
+                profile, relevant, resident, degraded = await self._recall(
+                    identity, request, latest, settings)
         except TimeoutError:
             held = THROTTLE.allow("memory_recall_timeout")
             if held is not None:
@@ -191,13 +201,13 @@ class MemoryService:
         )
 
     async def _recall(
-        self, identity: Identity, request: ChatRequest, latest: str
+        self, identity: Identity, request: ChatRequest, latest: str,
+        settings: MemorySettings,
     ) -> tuple[Profile | None, list[Memory], list[Memory], str | None]:
         """Profile, relevant memories, resident memories, and why vectors were not used
         (``None`` when they were, or when no embedder is configured). ``latest``: the text
         of the latest user turn."""
         assert identity.user is not None
-        settings = self._settings
         channels = None if identity.channel == "private" else (f"group:{identity.group}",)
         queries = plan_queries(request.messages, context_turns=settings.query_context_turns,
                                max_subqueries=settings.max_subqueries,
@@ -218,7 +228,8 @@ class MemoryService:
         await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
         return profile, [r.memory for r in recalled.ranked], resident, recalled.degraded
 
-    async def _budget(self, request: ChatRequest, route: Route) -> int:
+    async def _budget(self, request: ChatRequest, route: Route,
+                      settings: MemorySettings) -> int:
         """Tokens the block may use: ``token_budget_percent`` of the context window, cut
         to what is left after the prompt and the requested output (case B04).
 
@@ -226,7 +237,7 @@ class MemoryService:
         runs in a thread, and is skipped — no memory — for prompts over
         ``HOPELESS_BYTES_PER_WINDOW_TOKEN`` bytes per window token, which cannot fit."""
         window = route.context_window
-        budget = int(window * self._settings.token_budget_percent / 100)
+        budget = int(window * settings.token_budget_percent / 100)
         requested = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
         reserve = requested if isinstance(requested, int) and requested > 0 else 0
         bound = upper_bound_tokens(request.messages)

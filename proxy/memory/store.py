@@ -154,6 +154,29 @@ class PromptVersion:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Filters of ``GET /v1/admin/audit`` (all optional, combined with AND): one user, one
+    action, one actor (``auto``/``user``/``admin``), one conversation, and events at or
+    after ``since`` / before ``until``."""
+
+    user: str | None = None
+    action: str | None = None
+    actor: str | None = None
+    conversation: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def matches(self, event: AuditEvent) -> bool:
+        """Whether ``event`` passes every filter (backends that filter in Python)."""
+        return ((self.user is None or event.user_id == self.user)
+                and (self.action is None or event.action == self.action)
+                and (self.actor is None or event.actor == self.actor)
+                and (self.conversation is None or event.conversation_id == self.conversation)
+                and (self.since is None or event.at >= self.since)
+                and (self.until is None or event.at < self.until))
+
+
 class MemoryStore(Protocol):
     """Storage of memories, profiles, per-user settings and the audit log."""
 
@@ -276,6 +299,35 @@ class MemoryStore(Protocol):
         learning batch already claimed writes nothing back, see :class:`ChangeSet`) and
         ``audit`` as the one tombstone event. Returns the number of memories deleted.
         Other users and the tenant's shared memories are untouched."""
+        ...
+
+
+    # issue 13: admin governance ---------------------------------------------------------
+    async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
+                           before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
+        """The tenant's learning log filtered by ``where``, newest first, at most ``limit``
+        events with ids below the cursor ``before_id``."""
+        ...
+
+    async def audit_counts(self, tenant: str, *, since: datetime
+                           ) -> dict[tuple[str, str, str], int]:
+        """Events of the tenant's log at or after ``since``, counted per
+        ``(UTC day YYYY-MM-DD, action, actor)``."""
+        ...
+
+    async def tenant_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        """The tenant's memories per scope (``personal``, ``shared``, ``system`` — system
+        only for the global namespace), each ``{"total": active, "retired", "disabled",
+        <category>: active}``."""
+        ...
+
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        """The tenant's run-time settings overrides (dotted name → value), ``{}`` if none."""
+        ...
+
+    async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
+                                  ) -> None:
+        """Replace the tenant's run-time settings overrides."""
         ...
 
 

@@ -4,14 +4,14 @@
   else config, else built-in) and its saved versions
 - ``PUT /v1/admin/prompts/{kind}`` ``{"text": "…"}`` — save a new version (audited);
   ``{"text": ""}`` goes back to the configured / built-in prompt
-- ``GET /v1/admin/audit?user=&limit=&before=`` — the learning log
-- ``GET /v1/admin/usage?user=`` — user usage and, apart, learning tokens
+- the learning log, usage, users, settings, stats and prompt history:
+  :mod:`proxy.routes.governance` (issue 13)
 - ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue``
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 from starlette.requests import Request
@@ -96,37 +96,6 @@ async def put_prompt(request: Request) -> Response:
                 "chars": len(saved.text)})])
     return json_response({"object": "prompt.version", "kind": kind,
                           "version": saved.version, "at": to_iso(saved.at)})
-
-
-async def audit_log(request: Request) -> Response:
-    res, tenant, _ = _admin(request)
-    user = request.query_params.get("user") or None
-    try:
-        limit = min(max(int(request.query_params.get("limit", "100")), 1), 1000)
-        before_raw = request.query_params.get("before")
-        before = int(before_raw) if before_raw else None
-    except ValueError as exc:
-        raise InvalidRequestError("'limit' and 'before' are integers.", param="limit") from exc
-    rows = await res.store.audit_log(tenant, user, limit=limit, before_id=before)
-    return json_response({"object": "list", "data": [_event(i, e) for i, e in rows]})
-
-
-def _event(event_id: int, event: AuditEvent) -> dict[str, Any]:
-    return {"id": event_id, "at": to_iso(event.at), "user_id": event.user_id,
-            "conversation_id": event.conversation_id, "actor": event.actor,
-            "action": event.action, "memory_id": event.memory_id, "reason": event.reason,
-            "detail": event.detail}
-
-
-async def usage(request: Request) -> Response:
-    res, tenant, _ = _admin(request)
-    await res.usage.flush()
-    user = request.query_params.get("user") or None
-    return json_response({
-        "object": "usage", "tenant": tenant, "user": user,
-        "usage": (await res.ledger.usage_totals(tenant, user)).to_api(),
-        "learning": (await res.ledger.learning_totals(tenant, user)).to_api(),
-    })
 
 
 async def dead_letters(request: Request) -> Response:

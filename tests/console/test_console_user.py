@@ -237,3 +237,34 @@ async def test_console_speaks_chinese_to_a_chinese_browser(
         await expect(tab.get_by_role("button", name="Sign in")).to_have_count(0)
     finally:
         await context.close()
+
+
+async def test_console_works_from_the_keyboard(page: Any, console_gateway: Gateway) -> None:
+    """Sign-in, tab switching (arrow keys) and a confirmation dialog (Escape) work without
+    a mouse, and focus returns to the button that opened the dialog."""
+    await learn(console_gateway, USER_KEY, "I run marathons.", fact("Runs marathons"))
+    await page.goto("/console/")
+    await expect(page.get_by_label("API key")).to_be_focused()
+    await page.keyboard.type(USER_KEY)
+    await page.keyboard.press("Enter")
+    await expect(page.get_by_role("heading", name="Memory of alice")).to_be_focused()
+    memories_tab = page.get_by_role("tab", name="Memories")
+    await memories_tab.focus()
+    await page.keyboard.press("ArrowRight")
+    profile_tab = page.get_by_role("tab", name="Profile")
+    await expect(profile_tab).to_be_focused()
+    await expect(profile_tab).to_have_attribute("aria-selected", "true")
+    await page.keyboard.press("ArrowLeft")
+    await expect(memories_tab).to_have_attribute("aria-selected", "true")
+    delete = page.locator("li.card", has_text="Runs marathons").get_by_role(
+        "button", name="Delete")
+    await delete.focus()
+    await page.keyboard.press("Enter")
+    await expect(page.get_by_role("dialog", name="Confirm")).to_be_visible()
+    await page.keyboard.press("Escape")
+    await expect(page.get_by_role("dialog", name="Confirm")).to_be_hidden()
+    await expect(delete).to_be_focused()
+    assert "Runs marathons" in await memories(console_gateway)
+    # The focused control is outlined (focus visible).
+    outline = await delete.evaluate("el => getComputedStyle(el).outlineStyle")
+    assert outline == "solid"

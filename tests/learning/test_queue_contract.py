@@ -462,3 +462,25 @@ async def test_forget_user_drops_their_buffered_text_but_not_their_fingerprints(
     assert (await queue.depth()).buffered_messages == 2
     assert await queue.buffer(exchange(turn("secret two"), at=1001), batch_size=1,
                               now=1001) is None
+
+
+async def test_a_postponed_job_waits_without_using_an_attempt(queue: LearningQueue) -> None:
+    """A postponed job (spent learning budget) is not claimable before its delay, and its
+    next delivery has the attempt count of the postponed one: it can never dead-letter."""
+    await queue.enqueue("learn", "j", b"p")
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    for _ in range(3):
+        await queue.postpone(job, reason="learning budget spent", delay_seconds=0)
+        again = await queue.claim("w", lease_seconds=30)
+        assert again is not None
+        assert (again.id, again.attempts) == ("j", 1)
+        job = again
+    await queue.postpone(job, reason="learning budget spent", delay_seconds=LEASE)
+    assert await queue.claim("w", lease_seconds=30) is None
+    assert (await queue.depth()).delayed == 1
+    await asyncio.sleep(LEASE + SLACK)
+    later = await queue.claim("w", lease_seconds=30)
+    assert later is not None
+    assert later.attempts == 1
+    assert await queue.dead_letters() == []

@@ -95,8 +95,9 @@ async def test_usage_and_dead_letters(gw: Gateway, upstream: FakeUpstream) -> No
     await gw.settle()
     async with gw.client(headers=ADMIN) as client:
         usage = (await client.get("/v1/admin/usage", params={"user": "u1"})).json()
-        assert usage["usage"]["requests"] == 1
-        assert usage["learning"]["requests"] == 2
+        assert [row["requests"] for row in usage["data"]] == [1]
+        assert usage["data"][0]["learning_tokens"]["score"] > 0
+        assert usage["data"][0]["learning_tokens"]["extract"] > 0
         dead = (await client.get("/v1/admin/dead-letters")).json()["data"]
         assert len(dead) == 1
         assert "ParseError" in dead[0]["last_error"]

@@ -16,6 +16,7 @@ when a user is named, else the tenant's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 
 import orjson
 from redis.asyncio import Redis
@@ -23,7 +24,10 @@ from redis.asyncio.client import Pipeline
 
 from proxy.backends.redis.codec import audit_entry, audit_from_entry, audit_id, stream_id
 from proxy.backends.redis.keys import KeyLayout, tenant_token, user_token
-from proxy.memory.store import AuditEvent
+from proxy.memory.store import AuditEvent, AuditFilter
+
+# Entries read per XREVRANGE / XRANGE call when filtering or counting (issue 13).
+SCAN_PAGE = 1000
 
 # Issue 12 (erasure): deletes one user's entries from a tenant stream, one page per call so
 # that Redis serves other clients between pages. An entry is the user's when its JSON, as
@@ -127,3 +131,53 @@ class AuditStreams:
             if not last:
                 return deleted
             start = "(" + last
+
+    async def search(self, tenant: str, where: AuditFilter, *, limit: int,
+                     before_id: int | None) -> list[tuple[int, AuditEvent]]:
+        """Newest first, at most ``limit`` events passing ``where`` with ids below
+        ``before_id``: the user's stream when ``where.user`` is set, else the tenant's,
+        read in pages of :data:`SCAN_PAGE`. An entry's id is its append time, never before
+        its event's ``at``, so the scan stops at the first id older than ``where.since``."""
+        if limit <= 0:
+            return []
+        token = tenant_token(tenant) if where.user is None else user_token(tenant, where.user)
+        key = self._keys.audit(token)
+        newest = "+" if before_id is None else "(" + stream_id(before_id)
+        floor = "-" if where.since is None else f"{int(where.since.timestamp() * 1000)}-0"
+        found: list[tuple[int, AuditEvent]] = []
+        while len(found) < limit:
+            entries: list[tuple[bytes, dict[bytes | str, bytes | str]]] = \
+                await self._redis.xrevrange(key, newest, floor,
+                                            count=SCAN_PAGE)  # type: ignore[assignment]
+            for entry_id, fields in entries:
+                event = audit_from_entry(fields)
+                if event.tenant == tenant and where.matches(event):
+                    found.append((audit_id(entry_id), event))
+                    if len(found) == limit:
+                        break
+            if len(entries) < SCAN_PAGE:
+                break
+            last = entries[-1][0]
+            newest = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+        return found
+
+    async def counts(self, tenant: str, *, since_ms: int) -> dict[tuple[str, str, str], int]:
+        """Events of the tenant stream appended at or after ``since_ms`` (epoch ms),
+        counted per (UTC day of ``at``, action, actor)."""
+        key = self._keys.audit(tenant_token(tenant))
+        start = f"{since_ms}-0"
+        out: dict[tuple[str, str, str], int] = {}
+        while True:
+            entries: list[tuple[bytes, dict[bytes | str, bytes | str]]] = \
+                await self._redis.xrange(key, start, "+",
+                                         count=SCAN_PAGE)  # type: ignore[assignment]
+            for _entry_id, fields in entries:
+                event = audit_from_entry(fields)
+                if event.at.timestamp() * 1000 >= since_ms:
+                    day = event.at.astimezone(UTC).date().isoformat()
+                    group = (day, event.action, event.actor)
+                    out[group] = out.get(group, 0) + 1
+            if len(entries) < SCAN_PAGE:
+                return out
+            last = entries[-1][0]
+            start = "(" + (last.decode() if isinstance(last, bytes) else str(last))

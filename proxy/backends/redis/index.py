@@ -363,6 +363,22 @@ class MemoryIndex:
         return out
 
 
+    async def scope_counts(self, where: FilterExpression
+                           ) -> list[tuple[str, str, bool, bool, int]]:
+        """``(scope, category, enabled, retired, count)`` groups of the documents in
+        ``where`` (issue 13: tenant statistics)."""
+        request = (AggregateRequest(str(where))
+                   .group_by(["@scope", "@category", "@enabled", "@ix_retired"],
+                             reducers.count().alias("n")).dialect(2))
+        result = await self._serving.aggregate(request)
+        out = []
+        for raw in result.rows:
+            row = _row(raw)
+            out.append((row["scope"], row["category"], row["enabled"] == "1",
+                        row["ix_retired"] == "1", int(row["n"])))
+        return out
+
+
 def _row(raw: Sequence[Any]) -> dict[str, str]:
     """An FT.AGGREGATE row ``[name, value, name, value, …]`` as a dict of strings."""
     def text(v: Any) -> str:

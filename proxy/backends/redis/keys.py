@@ -21,6 +21,12 @@ key name::
     P:learning:{ns|t…}         HASH    learning ledger counters (per user / per tenant)
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
+    P:day:{t…}:<YYYY-MM-DD>    HASH    the tenant's usage and learning counters of one UTC
+                                       day, per (user, model): see the ledger module
+    P:days:{t…}                ZSET    UTC days holding counters → days since 1970-01-01
+    P:users:{t…}               ZSET    the tenant's users (score 0: ordered by id)
+    P:seen:{t…}                HASH    user → time of their latest usage row (ISO 8601)
+    P:tset:{t…}                STRING  the tenant's run-time settings overrides (JSON)
 
 The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
 its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
@@ -151,6 +157,21 @@ class KeyLayout:
 
     def prompts(self, tenant_tok: str, kind: str) -> str:
         return f"{self.prefix}:prompts:{{{tenant_tok}}}:{kind}"
+
+    def day(self, tenant_tok: str, day: str) -> str:
+        return f"{self.prefix}:day:{{{tenant_tok}}}:{day}"
+
+    def days(self, tenant_tok: str) -> str:
+        return f"{self.prefix}:days:{{{tenant_tok}}}"
+
+    def tenant_users(self, tenant_tok: str) -> str:
+        return f"{self.prefix}:users:{{{tenant_tok}}}"
+
+    def last_seen(self, tenant_tok: str) -> str:
+        return f"{self.prefix}:seen:{{{tenant_tok}}}"
+
+    def tenant_settings(self, tenant_tok: str) -> str:
+        return f"{self.prefix}:tset:{{{tenant_tok}}}"
 
     # learning queue ------------------------------------------------------------------
     def queue(self, name: str) -> str:

@@ -152,7 +152,9 @@ redis.call('ZREM', KEYS[6], id)
 return 1
 """
 
-# ARGV = (id, error, delay seconds). The attempt count is kept. Returns 1, or 0.
+# ARGV = (id, error, delay seconds[, refund]). The attempt count is kept — or, with
+# refund '1' (a postponed job: issue 13's learning budget), this delivery is given back.
+# Returns 1, or 0.
 RETRY = _JOB_PRELUDE + """
 local id = ARGV[1]
 local delay = tonumber(ARGV[3])
@@ -163,6 +165,7 @@ unlist(h)
 redis.call('ZREM', KEYS[5], id)
 redis.call('ZREM', KEYS[6], id)
 h.error = ARGV[2]
+if ARGV[4] == '1' and h.attempts > 0 then h.attempts = h.attempts - 1 end
 h.available = fmt(now + delay)
 if delay <= 0 then
   redis.call('ZREM', KEYS[4], id)

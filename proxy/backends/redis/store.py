@@ -86,6 +86,7 @@ from proxy.memory.records import (
 )
 from proxy.memory.store import (
     AuditEvent,
+    AuditFilter,
     Candidate,
     ChangeSet,
     ListQuery,
@@ -646,6 +647,44 @@ class RedisMemoryStore:
     ) -> list[tuple[int, AuditEvent]]:
         with _unavailable("audit_log"):
             return await self._audit.read(tenant, user, limit=limit, before_id=before_id)
+
+    # issue 13: admin governance ----------------------------------------------------------
+    async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
+                           before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
+        with _unavailable("audit_search"):
+            return await self._audit.search(tenant, where, limit=limit, before_id=before_id)
+
+    async def audit_counts(self, tenant: str, *, since: datetime
+                           ) -> dict[tuple[str, str, str], int]:
+        with _unavailable("audit_counts"):
+            return await self._audit.counts(tenant, since_ms=int(since.timestamp() * 1000))
+
+    async def tenant_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        with _unavailable("tenant_counts"):
+            await self._ensure_index()
+            groups = await self._index.scope_counts(tag_is("ix_tenant", tenant_token(tenant)))
+        counts: dict[str, dict[str, int]] = {}
+        for scope, category, enabled, retired, n in groups:
+            into = counts.setdefault(scope, {"total": 0, "retired": 0, "disabled": 0})
+            if retired:
+                into["retired"] += n
+            elif not enabled:
+                into["disabled"] += n
+            else:
+                into["total"] += n
+                into[category] = into.get(category, 0) + n
+        return counts
+
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        with _unavailable("get_tenant_settings"):
+            raw = await self._redis.get(self._keys.tenant_settings(tenant_token(tenant)))
+        return {} if raw is None else dict(orjson.loads(raw))
+
+    async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
+                                  ) -> None:
+        with _unavailable("put_tenant_settings"):
+            await self._redis.set(self._keys.tenant_settings(tenant_token(tenant)),
+                                  orjson.dumps(dict(overrides)))
 
 
     # issue 12: erasure ---------------------------------------------------------------

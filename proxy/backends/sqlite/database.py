@@ -220,6 +220,26 @@ MIGRATIONS: tuple[str, ...] = (
         ON memories (tenant, user_id, hits DESC, last_seen_at DESC)
         WHERE enabled = 1 AND superseded_at IS NULL AND subject = 'user';
     """,
+    # 7: the tenant → users index (GET /v1/admin/users), filled from the usage ledger;
+    # tenant settings edited at run time (GET/PATCH /v1/admin/settings).
+    """
+    CREATE TABLE tenant_users (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        last_seen TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_id)
+    ) WITHOUT ROWID;
+    INSERT INTO tenant_users (tenant, user_id, last_seen)
+        SELECT tenant, user_id, max(at) FROM usage_ledger WHERE user_id IS NOT NULL
+        GROUP BY tenant, user_id;
+    CREATE INDEX usage_day ON usage_ledger (tenant, at);
+    CREATE INDEX learning_day ON learning_ledger (tenant, at);
+    CREATE TABLE tenant_settings (
+        tenant TEXT PRIMARY KEY,
+        data TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    """,
 )
 
 

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import date, timedelta
 from typing import Any
 
 from proxy.backends.sqlite.database import SqliteDatabase
-from proxy.ledger import LearningUsage, Totals, UsageRecord
-from proxy.memory.records import to_iso
+from proxy.ledger import (
+    DailyUsage,
+    GroupBy,
+    KnownUser,
+    LearningUsage,
+    Totals,
+    UsageRecord,
+    UsageRow,
+)
+from proxy.memory.records import from_iso, to_iso
+
+# SQL of each report key over a ledger row (``at`` is ISO 8601 UTC: its first 10
+# characters are the UTC day).
+_GROUP_KEY = {"user": "user_id", "model": "model", "day": "substr(at, 1, 10)"}
 
 
 class SqliteLedger:
@@ -23,11 +36,27 @@ class SqliteLedger:
              r.memory_tokens, r.memories_injected, int(r.estimated))
             for r in records
         ]
-        await self._db.write(lambda c: c.executemany(
-            "INSERT INTO usage_ledger (at, tenant, user_id, model, prompt_tokens, "
-            "completion_tokens, memory_tokens, memories_injected, estimated) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows,
-        ))
+        seen: dict[tuple[str, str], str] = {}
+        for r in records:
+            if r.user_id is not None:
+                stamp = to_iso(r.at) or ""
+                key = (r.tenant, r.user_id)
+                seen[key] = max(seen.get(key, ""), stamp)
+
+        def run(c: sqlite3.Connection) -> None:
+            c.executemany(
+                "INSERT INTO usage_ledger (at, tenant, user_id, model, prompt_tokens, "
+                "completion_tokens, memory_tokens, memories_injected, estimated) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows,
+            )
+            c.executemany(
+                "INSERT INTO tenant_users (tenant, user_id, last_seen) VALUES (?, ?, ?) "
+                "ON CONFLICT(tenant, user_id) DO UPDATE SET "
+                "last_seen = max(last_seen, excluded.last_seen)",
+                [(t, u, at) for (t, u), at in seen.items()],
+            )
+
+        await self._db.write(run)
 
     async def record_learning(self, records: Sequence[LearningUsage]) -> None:
         if not records:
@@ -65,10 +94,102 @@ class SqliteLedger:
     async def learning_totals(self, tenant: str, user: str | None = None) -> Totals:
         return await self._totals("learning_ledger", False, tenant, user)
 
+    # per-day / per-model reports and the tenant → users index ----------------------------
+    async def usage_report(
+        self, tenant: str, *, group_by: GroupBy, user: str | None = None,
+        since: date | None = None, until: date | None = None,
+    ) -> list[UsageRow]:
+        where, args = _window(tenant, user, since, until)
+        key = _GROUP_KEY[group_by]
+
+        def run(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+            chat = conn.execute(
+                f"SELECT {key}, count(*), coalesce(sum(prompt_tokens), 0), "
+                f"coalesce(sum(completion_tokens), 0), coalesce(sum(memory_tokens), 0) "
+                f"FROM usage_ledger WHERE {where} GROUP BY 1", args).fetchall()
+            learned = conn.execute(
+                f"SELECT {key}, purpose, sum(prompt_tokens + completion_tokens) "
+                f"FROM learning_ledger WHERE {where} GROUP BY 1, 2", args).fetchall()
+            return chat, learned
+
+        chat, learned = await self._db.read(run)
+        rows: dict[str | None, dict[str, Any]] = {}
+        for k, requests, prompt, completion, memory in chat:
+            rows[k] = {"requests": int(requests), "prompt": int(prompt),
+                       "completion": int(completion), "memory": int(memory), "learning": {}}
+        for k, purpose, tokens in learned:
+            row = rows.setdefault(k, {"learning": {}})
+            row["learning"][purpose] = int(tokens)
+        return [UsageRow(key=k, **rows[k])
+                for k in sorted(rows, key=lambda k: (k is not None, k or ""))]
+
+    async def daily(self, tenant: str, *, since: date, until: date) -> list[DailyUsage]:
+        where, args = _window(tenant, None, since, until)
+
+        def run(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+            chat = conn.execute(
+                "SELECT substr(at, 1, 10), sum(prompt_tokens + completion_tokens), "
+                f"count(DISTINCT user_id) FROM usage_ledger WHERE {where} GROUP BY 1",
+                args).fetchall()
+            learned = conn.execute(
+                "SELECT substr(at, 1, 10), sum(prompt_tokens + completion_tokens) "
+                f"FROM learning_ledger WHERE {where} GROUP BY 1", args).fetchall()
+            return chat, learned
+
+        chat, learned = await self._db.read(run)
+        by_chat = {d: (int(t), int(n)) for d, t, n in chat}
+        by_learning = {d: int(t) for d, t in learned}
+        out = []
+        day = since
+        while day <= until:
+            iso = day.isoformat()
+            tokens, active = by_chat.get(iso, (0, 0))
+            out.append(DailyUsage(day=day, user_tokens=tokens,
+                                  learning_tokens=by_learning.get(iso, 0),
+                                  active_users=active))
+            day += timedelta(days=1)
+        return out
+
+    async def users(self, tenant: str, *, after: str | None = None,
+                    limit: int = 100) -> list[KnownUser]:
+        rows = await self._db.read(lambda c: c.execute(
+            "SELECT user_id, last_seen FROM tenant_users WHERE tenant = ? AND user_id > ? "
+            "ORDER BY user_id LIMIT ?", (tenant, after or "", max(0, limit))).fetchall())
+        out = []
+        for user, seen in rows:
+            at = from_iso(seen)
+            assert at is not None
+            out.append(KnownUser(user=user, last_seen=at))
+        return out
+
+    async def user_count(self, tenant: str) -> int:
+        row = await self._db.read(lambda c: c.execute(
+            "SELECT count(*) FROM tenant_users WHERE tenant = ?", (tenant,)).fetchone())
+        return int(row[0])
+
     async def erase_user(self, tenant: str, user: str) -> None:
-        def run(conn: sqlite3.Connection) -> None:
+        def run(c: sqlite3.Connection) -> None:
             for table in ("usage_ledger", "learning_ledger"):
-                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?",
-                             (tenant, user))
+                c.execute(f"UPDATE {table} SET user_id = NULL "
+                          "WHERE tenant = ? AND user_id = ?", (tenant, user))
+            c.execute("DELETE FROM tenant_users WHERE tenant = ? AND user_id = ?",
+                      (tenant, user))
 
         await self._db.write(run)
+
+
+def _window(tenant: str, user: str | None, since: date | None,
+            until: date | None) -> tuple[str, list[Any]]:
+    """The WHERE clause (and its arguments) of a tenant's rows, optionally one user's,
+    between two UTC days inclusive (ISO strings compare in time order)."""
+    where, args = "tenant = ?", [tenant]
+    if user is not None:
+        where += " AND user_id = ?"
+        args.append(user)
+    if since is not None:
+        where += " AND at >= ?"
+        args.append(since.isoformat())
+    if until is not None:
+        where += " AND at < ?"
+        args.append((until + timedelta(days=1)).isoformat())
+    return where, args

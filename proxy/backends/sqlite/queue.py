@@ -272,3 +272,13 @@ class SqliteLearningQueue:
         await self._write(lambda c: c.execute(
             "DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?", (tenant, user)
         ))
+
+    # issue 13: learning budgets ----------------------------------------------------------
+    async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
+        now = time.time()
+        await self._write(lambda c: c.execute(
+            "UPDATE jobs SET status = 'ready', leased_by = NULL, lease_until = NULL, "
+            "attempts = max(attempts - 1, 0), available_at = ?, last_error = ?, "
+            "updated_at = ? WHERE id = ?",
+            (now + delay_seconds, reason[:_MAX_ERROR_CHARS], now, job.id),
+        ))

@@ -32,6 +32,7 @@ from proxy.memory.records import (
 )
 from proxy.memory.store import (
     AuditEvent,
+    AuditFilter,
     Candidate,
     ChangeSet,
     ListQuery,
@@ -814,3 +815,78 @@ class SqliteMemoryStore:
 
         result: int = await self._write(run)
         return result
+
+    # issue 13: admin governance ----------------------------------------------------------
+    async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
+                           before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
+        clauses: list[str] = ["tenant = ?"]
+        args: list[Any] = [tenant]
+        for column, value in (("user_id", where.user), ("action", where.action),
+                              ("actor", where.actor),
+                              ("conversation_id", where.conversation)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if where.since is not None:
+            clauses.append("at >= ?")
+            args.append(to_iso(where.since) or "")
+        if where.until is not None:
+            clauses.append("at < ?")
+            args.append(to_iso(where.until) or "")
+        if before_id is not None:
+            clauses.append("id < ?")
+            args.append(before_id)
+
+        def run(conn: sqlite3.Connection) -> list[tuple[int, AuditEvent]]:
+            rows = conn.execute(
+                "SELECT id, at, tenant, user_id, conversation_id, actor, action, memory_id, "
+                f"reason, detail FROM audit_log WHERE {' AND '.join(clauses)} "
+                "ORDER BY id DESC LIMIT ?", (*args, max(0, limit))).fetchall()
+            return [(r[0], AuditEvent(
+                tenant=r[2], user_id=r[3], conversation_id=r[4], actor=r[5], action=r[6],
+                memory_id=r[7], reason=r[8], detail=orjson.loads(r[9]), at=_dt(r[1])))
+                for r in rows]
+
+        result: list[tuple[int, AuditEvent]] = await self._read(run)
+        return result
+
+    async def audit_counts(self, tenant: str, *, since: datetime
+                           ) -> dict[tuple[str, str, str], int]:
+        rows = await self._read(lambda c: c.execute(
+            "SELECT substr(at, 1, 10), action, actor, count(*) FROM audit_log "
+            "WHERE tenant = ? AND at >= ? GROUP BY 1, 2, 3",
+            (tenant, to_iso(since))).fetchall())
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+
+    async def tenant_counts(self, tenant: str) -> dict[str, dict[str, int]]:
+        def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+            counts: dict[str, dict[str, int]] = {}
+            for scope, category, enabled, retired, n in conn.execute(
+                "SELECT scope, category, enabled, superseded_at IS NOT NULL, count(*) "
+                "FROM memories WHERE tenant = ? GROUP BY 1, 2, 3, 4", (tenant,),
+            ):
+                into = counts.setdefault(scope, {"total": 0, "retired": 0, "disabled": 0})
+                if retired:
+                    into["retired"] += n
+                elif not enabled:
+                    into["disabled"] += n
+                else:
+                    into["total"] += n
+                    into[category] = into.get(category, 0) + n
+            return counts
+
+        result: dict[str, dict[str, int]] = await self._read(run)
+        return result
+
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        row = await self._read(lambda c: c.execute(
+            "SELECT data FROM tenant_settings WHERE tenant = ?", (tenant,)).fetchone())
+        return {} if row is None else dict(orjson.loads(row[0]))
+
+    async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
+                                  ) -> None:
+        data = orjson.dumps(dict(overrides)).decode()
+        await self._write(lambda c: c.execute(
+            "INSERT INTO tenant_settings (tenant, data, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(tenant) DO UPDATE SET data = excluded.data, "
+            "updated_at = excluded.updated_at", (tenant, data, to_iso(utcnow()))))

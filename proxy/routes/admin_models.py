@@ -1,0 +1,266 @@
+"""Request and response bodies of the admin governance routes (issue 13), as pydantic
+models: the routes validate with them and ``/openapi.json`` documents them
+(``model_json_schema``). Query strings are validated with the ``*Query`` models."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+
+Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
+AdminScope = Literal["shared", "system"]
+
+
+class _Query(BaseModel):
+    # Unknown query parameters are ignored, as everywhere in the API.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- usage -------------------------------------------------------------------------------
+class UsageQuery(_Query):
+    """``GET /v1/admin/usage``: group by user, model or UTC day; optionally one user and a
+    window of UTC days (inclusive). ``tenant``: global admin keys only."""
+
+    group_by: Literal["user", "model", "day"] = "user"
+    user: str | None = None
+    since: date | None = None
+    until: date | None = None
+    tenant: str | None = None
+
+
+class UserTokens(BaseModel):
+    prompt: int
+    completion: int
+
+
+class UsageEntry(BaseModel):
+    key: str | None = Field(description="user id (null: requests without a user), model "
+                                        "name or UTC date, after group_by")
+    requests: int
+    user_tokens: UserTokens
+    memory_tokens: int
+    learning_tokens: dict[str, int] = Field(description="learning tokens (prompt + "
+                                                        "completion) per ledger purpose")
+
+
+class UsageList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[UsageEntry]
+
+
+# --- users -------------------------------------------------------------------------------
+class UsersQuery(_Query):
+    after: str | None = None
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+class UserEntry(BaseModel):
+    user: str
+    memories: int = Field(description="active personal memories")
+    last_seen: datetime = Field(description="time of the user's latest chat request")
+
+
+class UserList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[UserEntry]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+# --- audit -------------------------------------------------------------------------------
+class AuditQuery(_Query):
+    user: str | None = None
+    action: str | None = None
+    actor: Literal["auto", "user", "admin"] | None = None
+    conversation: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+    before: int | None = Field(default=None, ge=0, description="cursor: the id of the "
+                                                               "oldest event already seen")
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: datetime
+    user_id: str | None
+    conversation_id: str | None
+    actor: str
+    action: str
+    memory_id: str | None
+    reason: str
+    detail: dict[str, Any]
+
+
+class AuditList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AuditEntry]
+
+
+# --- prompts -------------------------------------------------------------------------------
+class PromptVersionEntry(BaseModel):
+    version: int
+    text: str = Field(description="empty: back to the configured / built-in prompt")
+    actor: str
+    at: datetime
+
+
+class PromptVersionList(BaseModel):
+    object: Literal["list"] = "list"
+    kind: Literal["scoring", "extraction"]
+    data: list[PromptVersionEntry]
+
+
+class PromptVersionsQuery(_Query):
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class PromptRestored(BaseModel):
+    object: Literal["prompt.version"] = "prompt.version"
+    kind: Literal["scoring", "extraction"]
+    version: int = Field(description="the new current version")
+    restored_from: int
+    at: datetime
+
+
+# --- settings ------------------------------------------------------------------------------
+class BudgetValue(_Body):
+    tokens_per_day: int | None = Field(default=None, ge=1)
+    tokens_per_month: int | None = Field(default=None, ge=1)
+
+
+class SettingsPatch(_Body):
+    """``PATCH /v1/admin/settings``: config names as keys; ``null`` removes the tenant's
+    override (back to ``config.yaml``). Values are validated as at startup."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    learning_enabled: bool | None = Field(default=None, alias="learning.enabled")
+    learning_score_threshold: float | None = Field(default=None,
+                                                   alias="learning.score_threshold")
+    learning_batch_messages: int | dict[str, int] | None = Field(
+        default=None, alias="learning.batch_messages")
+    learning_max_memory_per_user: int | None = Field(default=None,
+                                                     alias="learning.max_memory_per_user")
+    learning_retention_days: int | None = Field(default=None, alias="learning.retention_days")
+    learning_model: str | None = Field(default=None, alias="learning.model")
+    learning_budget: BudgetValue | None = Field(default=None, alias="learning.budget")
+    memory_injection_count: int | None = Field(default=None, alias="memory.injection_count")
+    memory_token_budget_percent: float | None = Field(default=None,
+                                                      alias="memory.token_budget_percent")
+
+
+class SettingsView(BaseModel):
+    object: Literal["settings"] = "settings"
+    tenant: str
+    settings: dict[str, Any] = Field(description="effective value of every run-time "
+                                                 "setting (config name → value)")
+    overrides: dict[str, Any] = Field(description="the tenant's stored overrides")
+    learning_available: bool = Field(description="config.yaml has learning on (only then "
+                                                 "can a tenant switch it on)")
+
+
+# --- stats ---------------------------------------------------------------------------------
+class StatsQuery(_Query):
+    days: int = Field(default=30, ge=1, le=366)
+    tenant: str | None = None
+
+
+class BudgetState(BaseModel):
+    budget: BudgetValue
+    spent_today: int
+    spent_this_month: int
+    state: Literal["active", "paused"]
+    paused_by: Literal["day", "month"] | None
+    resumes_at: datetime | None
+
+
+class LearningState(BaseModel):
+    enabled: bool = Field(description="learning on for this tenant (config and override)")
+    budget: BudgetState
+
+
+class StatsTotals(BaseModel):
+    users: int
+    memories: dict[str, dict[str, int]] = Field(description="scope → {total (active), "
+                                                            "retired, disabled, <category>}")
+    retired: int
+
+
+class StatsDay(BaseModel):
+    date: date
+    learned: int
+    merged: int
+    retired: int
+    rejected: int
+    learning_tokens: int
+    user_tokens: int
+    active_users: int
+
+
+class Stats(BaseModel):
+    object: Literal["stats"] = "stats"
+    tenant: str
+    totals: StatsTotals
+    learning: LearningState
+    daily: list[StatsDay]
+
+
+# --- shared and system memories ------------------------------------------------------------
+class AdminMemoriesQuery(_Query):
+    scope: AdminScope = "shared"
+    limit: int = Field(default=100, ge=1, le=500)
+    after: str | None = None
+    include_retired: bool = False
+
+
+class NewAdminMemory(_Body):
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    category: Category = "organizational"
+    subcategory: str = Field(default="", max_length=60)
+    tags: list[str] = Field(default_factory=list, max_length=20)
+    scope: AdminScope | None = None  # else ?scope=, default shared
+
+
+class AdminMemoryPatch(_Body):
+    content: str | None = Field(default=None, min_length=1, max_length=MAX_CONTENT_CHARS)
+    title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
+    category: Category | None = None
+    subcategory: str | None = Field(default=None, max_length=60)
+    tags: list[str] | None = Field(default=None, max_length=20)
+    enabled: bool | None = None
+
+
+class AdminMemory(BaseModel):
+    """A memory as the API shows it (SPEC §4 field names; no embedding)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    object: Literal["memory"] = "memory"
+    id: str
+    scope: Literal["personal", "shared", "system"]
+    content: str
+
+
+class AdminMemoryList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AdminMemory]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class AdminMemoryDeleted(BaseModel):
+    id: str
+    object: Literal["memory.deleted"] = "memory.deleted"
+    deleted: bool

@@ -1,0 +1,306 @@
+"""Admins govern (issue 13): usage, users, the filtered learning log, prompt history,
+run-time settings and statistics, scoped to the admin key's tenant.
+
+Global admin keys (``auth.global_admin_keys``) carry no tenant: here they read one
+tenant's ``stats`` and ``usage`` by naming it (``?tenant=``); the other routes answer them
+403. A tenant admin key naming another tenant gets 403. Bodies and answers are the models
+of :mod:`proxy.routes.admin_models`.
+
+- ``GET /v1/admin/usage?group_by=user|model|day&user=&since=&until=`` — chat tokens and,
+  always apart, learning tokens per ledger purpose
+- ``GET /v1/admin/users?after=&limit=`` — the tenant's users (id order, cursor ``after``)
+- ``GET /v1/admin/audit?user=&action=&actor=&conversation=&since=&until=&limit=&before=``
+- ``GET /v1/admin/prompts/{kind}/versions`` ·
+  ``POST /v1/admin/prompts/{kind}/versions/{version}/restore``
+- ``GET`` / ``PATCH /v1/admin/settings`` — :mod:`proxy.tenants`
+- ``GET /v1/admin/stats?days=30``
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
+from proxy.learning.budget import LearningBudgets
+from proxy.ledger import PURPOSES, UsageRow
+from proxy.memory.store import AuditEvent, AuditFilter
+from proxy.resources import Resources
+from proxy.routes import admin_models as m
+from proxy.routes.json import json_response
+from proxy.settings import GLOBAL_NAMESPACE
+from proxy.tenants import OVERRIDABLE
+
+T = TypeVar("T", bound=BaseModel)
+PROMPT_KINDS = ("scoring", "extraction")
+# Versions read to find the one to restore (the store keeps every version).
+MAX_PROMPT_VERSIONS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Admin:
+    """The caller of an admin route: resources, the tenant acted on, the key's name."""
+
+    res: Resources
+    tenant: str
+    actor: str
+    is_global: bool
+
+
+def caller(request: Request, *, global_reads: bool = False) -> Admin:
+    """Authenticate an admin and pick the tenant (module docstring). Raises 401/403, and
+    400 (``param`` ``tenant``) when a global key names no tenant where it may read one."""
+    res: Resources = request.app.state.resources
+    principal = res.keyring.authenticate_admin(request.headers)
+    asked = request.query_params.get("tenant") or None
+    actor = principal.key_name or "admin"
+    if principal.is_global_admin:
+        if not global_reads:
+            raise PermissionDeniedError(
+                "A global admin key manages system memories and reads a tenant's stats "
+                "and usage (?tenant=); use the tenant's admin key here.",
+                code="tenant_admin_required")
+        if asked is None or asked == GLOBAL_NAMESPACE:
+            raise InvalidRequestError("A global admin key names the tenant: add "
+                                      "?tenant=<name>.", param="tenant",
+                                      code="missing_tenant")
+        return Admin(res, asked, actor, True)
+    if asked is not None and asked != principal.tenant:
+        raise PermissionDeniedError("An admin key acts on its own tenant only.",
+                                    param="tenant", code="other_tenant")
+    return Admin(res, principal.tenant, actor, False)
+
+
+def invalid(exc: ValidationError, *, prefix: str = "") -> InvalidRequestError:
+    """The first validation error as a 400 naming the parameter."""
+    first = exc.errors()[0]
+    param = prefix + ".".join(str(p) for p in first["loc"]) if first["loc"] else None
+    return InvalidRequestError(f"{param}: {first['msg']}" if param else first["msg"],
+                               param=param, code="invalid_value")
+
+
+def query(model: type[T], request: Request) -> T:
+    """The query string validated by ``model`` (400 on a bad value)."""
+    try:
+        return model.model_validate(dict(request.query_params))
+    except ValidationError as exc:
+        raise invalid(exc) from exc
+
+
+async def body(model: type[T], request: Request) -> T:
+    """The JSON body validated by ``model`` (400 on bad JSON or a bad value)."""
+    try:
+        raw = orjson.loads(await request.body() or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError("The request body is not valid JSON.",
+                                  code="invalid_json") from exc
+    if not isinstance(raw, dict):
+        raise InvalidRequestError("The request body must be a JSON object.",
+                                  code="invalid_json")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(exc) from exc
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def ok(model: BaseModel, *, status_code: int = 200) -> Response:
+    return json_response(model.model_dump(mode="json"), status_code=status_code)
+
+
+# --- usage and users ----------------------------------------------------------------------
+def _usage_entry(row: UsageRow) -> m.UsageEntry:
+    learning = dict.fromkeys(PURPOSES, 0)
+    learning.update(row.learning)
+    return m.UsageEntry(key=row.key, requests=row.requests,
+                        user_tokens=m.UserTokens(prompt=row.prompt, completion=row.completion),
+                        memory_tokens=row.memory, learning_tokens=learning)
+
+
+async def usage(request: Request) -> Response:
+    """``GET /v1/admin/usage`` (:class:`~proxy.routes.admin_models.UsageList`)."""
+    admin = caller(request, global_reads=True)
+    q = query(m.UsageQuery, request)
+    if q.since and q.until and q.since > q.until:
+        raise InvalidRequestError("'since' is after 'until'.", param="since",
+                                  code="invalid_value")
+    await admin.res.usage.flush()
+    rows = await admin.res.ledger.usage_report(admin.tenant, group_by=q.group_by,
+                                               user=q.user, since=q.since, until=q.until)
+    return ok(m.UsageList(data=[_usage_entry(r) for r in rows]))
+
+
+async def users(request: Request) -> Response:
+    """``GET /v1/admin/users`` (:class:`~proxy.routes.admin_models.UserList`)."""
+    admin = caller(request)
+    q = query(m.UsersQuery, request)
+    await admin.res.usage.flush()
+    known = await admin.res.ledger.users(admin.tenant, after=q.after, limit=q.limit + 1)
+    page = known[:q.limit]
+    counts = await asyncio.gather(*(admin.res.store.count(admin.tenant, u.user)
+                                    for u in page))
+    data = [m.UserEntry(user=u.user, memories=c.get("total", 0), last_seen=u.last_seen)
+            for u, c in zip(page, counts, strict=True)]
+    return ok(m.UserList(data=data, first_id=page[0].user if page else None,
+                         last_id=page[-1].user if page else None,
+                         has_more=len(known) > q.limit))
+
+
+# --- audit -------------------------------------------------------------------------------
+def audit_entry(event_id: int, event: AuditEvent) -> m.AuditEntry:
+    return m.AuditEntry(id=event_id, at=event.at, user_id=event.user_id,
+                        conversation_id=event.conversation_id, actor=event.actor,
+                        action=event.action, memory_id=event.memory_id, reason=event.reason,
+                        detail=event.detail)
+
+
+async def audit_log(request: Request) -> Response:
+    """``GET /v1/admin/audit`` (:class:`~proxy.routes.admin_models.AuditList`)."""
+    admin = caller(request)
+    q = query(m.AuditQuery, request)
+    where = AuditFilter(user=q.user, action=q.action, actor=q.actor,
+                        conversation=q.conversation, since=_utc(q.since), until=_utc(q.until))
+    rows = await admin.res.store.audit_search(admin.tenant, where, limit=q.limit,
+                                              before_id=q.before)
+    return ok(m.AuditList(data=[audit_entry(i, e) for i, e in rows]))
+
+
+# --- prompts -----------------------------------------------------------------------------
+def _kind(request: Request) -> str:
+    kind = str(request.path_params["kind"])
+    if kind not in PROMPT_KINDS:
+        raise NotFoundError("Prompts are 'scoring' and 'extraction'.", param="kind",
+                            code="unknown_prompt")
+    return kind
+
+
+async def prompt_versions(request: Request) -> Response:
+    """``GET /v1/admin/prompts/{kind}/versions``: every saved version, newest first, with
+    its author (the admin key's name) and time."""
+    admin = caller(request)
+    kind = _kind(request)
+    q = query(m.PromptVersionsQuery, request)
+    versions = await admin.res.store.prompt_versions(admin.tenant, kind, limit=q.limit)
+    return ok(m.PromptVersionList(kind=kind, data=[  # type: ignore[arg-type]
+        m.PromptVersionEntry(version=v.version, text=v.text, actor=v.actor, at=v.at)
+        for v in versions]))
+
+
+async def restore_prompt(request: Request) -> Response:
+    """``POST /v1/admin/prompts/{kind}/versions/{version}/restore``: the old text becomes
+    a new current version (audited ``edited``); 404 for a version that does not exist."""
+    admin = caller(request)
+    kind = _kind(request)
+    try:
+        number = int(request.path_params["version"])
+    except ValueError as exc:
+        raise InvalidRequestError("The version is an integer.", param="version",
+                                  code="invalid_value") from exc
+    versions = await admin.res.store.prompt_versions(admin.tenant, kind,
+                                                     limit=MAX_PROMPT_VERSIONS)
+    old = next((v for v in versions if v.version == number), None)
+    if old is None:
+        raise NotFoundError(f"No version {number} of the {kind} prompt.", param="version",
+                            code="prompt_version_not_found")
+    now = admin.res.clock()
+    saved = await admin.res.store.save_prompt(admin.tenant, kind, old.text, admin.actor, now)
+    await admin.res.store.audit([AuditEvent(
+        tenant=admin.tenant, user_id=None, action="edited", actor="admin", at=now,
+        reason=f"{kind} prompt version {saved.version} restores version {number}",
+        detail={"kind": kind, "version": saved.version, "restored_from": number,
+                "by": admin.actor, "chars": len(saved.text)})])
+    return ok(m.PromptRestored(kind=kind, version=saved.version,  # type: ignore[arg-type]
+                               restored_from=number, at=saved.at))
+
+
+# --- settings ------------------------------------------------------------------------------
+async def _settings_view(admin: Admin) -> m.SettingsView:
+    config = await admin.res.tenants.get(admin.tenant)
+    return m.SettingsView(tenant=admin.tenant,
+                          settings={name: config.value(name) for name in OVERRIDABLE},
+                          overrides=dict(config.overrides),
+                          learning_available=admin.res.tenants.learning_available)
+
+
+async def get_settings(request: Request) -> Response:
+    """``GET /v1/admin/settings`` (:class:`~proxy.routes.admin_models.SettingsView`)."""
+    return ok(await _settings_view(caller(request)))
+
+
+async def patch_settings(request: Request) -> Response:
+    """``PATCH /v1/admin/settings``: 400 naming the setting for a bad value, 409 for
+    ``learning.enabled: true`` while ``config.yaml`` has learning off; audit
+    ``settings_changed`` with what changed."""
+    admin = caller(request)
+    patch = await body(m.SettingsPatch, request)
+    values = patch.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    if not values:
+        raise InvalidRequestError("Send at least one setting, e.g. "
+                                  "{\"learning.score_threshold\": 0.7}.",
+                                  code="invalid_value")
+    # A budget is replaced whole; its caps left out are none.
+    _, changed = await admin.res.tenants.update(admin.tenant, values)
+    if changed:
+        await admin.res.store.audit([AuditEvent(
+            tenant=admin.tenant, user_id=None, action="settings_changed", actor="admin",
+            at=admin.res.clock(), reason=", ".join(sorted(changed)),
+            detail={"by": admin.actor, "changed": changed})])
+    return ok(await _settings_view(admin))
+
+
+# --- stats -------------------------------------------------------------------------------
+async def stats(request: Request) -> Response:
+    """``GET /v1/admin/stats?days=30`` (:class:`~proxy.routes.admin_models.Stats`): totals,
+    the learning state with its budget, and one row per UTC day, oldest first."""
+    admin = caller(request, global_reads=True)
+    q = query(m.StatsQuery, request)
+    res, tenant = admin.res, admin.tenant
+    await res.usage.flush()
+    today = res.clock().astimezone(UTC).date()
+    since = today - timedelta(days=q.days - 1)
+    config = await res.tenants.get(tenant)
+    user_count, counts, system, audit_counts, daily, budget = await asyncio.gather(
+        res.ledger.user_count(tenant), res.store.tenant_counts(tenant),
+        res.store.tenant_counts(GLOBAL_NAMESPACE),
+        res.store.audit_counts(tenant, since=datetime.combine(since, datetime.min.time(),
+                                                              tzinfo=UTC)),
+        res.ledger.daily(tenant, since=since, until=today),
+        LearningBudgets(res.ledger, clock=res.clock).state(tenant, config.learning.budget),
+    )
+    res.metrics.learning_budget_paused.labels(tenant=tenant).set(int(budget.spent))
+    memories = {scope: counts.get(scope, {"total": 0, "retired": 0, "disabled": 0})
+                for scope in ("personal", "shared")}
+    memories["system"] = system.get("system", {"total": 0, "retired": 0, "disabled": 0})
+
+    def events(day: str, action: str, actor: str | None = None) -> int:
+        return sum(n for (d, a, who), n in audit_counts.items()
+                   if d == day and a == action and (actor is None or who == actor))
+
+    rows = []
+    for d in daily:
+        day = d.day.isoformat()
+        rows.append(m.StatsDay(
+            date=d.day, learned=events(day, "created", "auto"),
+            merged=events(day, "merged"), retired=events(day, "retired"),
+            rejected=events(day, "rejected"), learning_tokens=d.learning_tokens,
+            user_tokens=d.user_tokens, active_users=d.active_users))
+    enabled = res.learning_enabled and config.learning.enabled
+    return ok(m.Stats(
+        tenant=tenant,
+        totals=m.StatsTotals(users=user_count, memories=memories,
+                             retired=sum(c["retired"] for c in memories.values())),
+        learning=m.LearningState(enabled=enabled,
+                                 budget=m.BudgetState.model_validate(budget.to_api())),
+        daily=rows))

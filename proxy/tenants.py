@@ -1,0 +1,168 @@
+"""Run-time settings per tenant (seed 000 §6 ChatSetting): ``config.yaml`` gives the
+defaults, overrides stored by ``PATCH /v1/admin/settings`` win.
+
+The overridable settings keep their config names (:data:`OVERRIDABLE`). Overrides live in
+the memory store (:meth:`~proxy.memory.store.MemoryStore.get_tenant_settings`), so every
+gateway process and worker pointed at the same storage sees them; each process caches a
+tenant's effective settings for :data:`REFRESH_SECONDS`, so a change reaches all of them
+within 5 s without a restart (the process that made it sees it at once). When the store
+cannot be read, the last known settings (else the config's) are used: settings never break
+chat or learning.
+
+Validation is the startup validation: the merged section is rebuilt with pydantic, and an
+invalid value is a 400 whose ``param`` is the dotted name (``learning.score_threshold``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from proxy.errors import ConflictError, InvalidRequestError
+from proxy.memory.store import MemoryStore, StoreUnavailableError
+from proxy.settings import LearningSettings, MemorySettings, Settings
+
+log = structlog.get_logger("proxy.tenants")
+
+# A cached tenant's settings are re-read after this many seconds: 4 s + one store read
+# keeps "every process sees a change within 5 s" (issue 13).
+REFRESH_SECONDS = 4.0
+# The settings an admin may change at run time, by their config.yaml names.
+OVERRIDABLE: tuple[str, ...] = (
+    "learning.enabled", "learning.score_threshold", "learning.batch_messages",
+    "learning.max_memory_per_user", "learning.retention_days", "learning.model",
+    "learning.budget", "memory.injection_count", "memory.token_budget_percent",
+)
+# Cached tenants per process (LRU beyond this drops the least recently read).
+MAX_CACHED_TENANTS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """A tenant's effective settings: the config sections with its overrides applied."""
+
+    tenant: str
+    learning: LearningSettings
+    memory: MemorySettings
+    overrides: Mapping[str, Any]
+
+    def value(self, name: str) -> Any:
+        """The effective value of one :data:`OVERRIDABLE` name, JSON-ready."""
+        section, field_name = name.split(".", 1)
+        return getattr(self, section).model_dump(mode="json")[field_name]
+
+
+class TenantSettings:
+    """Effective settings per tenant (module docstring). ``clock``: monotonic seconds."""
+
+    def __init__(self, settings: Settings, store: MemoryStore, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 refresh_seconds: float = REFRESH_SECONDS) -> None:
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self._refresh = refresh_seconds
+        self._cache: dict[str, tuple[float, TenantConfig]] = {}
+        self._defaults = TenantConfig(tenant="", learning=settings.learning,
+                                      memory=settings.memory, overrides={})
+
+    @property
+    def learning_available(self) -> bool:
+        """Whether ``config.yaml`` switched learning on (only then is a sink built)."""
+        return self._settings.learning.enabled
+
+    def cached(self) -> list[TenantConfig]:
+        """The tenants this process has settings of (fresh or not)."""
+        return [config for _, config in self._cache.values()]
+
+    async def get(self, tenant: str) -> TenantConfig:
+        """The tenant's effective settings, at most :data:`REFRESH_SECONDS` old."""
+        now = self._clock()
+        hit = self._cache.get(tenant)
+        if hit is not None and now - hit[0] < self._refresh:
+            return hit[1]
+        try:
+            overrides = await self._store.get_tenant_settings(tenant)
+            config = self._merge(tenant, overrides)
+        except (StoreUnavailableError, InvalidRequestError) as exc:
+            log.warning("tenant_settings_unreadable", tenant=tenant, error=str(exc))
+            config = hit[1] if hit is not None else self._merge(tenant, {})
+        self._remember(tenant, config, now)
+        return config
+
+    async def update(self, tenant: str, patch: Mapping[str, Any]) -> tuple[TenantConfig,
+                                                                           dict[str, Any]]:
+        """Apply ``patch`` (name → value; ``None`` removes the override) and store it.
+
+        Returns the new settings and the names that changed (old, new values). Raises
+        :class:`InvalidRequestError` (400, ``param`` = the dotted name) for an unknown name
+        or an invalid value, and :class:`ConflictError` (409) for ``learning.enabled:
+        true`` while ``config.yaml`` has learning off (no learning sink is built)."""
+        for name, value in patch.items():
+            if name not in OVERRIDABLE:
+                raise InvalidRequestError(
+                    f"'{name}' is not a run-time setting; these are: "
+                    f"{', '.join(OVERRIDABLE)}.", param=name, code="unknown_setting")
+            if name == "learning.enabled" and value is True and not self.learning_available:
+                raise ConflictError(
+                    "Learning is off in config.yaml (learning.enabled: false), so this "
+                    "gateway builds no learning pipeline; a tenant override cannot switch "
+                    "it on. Enable it in the config and restart.",
+                    code="learning_unavailable")
+        before = await self._store.get_tenant_settings(tenant)
+        merged = {**before, **patch}
+        overrides = {k: v for k, v in merged.items() if v is not None and k in OVERRIDABLE}
+        config = self._merge(tenant, overrides)
+        # Stored as validated (e.g. batch_messages as the full mapping).
+        stored = {name: config.value(name) for name in overrides}
+        old = self._merge(tenant, {k: v for k, v in before.items() if k in OVERRIDABLE})
+        await self._store.put_tenant_settings(tenant, stored)
+        config = TenantConfig(tenant=tenant, learning=config.learning, memory=config.memory,
+                              overrides=stored)
+        self._remember(tenant, config, self._clock())
+        changed = {name: {"from": old.value(name), "to": config.value(name)}
+                   for name in OVERRIDABLE if old.value(name) != config.value(name)}
+        return config, changed
+
+    def _merge(self, tenant: str, overrides: Mapping[str, Any]) -> TenantConfig:
+        sections: dict[str, dict[str, Any]] = {"learning": {}, "memory": {}}
+        for name, value in overrides.items():
+            section, field_name = name.split(".", 1)
+            sections[section][field_name] = value
+        learning = _rebuild(self._settings.learning, sections["learning"], "learning")
+        memory = _rebuild(self._settings.memory, sections["memory"], "memory")
+        model = learning.model
+        names = {d.model_name for d in self._settings.model_list}
+        if "model" in sections["learning"] and model and model not in names:
+            raise InvalidRequestError(
+                f"learning.model '{model}' is not a model_name in model_list (known: "
+                f"{', '.join(sorted(names)) or 'none'}).", param="learning.model",
+                code="invalid_value")
+        return TenantConfig(tenant=tenant, learning=learning, memory=memory,
+                            overrides=dict(overrides))
+
+    def _remember(self, tenant: str, config: TenantConfig, now: float) -> None:
+        self._cache.pop(tenant, None)
+        self._cache[tenant] = (now, config)
+        while len(self._cache) > MAX_CACHED_TENANTS:
+            self._cache.pop(next(iter(self._cache)))
+
+
+def _rebuild(base: Any, changes: dict[str, Any], section: str) -> Any:
+    """``base`` (a settings section) with ``changes``, validated as at startup."""
+    if not changes:
+        return base
+    try:
+        return type(base).model_validate({**base.model_dump(), **changes})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        param = f"{section}.{loc}" if loc else section
+        top = f"{section}.{first['loc'][0]}" if first["loc"] else section
+        raise InvalidRequestError(f"{param}: {first['msg']}", param=top,
+                                  code="invalid_value") from exc

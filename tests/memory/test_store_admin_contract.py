@@ -1,0 +1,99 @@
+"""The MemoryStore contract, issue 13 part (admin governance), on both backends: the
+filtered learning log, per-day audit counts, tenant memory counts and tenant settings.
+
+Uses the shared ``store`` fixture of :mod:`tests.memory.test_store_contract`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from proxy.memory.store import AuditEvent, AuditFilter, MemoryStore
+from tests.memory.test_store_contract import T0, mem, store
+
+__all__ = ["store"]  # the fixture, collected from this module too
+
+
+def event(action: str, *, user: str | None = "u1", actor: str = "auto", minutes: int = 0,
+          conversation: str | None = None, tenant: str = "t1") -> AuditEvent:
+    return AuditEvent(tenant=tenant, user_id=user, action=action,  # type: ignore[arg-type]
+                      actor=actor, at=T0 + timedelta(minutes=minutes),  # type: ignore[arg-type]
+                      conversation_id=conversation)
+
+
+async def _log(store: MemoryStore) -> None:
+    await store.audit([
+        event("created", minutes=0, conversation="c1"),
+        event("merged", minutes=1, conversation="c1"),
+        event("deleted", user="u2", actor="user", minutes=2),
+        event("created", user=None, actor="admin", minutes=3),
+        event("retired", minutes=60 * 24 + 5, conversation="c2"),
+        event("created", minutes=4, tenant="t2"),
+    ])
+
+
+async def test_audit_search_filters_and_pages(store: MemoryStore) -> None:
+    """The log filters by user, action, actor, conversation and time, newest first, and
+    pages with ``before_id``; another tenant's events never appear."""
+    await _log(store)
+    everything = await store.audit_search("t1", AuditFilter())
+    assert [e.action for _, e in everything] == ["retired", "created", "deleted", "merged",
+                                                  "created"]
+    assert [e.action for _, e in await store.audit_search(
+        "t1", AuditFilter(user="u1"))] == ["retired", "merged", "created"]
+    assert [e.user_id for _, e in await store.audit_search(
+        "t1", AuditFilter(action="created"))] == [None, "u1"]
+    assert [e.action for _, e in await store.audit_search(
+        "t1", AuditFilter(actor="user"))] == ["deleted"]
+    assert [e.action for _, e in await store.audit_search(
+        "t1", AuditFilter(conversation="c1"))] == ["merged", "created"]
+    window = AuditFilter(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3))
+    assert [e.action for _, e in await store.audit_search("t1", window)] == ["deleted",
+                                                                              "merged"]
+    first = await store.audit_search("t1", AuditFilter(), limit=2)
+    rest = await store.audit_search("t1", AuditFilter(), limit=10, before_id=first[-1][0])
+    assert [e.action for _, e in first + rest] == [e.action for _, e in everything]
+    assert await store.audit_search("t1", AuditFilter(action="promoted")) == []
+
+
+async def test_audit_counts_per_day_action_and_actor(store: MemoryStore) -> None:
+    """Counts group the tenant's events by UTC day, action and actor from ``since`` on."""
+    await _log(store)
+    counts = await store.audit_counts("t1", since=T0)
+    assert counts == {("2025-01-01", "created", "auto"): 1,
+                      ("2025-01-01", "merged", "auto"): 1,
+                      ("2025-01-01", "deleted", "user"): 1,
+                      ("2025-01-01", "created", "admin"): 1,
+                      ("2025-01-02", "retired", "auto"): 1}
+    assert await store.audit_counts("t1", since=T0 + timedelta(days=1)) == {
+        ("2025-01-02", "retired", "auto"): 1}
+
+
+async def test_tenant_counts_per_scope(store: MemoryStore) -> None:
+    """Tenant counts split memories by scope and category; retired and disabled apart;
+    another tenant's memories are not counted."""
+    await store.add(mem("likes tea", category="user_preference"))
+    await store.add(mem("uses rust", user="u2", category="technical"))
+    await store.add(mem("old fact", superseded_at=T0))
+    await store.add(mem("off fact", enabled=False))
+    await store.add(mem("office opens at 9", user=None, category="organizational"))
+    await store.add(mem("other tenant", tenant="t2"))
+    counts = await store.tenant_counts("t1")
+    assert counts["personal"] == {"total": 2, "retired": 1, "disabled": 1,
+                                  "user_preference": 1, "technical": 1}
+    assert counts["shared"] == {"total": 1, "retired": 0, "disabled": 0,
+                                "organizational": 1}
+    assert await store.tenant_counts("nobody") == {}
+
+
+async def test_tenant_settings_round_trip(store: MemoryStore) -> None:
+    """Tenant settings overrides are stored whole, per tenant."""
+    assert await store.get_tenant_settings("t1") == {}
+    await store.put_tenant_settings("t1", {"learning.score_threshold": 0.7,
+                                           "learning.budget": {"tokens_per_day": 100}})
+    await store.put_tenant_settings("t2", {"memory.injection_count": 3})
+    assert await store.get_tenant_settings("t1") == {
+        "learning.score_threshold": 0.7, "learning.budget": {"tokens_per_day": 100}}
+    await store.put_tenant_settings("t1", {})
+    assert await store.get_tenant_settings("t1") == {}
+    assert await store.get_tenant_settings("t2") == {"memory.injection_count": 3}

@@ -1,0 +1,402 @@
+"""Admins govern (issue 13): usage, users, the filtered learning log, prompt history,
+run-time settings, learning budgets and statistics — on both storage backends."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.settings import Settings
+from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+
+ACME_ADMIN = {"Authorization": "Bearer acme-admin"}
+GLOBEX_ADMIN = {"Authorization": "Bearer globex-admin"}
+GLOBAL = {"Authorization": "Bearer global-admin"}
+ACME_APP = {"Authorization": "Bearer acme-app"}
+GLOBEX_APP = {"Authorization": "Bearer globex-app"}
+Build = Callable[..., Settings]
+
+
+def fact(content: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda _body: {"memories": [{"title": content[:30], "content": content,
+                                        "subject": "user"}]}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def build(request: pytest.FixtureRequest, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Build:
+    """Settings for two tenants (acme, globex), an admin key each and a global admin key,
+    on the backend of the test's parameter."""
+    for name in ("acme-admin", "globex-admin", "global-admin", "acme-app", "globex-app"):
+        monkeypatch.setenv(name.upper().replace("-", "_"), name)
+    storage: dict[str, object] = {"path": str(tmp_path / "memory.db")}
+    if request.param == "redis":
+        storage = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
+                                request.getfixturevalue("redis_prefix"))
+
+    def settings(**overrides: Any) -> Settings:
+        learning = {"enabled": True, "batch_messages": 1, "max_attempts": 2,
+                    **overrides.pop("learning", {})}
+        return make_settings(tmp_path, storage=storage, learning=learning, auth={
+            "keys": [{"key": "os.environ/ACME_APP", "tenant": "acme"},
+                     {"key": "os.environ/GLOBEX_APP", "tenant": "globex"}],
+            "admin_keys": [{"key": "os.environ/ACME_ADMIN", "tenant": "acme", "name": "ops"},
+                           {"key": "os.environ/GLOBEX_ADMIN", "tenant": "globex"}],
+            "global_admin_keys": [{"key": "os.environ/GLOBAL_ADMIN", "name": "root"}],
+        }, **overrides)
+    return settings
+
+
+@pytest.fixture
+async def gw(build: Build, upstream: FakeUpstream) -> AsyncIterator[Gateway]:
+    async with running_gateway(build(), upstream) as gateway:
+        yield gateway
+
+
+async def say(gateway: Gateway, text: str, *, user: str = "u1",
+              key: dict[str, str] = ACME_APP) -> Any:
+    async with gateway.client(headers={**key, "X-User-Id": user}) as client:
+        response = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": text}]})
+    assert response.status_code == 200
+    return response
+
+
+async def get(gateway: Gateway, path: str, headers: dict[str, str] = ACME_ADMIN,
+              **params: Any) -> Any:
+    async with gateway.client(headers=headers) as client:
+        return await client.get(path, params=params)
+
+
+async def test_usage_groups_by_user_model_and_day(gw: Gateway, upstream: FakeUpstream
+                                                  ) -> None:
+    """Usage answers the list shape: per user, model or day, user tokens and learning
+    tokens (one key per purpose) apart; another tenant's traffic never shows."""
+    upstream.extract = fact("Collects stamps")
+    await say(gw, "I collect stamps.")
+    await say(gw, "Hello there.", user="u2")
+    await say(gw, "I sail.", user="u9", key=GLOBEX_APP)
+    await gw.settle()
+    body = (await get(gw, "/v1/admin/usage")).json()
+    assert body["object"] == "list"
+    by_user = {row["key"]: row for row in body["data"]}
+    assert set(by_user) == {"u1", "u2"}
+    assert by_user["u1"]["requests"] == 1
+    assert by_user["u1"]["user_tokens"] == {"prompt": 12, "completion": 3}
+    assert set(by_user["u1"]["learning_tokens"]) >= {"score", "extract", "embed", "vision"}
+    assert by_user["u1"]["learning_tokens"]["extract"] > 0
+    assert by_user["u2"]["requests"] == 1
+    models = (await get(gw, "/v1/admin/usage", group_by="model")).json()["data"]
+    assert [row["key"] for row in models] == ["m"]
+    assert models[0]["requests"] == 2
+    days = (await get(gw, "/v1/admin/usage", group_by="day")).json()["data"]
+    assert [row["key"] for row in days] == [datetime.now(UTC).date().isoformat()]
+    only = (await get(gw, "/v1/admin/usage", user="u2")).json()["data"]
+    assert [row["key"] for row in only] == ["u2"]
+    tomorrow = (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
+    assert (await get(gw, "/v1/admin/usage", since=tomorrow)).json()["data"] == []
+
+
+@pytest.mark.parametrize(("params", "param"), [
+    ({"group_by": "tenant"}, "group_by"), ({"since": "yesterday"}, "since"),
+    ({"since": "2025-02-01", "until": "2025-01-01"}, "since")])
+async def test_bad_usage_queries_are_400(gw: Gateway, params: dict[str, str],
+                                         param: str) -> None:
+    """A bad group_by or date is a 400 naming the parameter."""
+    response = await get(gw, "/v1/admin/usage", **params)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == param
+
+
+async def test_keys_and_tenants_of_the_admin_api(gw: Gateway) -> None:
+    """Tenant admin keys see their tenant only (403 naming another); app keys get 403;
+    a global admin key reads a tenant's usage and stats with ?tenant= (400 without it)
+    and gets 403 on tenant-only routes."""
+    await say(gw, "Hello.", user="u9", key=GLOBEX_APP)
+    assert (await get(gw, "/v1/admin/usage")).json()["data"] == []
+    assert [r["key"] for r in (await get(gw, "/v1/admin/usage", GLOBEX_ADMIN)
+                               ).json()["data"]] == ["u9"]
+    assert (await get(gw, "/v1/admin/usage", tenant="globex")).status_code == 403
+    assert (await get(gw, "/v1/admin/usage", ACME_APP)).status_code == 403
+    assert (await get(gw, "/v1/admin/usage", {})).status_code == 401
+    assert [r["key"] for r in (await get(gw, "/v1/admin/usage", GLOBAL, tenant="globex")
+                               ).json()["data"]] == ["u9"]
+    missing = await get(gw, "/v1/admin/stats", GLOBAL)
+    assert missing.status_code == 400
+    assert missing.json()["error"]["param"] == "tenant"
+    assert (await get(gw, "/v1/admin/stats", GLOBAL, tenant="globex")).status_code == 200
+    for path in ("/v1/admin/users", "/v1/admin/settings", "/v1/admin/audit",
+                 "/v1/admin/prompts/scoring/versions"):
+        assert (await get(gw, path, GLOBAL, tenant="globex")).status_code == 403, path
+    async with gw.client(headers={**GLOBAL, "X-User-Id": "u1"}) as client:
+        chat = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code == 403
+
+
+async def test_users_page_with_memories_and_last_seen(gw: Gateway, upstream: FakeUpstream
+                                                      ) -> None:
+    """Users list the tenant's users in id order with their memory counts and last chat
+    time; ``after``/``limit`` page through them with the list shape's cursors."""
+    upstream.extract = fact("Collects stamps")
+    await say(gw, "I collect stamps.", user="amy")
+    await gw.settle()
+    upstream.extract = lambda _body: {"memories": []}
+    await say(gw, "Hello.", user="bob")
+    await say(gw, "Hello.", user="zed", key=GLOBEX_APP)
+    await gw.settle()
+    first = (await get(gw, "/v1/admin/users", limit=1)).json()
+    assert first["object"] == "list"
+    assert [(u["user"], u["memories"]) for u in first["data"]] == [("amy", 1)]
+    assert (first["first_id"], first["last_id"], first["has_more"]) == ("amy", "amy", True)
+    assert datetime.fromisoformat(first["data"][0]["last_seen"]) <= datetime.now(UTC)
+    rest = (await get(gw, "/v1/admin/users", after="amy")).json()
+    assert [(u["user"], u["memories"]) for u in rest["data"]] == [("bob", 0)]
+    assert rest["has_more"] is False
+    assert (await get(gw, "/v1/admin/users", limit=0)).status_code == 400
+
+
+async def test_audit_filters(gw: Gateway, upstream: FakeUpstream) -> None:
+    """The learning log filters by user, action, actor, conversation and time, and pages
+    with ``before``."""
+    upstream.extract = fact("Collects stamps")
+    async with gw.client(headers={**ACME_APP, "X-User-Id": "u1",
+                                  "X-Conversation-Id": "c-1"}) as client:
+        await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "I collect stamps."}]})
+    await say(gw, "Hello.", user="u2")
+    await gw.settle()
+    async with gw.client(headers={**ACME_APP, "X-User-Id": "u2"}) as client:
+        await client.post("/v1/memories", json={"content": "Plays chess"})
+    created = (await get(gw, "/v1/admin/audit", action="created")).json()["data"]
+    assert {(e["user_id"], e["actor"]) for e in created} == {("u1", "auto"), ("u2", "user")}
+    assert [e["user_id"] for e in (await get(gw, "/v1/admin/audit", action="created",
+                                             actor="user")).json()["data"]] == ["u2"]
+    mine = (await get(gw, "/v1/admin/audit", user="u1")).json()["data"]
+    assert mine
+    assert {e["user_id"] for e in mine} == {"u1"}
+    in_conversation = (await get(gw, "/v1/admin/audit", conversation="c-1")).json()["data"]
+    assert in_conversation
+    assert {e["conversation_id"] for e in in_conversation} == {"c-1"}
+    later = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
+    assert (await get(gw, "/v1/admin/audit", since=later)).json()["data"] == []
+    assert (await get(gw, "/v1/admin/audit", until="2000-01-01")).json()["data"] == []
+    everything = (await get(gw, "/v1/admin/audit")).json()["data"]
+    page = (await get(gw, "/v1/admin/audit", limit=2)).json()["data"]
+    rest = (await get(gw, "/v1/admin/audit", before=page[-1]["id"])).json()["data"]
+    assert [e["id"] for e in page + rest] == [e["id"] for e in everything]
+    for bad in ({"limit": "x"}, {"actor": "robot"}, {"since": "soon"}):
+        assert (await get(gw, "/v1/admin/audit", **bad)).status_code == 400
+
+
+async def test_prompt_history_and_restore(gw: Gateway) -> None:
+    """Prompt history lists versions with author and time; restoring appends the old text
+    as the new current version (audited); unknown versions are 404, bad ones 400."""
+    async with gw.client(headers=ACME_ADMIN) as client:
+        for text in ("First scoring prompt.", "Second scoring prompt."):
+            assert (await client.put("/v1/admin/prompts/scoring",
+                                     json={"text": text})).status_code == 200
+        history = (await client.get("/v1/admin/prompts/scoring/versions")).json()
+        assert [(v["version"], v["actor"]) for v in history["data"]] == [(2, "ops"),
+                                                                          (1, "ops")]
+        restored = await client.post("/v1/admin/prompts/scoring/versions/1/restore")
+        assert restored.status_code == 200
+        assert (restored.json()["version"], restored.json()["restored_from"]) == (3, 1)
+        shown = (await client.get("/v1/admin/prompts/scoring")).json()
+        assert (shown["text"], shown["source"]) == ("First scoring prompt.",
+                                                    "admin version 3")
+        assert (await client.post("/v1/admin/prompts/scoring/versions/9/restore")
+                ).status_code == 404
+        assert (await client.post("/v1/admin/prompts/scoring/versions/x/restore")
+                ).status_code == 400
+        assert (await client.get("/v1/admin/prompts/poetry/versions")).status_code == 404
+        log = (await client.get("/v1/admin/audit", params={"action": "edited"})).json()
+        assert log["data"][0]["detail"]["restored_from"] == 1
+    other = (await get(gw, "/v1/admin/prompts/scoring/versions", GLOBEX_ADMIN)).json()
+    assert other["data"] == []
+
+
+async def test_settings_are_read_validated_and_audited(gw: Gateway) -> None:
+    """Settings show config defaults and stored overrides; a change is validated as at
+    startup (400 naming the dotted setting), audited, per tenant, and null removes it."""
+    shown = (await get(gw, "/v1/admin/settings")).json()
+    assert shown["settings"]["learning.score_threshold"] == 0.6
+    assert shown["settings"]["learning.budget"] == {"tokens_per_day": None,
+                                                    "tokens_per_month": None}
+    assert shown["overrides"] == {}
+    async with gw.client(headers=ACME_ADMIN) as client:
+        changed = await client.patch("/v1/admin/settings", json={
+            "learning.score_threshold": 0.75, "memory.injection_count": 2,
+            "learning.budget": {"tokens_per_day": 5000}})
+        assert changed.status_code == 200
+        assert changed.json()["settings"]["learning.score_threshold"] == 0.75
+        assert changed.json()["overrides"]["learning.budget"] == {
+            "tokens_per_day": 5000, "tokens_per_month": None}
+        for bad, param in (({"learning.score_threshold": 1.5}, "learning.score_threshold"),
+                           ({"memory.injection_count": -1}, "memory.injection_count"),
+                           ({"learning.model": "nope"}, "learning.model"),
+                           ({"learning.batch_messages": {"private": 0}},
+                            "learning.batch_messages"),
+                           ({"server.port": 1}, "server.port")):
+            response = await client.patch("/v1/admin/settings", json=bad)
+            assert response.status_code == 400, bad
+            assert response.json()["error"]["param"] == param
+        assert (await client.patch("/v1/admin/settings", content=b"[")).status_code == 400
+        back = await client.patch("/v1/admin/settings", json={"memory.injection_count": None})
+        assert "memory.injection_count" not in back.json()["overrides"]
+        assert back.json()["settings"]["memory.injection_count"] == 5
+        log = (await client.get("/v1/admin/audit",
+                                params={"action": "settings_changed"})).json()["data"]
+        assert log[-1]["detail"]["changed"]["learning.score_threshold"] == {"from": 0.6,
+                                                                            "to": 0.75}
+        assert log[0]["detail"]["by"] == "ops"
+    other = (await get(gw, "/v1/admin/settings", GLOBEX_ADMIN)).json()
+    assert other["settings"]["learning.score_threshold"] == 0.6
+
+
+async def test_settings_take_effect_without_a_restart(gw: Gateway, upstream: FakeUpstream
+                                                      ) -> None:
+    """A tenant's memory.injection_count 0 turns injection off for it at once, and its
+    learning.enabled false stops learning for it; other tenants are untouched."""
+    upstream.extract = fact("Collects stamps")
+    await say(gw, "I collect stamps.")
+    await gw.settle()
+    before = await say(gw, "What do I collect?")
+    assert before.headers["x-memory-status"] == "injected"
+    assert "stamps" in upstream.last_chat["messages"][0]["content"]
+    async with gw.client(headers=ACME_ADMIN) as client:
+        await client.patch("/v1/admin/settings", json={"memory.token_budget_percent": 0.01})
+    after = await say(gw, "What do I collect?")
+    assert after.headers["x-memory-status"] != "injected"
+    assert all("stamps" not in str(m["content"]) for m in upstream.last_chat["messages"]
+               if m["role"] == "system")
+    async with gw.client(headers=ACME_ADMIN) as client:
+        await client.patch("/v1/admin/settings", json={"learning.enabled": False})
+    upstream.extract = fact("Plays chess")
+    await say(gw, "I play chess.", user="u2")
+    await say(gw, "I play chess.", user="u9", key=GLOBEX_APP)
+    await gw.settle()
+    async with gw.client(headers={**ACME_APP, "X-User-Id": "u2"}) as client:
+        assert (await client.get("/v1/memories")).json()["data"] == []
+    async with gw.client(headers={**GLOBEX_APP, "X-User-Id": "u9"}) as client:
+        assert [m["content"] for m in (await client.get("/v1/memories")).json()["data"]] \
+            == ["Plays chess"]
+
+
+async def test_learning_cannot_be_switched_on_when_the_config_has_it_off(
+    build: Build, upstream: FakeUpstream
+) -> None:
+    """With learning off in config.yaml (no sink built), learning.enabled true is a 409;
+    false is accepted."""
+    async with running_gateway(build(learning={"enabled": False}), upstream) as gateway, \
+            gateway.client(headers=ACME_ADMIN) as client:
+        refused = await client.patch("/v1/admin/settings", json={"learning.enabled": True})
+        assert refused.status_code == 409
+        assert "config" in refused.json()["error"]["message"]
+        assert (await client.patch("/v1/admin/settings",
+                                   json={"learning.enabled": False})).status_code == 200
+
+
+async def test_stats_totals_learning_and_daily(gw: Gateway, upstream: FakeUpstream) -> None:
+    """Stats count users and memories by scope/category, the learning state and, per UTC
+    day, what was learned and the tokens spent; bad ``days`` are 400."""
+    upstream.extract = fact("Collects stamps")
+    await say(gw, "I collect stamps.")
+    await gw.settle()
+    upstream.extract = lambda _body: {"memories": []}
+    await say(gw, "Hello.", user="u2")
+    await gw.settle()
+    stats = (await get(gw, "/v1/admin/stats", days=3)).json()
+    assert stats["totals"]["users"] == 2
+    assert stats["totals"]["memories"]["personal"]["total"] == 1
+    assert stats["totals"]["memories"]["personal"]["user_preference"] == 1
+    assert stats["learning"]["enabled"] is True
+    assert stats["learning"]["budget"]["state"] == "active"
+    assert [d["date"] for d in stats["daily"]] == [
+        (datetime.now(UTC).date() - timedelta(days=n)).isoformat() for n in (2, 1, 0)]
+    today = stats["daily"][-1]
+    assert (today["learned"], today["active_users"]) == (1, 2)
+    assert today["learning_tokens"] > 0
+    assert today["user_tokens"] == 30
+    assert stats["daily"][0]["learned"] == 0
+    for bad in ("0", "400", "x"):
+        assert (await get(gw, "/v1/admin/stats", days=bad)).status_code == 400
+
+
+class Clock:
+    """A settable UTC clock for the gateway (ledger rows, budget periods)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_budget_pauses_and_resumes_learning(build: Build, upstream: FakeUpstream
+                                                  ) -> None:
+    """When a tenant's daily learning budget is spent, nothing more is scored or extracted
+    (messages stay buffered, a sealed job waits without using attempts, chat goes on),
+    stats and the metric say so; the next day learning resumes."""
+    day = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+    clock = Clock(day)
+    async with running_gateway(build(), upstream, clock=clock) as gw:
+        async with gw.client(headers=ACME_ADMIN) as client:
+            await client.patch("/v1/admin/settings",
+                               json={"learning.budget": {"tokens_per_day": 1}})
+        upstream.extract = fact("Collects stamps")
+        await say(gw, "I collect stamps.")
+        await gw.settle()  # the first batch runs: nothing was spent yet
+        calls = len(upstream.requests)
+        upstream.extract = fact("Plays chess")
+        response = await say(gw, "I play chess.", user="u2")
+        assert response.status_code == 200
+        assert gw.res.queue is not None
+        assert gw.res.worker is not None
+        await gw.res.sink.flush()
+        await gw.res.worker.drain()  # buffered only: no batch while the budget is spent
+        assert len(upstream.requests) == calls + 1  # the chat call only: no learning call
+        conversations = await gw.res.queue.buffered_conversations("acme", "u2")
+        assert len(conversations) == 1
+        stats = (await get(gw, "/v1/admin/stats", days=1)).json()
+        assert stats["learning"]["budget"]["state"] == "paused"
+        assert stats["learning"]["budget"]["paused_by"] == "day"
+        metrics = (await get(gw, "/metrics", {})).text
+        assert 'memory_proxy_learning_budget_paused{tenant="acme"} 1.0' in metrics
+        # A sealed batch waits, without using attempts (max_attempts is 2).
+        clock.now = day.replace(hour=23, minute=59, second=59)
+        assert await gw.res.queue.seal("acme", "u2", conversations[0], now=0) is not None
+        for _ in range(3):
+            await gw.res.worker.drain()
+        assert (await gw.res.queue.depth()).delayed == 1
+        assert await gw.res.queue.dead_letters() == []
+        assert len(upstream.requests) == calls + 1
+        async with gw.client(headers={**ACME_APP, "X-User-Id": "u2"}) as client:
+            assert (await client.get("/v1/memories")).json()["data"] == []
+        clock.now = day + timedelta(days=1)
+        await eventually_learned(gw)
+        async with gw.client(headers={**ACME_APP, "X-User-Id": "u2"}) as client:
+            assert [m["content"] for m in (await client.get("/v1/memories")).json()["data"]
+                    ] == ["Plays chess"]
+        stats = (await get(gw, "/v1/admin/stats", days=1)).json()
+        assert stats["learning"]["budget"]["state"] in ("active", "paused")
+
+
+async def eventually_learned(gw: Gateway) -> None:
+    """Drain the worker until the postponed job (due within ~1 s) has run."""
+    import asyncio
+
+    assert gw.res.worker is not None
+    assert gw.res.queue is not None
+    for _ in range(40):
+        await gw.res.worker.drain()
+        depth = await gw.res.queue.depth()
+        if depth.delayed == 0 and depth.ready == 0:
+            await gw.flush_conversations()
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the postponed job never ran")

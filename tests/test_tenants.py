@@ -1,0 +1,73 @@
+"""Run-time tenant settings: overrides win over config.yaml, are validated as at startup,
+and reach every process within 5 s (two TenantSettings over one store stand for two
+processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.errors import ConflictError, InvalidRequestError
+from proxy.memory.store import MemoryStore, StoreUnavailableError
+from proxy.tenants import REFRESH_SECONDS, TenantSettings
+from tests.fakes import make_settings
+from tests.memory.test_store_contract import store
+
+__all__ = ["store"]
+
+
+class Tick:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_change_reaches_another_process_within_five_seconds(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """Process A's change is seen by A at once and by B once B's cached copy is older
+    than REFRESH_SECONDS (< 5 s); other tenants keep the config."""
+    assert REFRESH_SECONDS < 5
+    settings = make_settings(tmp_path, learning={"enabled": True})
+    tick = Tick()
+    a = TenantSettings(settings, store, clock=tick)
+    b = TenantSettings(settings, store, clock=tick)
+    assert (await b.get("acme")).learning.score_threshold == 0.6
+    _, changed = await a.update("acme", {"learning.score_threshold": 0.8})
+    assert changed == {"learning.score_threshold": {"from": 0.6, "to": 0.8}}
+    assert (await a.get("acme")).learning.score_threshold == 0.8
+    tick.now = REFRESH_SECONDS - 0.5
+    assert (await b.get("acme")).learning.score_threshold == 0.6  # still cached
+    tick.now = REFRESH_SECONDS + 0.1
+    assert (await b.get("acme")).learning.score_threshold == 0.8
+    assert (await b.get("globex")).learning.score_threshold == 0.6
+
+
+async def test_validation_names_the_setting(store: MemoryStore, tmp_path: Path) -> None:
+    """Bad values are 400s naming the dotted setting; nothing is stored; learning cannot
+    be switched on over a config that has it off (409)."""
+    tenants = TenantSettings(make_settings(tmp_path), store)
+    for patch, param in (({"learning.score_threshold": 2}, "learning.score_threshold"),
+                         ({"learning.retention_days": 0}, "learning.retention_days"),
+                         ({"learning.budget": {"tokens_per_day": 0}}, "learning.budget"),
+                         ({"learning.pii": {}}, "learning.pii")):
+        with pytest.raises(InvalidRequestError) as caught:
+            await tenants.update("acme", patch)
+        assert caught.value.param == param
+    with pytest.raises(ConflictError):
+        await tenants.update("acme", {"learning.enabled": True})
+    assert await store.get_tenant_settings("acme") == {}
+
+
+class DownStore:
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        raise StoreUnavailableError("down")
+
+
+async def test_an_unreadable_store_falls_back_to_the_config(tmp_path: Path) -> None:
+    """When the store cannot be read the config's settings are used (chat goes on)."""
+    tenants = TenantSettings(make_settings(tmp_path), DownStore())  # type: ignore[arg-type]
+    assert (await tenants.get("acme")).memory.injection_count == 5
