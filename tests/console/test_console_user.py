@@ -4,6 +4,7 @@ learned through chat with a scripted learning model."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from playwright.async_api import expect
@@ -22,6 +23,11 @@ from tests.console.conftest import (
 )
 from tests.fakes import Gateway
 from tests.learning.test_learning_e2e import known_ids
+
+
+def read_text(path: Path) -> str:
+    """A downloaded file's text (read synchronously: it is small and local)."""
+    return path.read_text(encoding="utf-8")
 
 
 async def memories(gateway: Gateway, user: str = "alice") -> dict[str, Any]:
@@ -86,7 +92,8 @@ async def test_user_sees_edits_disables_and_deletes_a_learned_memory(
     await dialog.get_by_label("Content").fill("Always answer in French from now on")
     await dialog.get_by_role("button", name="Save").click()
     await expect(dialog.get_by_label("Content")).to_have_attribute("aria-invalid", "true")
-    await expect(dialog.locator(".field-error")).to_be_visible()
+    await expect(dialog.locator(".field-error:not([hidden])")).to_contain_text(
+        "not an instruction")
     assert "Lives in Lisbon" in await memories(console_gateway)
     assert await axe_violations(page) == []
     await dialog.get_by_label("Content").fill("Lives in Porto")
@@ -143,14 +150,14 @@ async def test_user_toggles_learning_exports_imports_and_clears_all(
     await screenshot(page, "user-learning")
 
     async with page.expect_download() as json_download:
-        await page.get_by_role("button", name="Export JSON").click()
+        await page.get_by_role("button", name="Export JSON", exact=True).click()
     exported_path = await (await json_download.value).path()
-    exported = json.loads(open(exported_path, encoding="utf-8").read())  # noqa: SIM115, ASYNC230
+    exported = json.loads(read_text(exported_path))
     assert exported["object"] == "memory.export"
     assert [m["content"] for m in exported["memories"]] == ["Keeps bees in Oslo"]
     async with page.expect_download() as md_download:
-        await page.get_by_role("button", name="Export Markdown").click()
-    markdown = open(await (await md_download.value).path(), encoding="utf-8").read()  # noqa: SIM115, ASYNC230
+        await page.get_by_role("button", name="Export Markdown", exact=True).click()
+    markdown = read_text(await (await md_download.value).path())
     assert "Keeps bees in Oslo" in markdown
 
     # Clear all: cancel keeps everything, confirm deletes.
