@@ -801,22 +801,16 @@
   }
 
   function lookup(obj, dotted) {
-    if (obj && Object.prototype.hasOwnProperty.call(obj, dotted)) return obj[dotted];
-    return dotted.split(".").reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), obj);
-  }
-  function nest(dotted, value) {
-    const out = {};
+    // Settings are keyed by config name ("learning.score_threshold"); a nested value
+    // ("learning.budget" → tokens_per_day) is read below the longest name present.
     const parts = dotted.split(".");
-    let node = out;
-    parts.slice(0, -1).forEach((p) => { node[p] = {}; node = node[p]; });
-    node[parts[parts.length - 1]] = value;
-    return out;
-  }
-  function merge(a, b) {
-    for (const [k, v] of Object.entries(b)) {
-      a[k] = v && typeof v === "object" && a[k] && typeof a[k] === "object" ? merge(a[k], v) : v;
+    for (let i = parts.length; i > 0; i -= 1) {
+      const name = parts.slice(0, i).join(".");
+      if (obj && Object.prototype.hasOwnProperty.call(obj, name)) {
+        return parts.slice(i).reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), obj[name]);
+      }
     }
-    return a;
+    return undefined;
   }
 
   function settingsTab(panel) {
@@ -829,9 +823,13 @@
         const current = answer.settings || answer;
         const wraps = {};
         const initial = {};
-        for (const [name, type] of SETTINGS) {
+        const kinds = {};
+        for (const [name, declared] of SETTINGS) {
           const value = lookup(current, name);
-          initial[name] = value;
+          // A structured value (e.g. batch_messages per channel) is edited as JSON.
+          const type = value && typeof value === "object" ? "json" : declared;
+          kinds[name] = type;
+          initial[name] = type === "json" ? JSON.stringify(value) : value;
           if (type === "bool") {
             const control = h("input", { type: "checkbox", checked: Boolean(value), id: nextId("f") });
             const error = h("p", { class: "field-error", id: nextId("err"), hidden: true });
@@ -841,25 +839,39 @@
             wrap.error = error;
             wraps[name] = wrap;
           } else {
-            const attrs = type === "text" ? { type: "text" } : { type: "number",
+            const attrs = type === "text" || type === "json" ? { type: "text" } : { type: "number",
               step: type === "float" ? "any" : "1", inputmode: type === "float" ? "decimal" : "numeric" };
-            wraps[name] = field(t(`set.${name}`), h("input", { ...attrs, value: value ?? "" }));
+            wraps[name] = field(t(`set.${name}`), h("input", { ...attrs, value: initial[name] ?? "" }));
           }
         }
         box.replaceChildren(h("h2", { id: "set-h" }, t("settings")), h("p", { class: "help" }, t("settingsHelp")),
           h("form", { novalidate: true, onsubmit: async (event) => {
             event.preventDefault();
             const patch = {};
-            for (const [name, type] of SETTINGS) {
+            const values = {};
+            for (const [name] of SETTINGS) {
+              const type = kinds[name];
               const wrap = wraps[name];
               clearFieldError(wrap);
               let value;
               if (type === "bool") value = wrap.control.checked;
-              else if (type === "text") value = wrap.control.value;
+              else if (type === "text" || type === "json") value = wrap.control.value;
               else if (wrap.control.value.trim() === "") value = type === "int?" ? null : "";
               else value = Number(wrap.control.value);
+              values[name] = value;
               const before = initial[name] ?? (type === "int?" ? null : "");
-              if (value !== before && !(Number.isNaN(value) && Number.isNaN(before))) merge(patch, nest(name, value));
+              if (value === before) continue;
+              // A budget is sent whole (PATCH replaces it); other settings one by one.
+              if (name.startsWith("learning.budget.")) patch["learning.budget"] = null;
+              else if (type === "json") {
+                try { patch[name] = JSON.parse(value); } catch (_) { patch[name] = value; }
+              } else patch[name] = value;
+            }
+            if ("learning.budget" in patch) {
+              patch["learning.budget"] = {
+                tokens_per_day: values["learning.budget.tokens_per_day"],
+                tokens_per_month: values["learning.budget.tokens_per_month"],
+              };
             }
             if (!Object.keys(patch).length) { status(t("saved")); return; }
             try {
@@ -867,7 +879,8 @@
               status(t("saved"));
               await load();
             } catch (err) {
-              if (wraps[err.param]) showFieldError(wraps[err.param], err.message);
+              const target = wraps[err.param] || wraps[`${err.param}.tokens_per_day`];
+              if (target) showFieldError(target, err.message);
               else failed(err);
             }
           } }, SETTINGS.map(([name]) => wraps[name]),

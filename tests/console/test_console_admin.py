@@ -68,15 +68,15 @@ async def test_admin_edits_a_prompt_and_restores_a_version(
     text current again, as the API reports."""
     await sign_in(page, ADMIN_KEY)
     await page.get_by_role("tab", name="Prompts").click()
-    editor = page.get_by_label("scoring prompt")
+    editor = page.get_by_role("textbox", name="scoring prompt")
     await expect(editor).to_be_visible()
     scoring = page.locator("section", has=page.get_by_role("heading", name="scoring prompt"))
     await editor.fill("Rate the conversation. Custom version one.")
     await scoring.get_by_role("button", name="Save").click()
-    await expect(scoring.get_by_text("Version 1")).to_be_visible()
+    await expect(scoring.locator("li.card", has_text="Version 1 ·")).to_be_visible()
     await editor.fill("Rate the conversation. Custom version two.")
     await scoring.get_by_role("button", name="Save").click()
-    await expect(scoring.get_by_text("Version 2")).to_be_visible()
+    await expect(scoring.locator("li.card", has_text="Version 2 ·")).to_be_visible()
     current = await admin_get(console_gateway, "/v1/admin/prompts/scoring")
     assert current["text"] == "Rate the conversation. Custom version two."
     assert await axe_violations(page) == []
@@ -87,6 +87,7 @@ async def test_admin_edits_a_prompt_and_restores_a_version(
     await version_one.get_by_role("button", name="Restore").click()
     await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Restore").click()
     await expect(editor).to_have_value("Rate the conversation. Custom version one.")
+    await expect(scoring.locator("li.card", has_text="Version 3 ·")).to_be_visible()
     current = await admin_get(console_gateway, "/v1/admin/prompts/scoring")
     assert current["text"] == "Rate the conversation. Custom version one."
 
@@ -138,10 +139,8 @@ async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
     await expect(threshold).not_to_have_attribute("aria-invalid", "true")
     await expect(page.get_by_role("status")).to_contain_text("Saved")
     stored = await admin_get(console_gateway, "/v1/admin/settings")
-    settings = stored.get("settings", stored)
-    value = settings.get("learning.score_threshold",
-                         (settings.get("learning") or {}).get("score_threshold"))
-    assert value == 0.7
+    assert stored["settings"]["learning.score_threshold"] == 0.7
+    assert stored["overrides"] == {"learning.score_threshold": 0.7}
     assert await fits_width(page)
     await screenshot(page, "admin-settings")
 
