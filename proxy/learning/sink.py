@@ -43,6 +43,10 @@ class Turn:
     messages: list[Message]
     reply: str
     at: float
+    # False when the user switched personal learning off (issue 12): the turn's message
+    # fingerprints are recorded as seen — never learned, not even when resent later — and
+    # no text of it is queued.
+    learn: bool = True
 
 
 class LearningSink(Protocol):
@@ -75,6 +79,8 @@ class NullSink:
 
 class Enqueuer(Protocol):
     async def enqueue_many(self, jobs: list[tuple[JobKind, str, bytes]]) -> None: ...
+
+    async def mark_seen(self, exchange: Exchange, *, now: float) -> None: ...
 
 
 class QueueSink:
@@ -128,6 +134,7 @@ class QueueSink:
     async def _write(self, turns: list[Turn]) -> None:
         jobs: list[tuple[JobKind, str, bytes]] = []
         fresh: list[str] = []
+        unlearned: list[Exchange] = []
         for turn in turns:
             owner = group_namespace(turn.group) if turn.group is not None else turn.user
             messages = [
@@ -140,6 +147,15 @@ class QueueSink:
             binding = f"{turn.tenant}\x1f{turn.user}\x1f{speaker_name}" if speaker_name else None
             if not messages and (binding is None or binding in self._recent):
                 continue  # nothing new to learn, and the user's name is already known
+            if not turn.learn:
+                unlearned.append(Exchange(
+                    id=new_id(), tenant=turn.tenant, user=owner,
+                    conversation=turn.conversation, channel=turn.channel, group=turn.group,
+                    model=turn.model, at=turn.at, speaker=turn.user,
+                    messages=tuple(TranscriptMessage(role=m.role, text="",
+                                                     fingerprint=m.fingerprint)
+                                   for m in messages)))
+                continue
             scrubber = self._scrubbers.for_tenant(turn.tenant)
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
@@ -157,6 +173,14 @@ class QueueSink:
             if binding is not None:
                 fresh.append(binding)
             await asyncio.sleep(0)  # scrubbing is CPU work: let requests in between turns
+        for exchange in unlearned:
+            try:
+                await self._queue.mark_seen(exchange, now=exchange.at)
+            except Exception:
+                log.exception("learning_mark_seen_failed")
+                continue
+            for message in exchange.messages:
+                self._recent[message.fingerprint] = None
         if not jobs:
             return
         try:

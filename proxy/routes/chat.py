@@ -251,11 +251,11 @@ async def _learning_state(res: Resources, identity: Identity) -> str | None:
 
 def _learn(call: _Call, reply: str) -> None:
     identity = call.identity
-    if not call.res.learning_enabled or not identity.can_write or identity.user is None \
-            or call.learning == "off":
+    if not call.res.learning_enabled or not identity.can_write or identity.user is None:
         return
     call.res.sink.submit(Turn(
         tenant=identity.tenant, user=identity.user, conversation=identity.conversation,
         channel=identity.channel, group=identity.group, model=call.chat.model,
         messages=call.chat.messages, reply=reply, at=time.time(),
+        learn=call.learning != "off",
     ))
