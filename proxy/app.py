@@ -28,6 +28,7 @@ from proxy.memory.store import StoreUnavailableError
 from proxy.resources import Resources, open_resources
 from proxy.routes import (
     admin,
+    admin_memories,
     chat,
     console,
     governance,
@@ -225,6 +226,14 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
               methods=["GET"]),
         Route("/v1/admin/prompts/{kind}/versions/{version}/restore",
               governance.restore_prompt, methods=["POST"]),
+        Route("/v1/admin/memories", admin_memories.list_admin_memories, methods=["GET"]),
+        Route("/v1/admin/memories", admin_memories.create_admin_memory, methods=["POST"]),
+        Route("/v1/admin/memories/{memory_id}/promote", admin_memories.promote,
+              methods=["POST"]),
+        Route("/v1/admin/memories/{memory_id}", admin_memories.patch_admin_memory,
+              methods=["PATCH"]),
+        Route("/v1/admin/memories/{memory_id}", admin_memories.delete_admin_memory,
+              methods=["DELETE"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

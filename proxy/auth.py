@@ -55,7 +55,7 @@ class Principal:
     @property
     def role(self) -> Role:
         """What the key is (``GET /v1/me``): ``"global_admin"`` for a global admin key,
-        ``"admin"`` for an admin key, ``"user"`` for a key (or JWT) bound to one end user,
+        ``"admin"`` for an admin key, ``"user"`` for a key bound to one end user or a JWT,
         ``"app"`` for an application key (and open mode). The one place a role is
         derived."""
         if self.is_global_admin:

@@ -198,7 +198,9 @@ def document(operations: Sequence[Operation] | None = None, *,
                 "gatewayKey": {"type": "http", "scheme": "bearer",
                                "description": "A gateway key (auth.keys) or an admin key"},
                 "adminKey": {"type": "http", "scheme": "bearer",
-                             "description": "An admin key (auth.admin_keys)"},
+                             "description": "An admin key (auth.admin_keys); where a "
+                                            "route says so, a global admin key "
+                                            "(auth.global_admin_keys)"},
             },
         },
     }

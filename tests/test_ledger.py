@@ -80,17 +80,6 @@ async def test_redis_ledger_failure_is_store_unavailable() -> None:
             await broken.usage_totals("t1")
 
 
-async def test_erase_user_removes_only_that_users_rows(ledger: Ledger) -> None:
-    """erase_user deletes a user's usage and learning rows; other users' stay, and the
-    tenant totals never name the erased user."""
-    await ledger.record_usage([usage("u1", 10, 2), usage("u2", 1, 1)])
-    await ledger.record_learning([learned("u1", 5, 5), learned("u2", 1, 1)])
-    await ledger.erase_user("t1", "u1")
-    assert await ledger.usage_totals("t1", "u1") == Totals(0, 0, 0, 0)
-    assert await ledger.learning_totals("t1", "u1") == Totals(0, 0, 0, 0)
-    assert await ledger.usage_totals("t1", "u2") == Totals(1, 1, 1, 0)
-    assert await ledger.learning_totals("t1", "u2") == Totals(1, 1, 1, 0)
-
 def dated(user: str | None, model: str, day: int, prompt: int, completion: int, *,
           memory: int = 0, tenant: str = "t1") -> UsageRecord:
     return UsageRecord(at=T0 + timedelta(days=day, hours=1), tenant=tenant, user_id=user,
@@ -197,3 +186,16 @@ async def test_erase_user_keeps_their_tokens_without_their_name(ledger: Ledger) 
                       active_users=1)
     assert [u.user for u in await ledger.users("t2")] == ["u1"]
     assert (await ledger.usage_totals("t2", "u1")).requests == 1
+
+
+async def test_erase_user_removes_only_that_users_rows(ledger: Ledger) -> None:
+    """erase_user deletes a user's usage and learning rows; other users' stay, and the
+    tenant totals never name the erased user."""
+    await ledger.record_usage([usage("u1", 10, 2), usage("u2", 1, 1)])
+    await ledger.record_learning([learned("u1", 5, 5), learned("u2", 1, 1)])
+    await ledger.erase_user("t1", "u1")
+    assert await ledger.usage_totals("t1", "u1") == Totals(0, 0, 0, 0)
+    assert await ledger.learning_totals("t1", "u1") == Totals(0, 0, 0, 0)
+    assert await ledger.usage_totals("t1", "u2") == Totals(1, 1, 1, 0)
+    assert await ledger.learning_totals("t1", "u2") == Totals(1, 1, 1, 0)
+

@@ -270,12 +270,32 @@ class Worker:
 
     async def sweep_retention(self, *, limit: int = 500) -> int:
         """Purge memories older than ``retention_days`` that were never injected (seed 000
-        §6 MemoryRetentionDays). Returns how many went."""
-        cutoff = self._clock() - timedelta(days=self._settings.retention_days)
-        expired = await self._store.scan(ScanQuery(created_before=cutoff, never_accessed=True,
-                                                   limit=limit))
-        await self._delete(expired, action="purged", reason="retention: never used")
-        return len(expired)
+        §6 MemoryRetentionDays). Returns how many went.
+
+        A tenant's run-time ``learning.retention_days`` counts for its memories: the scan
+        across tenants uses the config's value (a tenant with a longer one keeps its
+        memories), and each tenant this process holds settings of with a shorter one gets
+        a scan of its own."""
+        now = self._clock()
+        expired = await self._store.scan(ScanQuery(
+            created_before=now - timedelta(days=self._settings.retention_days),
+            never_accessed=True, limit=limit))
+        if self._tenants is not None:
+            kept = []
+            for memory in expired:
+                days = (await self._tenants.get(memory.tenant)).learning.retention_days
+                if memory.created_at < now - timedelta(days=days):
+                    kept.append(memory)
+            expired = kept
+            for config in self._tenants.cached():
+                days = config.learning.retention_days
+                if days < self._settings.retention_days:
+                    expired += await self._store.scan(ScanQuery(
+                        tenant=config.tenant, created_before=now - timedelta(days=days),
+                        never_accessed=True, limit=limit))
+        unique = list({m.id: m for m in expired}.values())
+        await self._delete(unique, action="purged", reason="retention: never used")
+        return len(unique)
 
     # handlers --------------------------------------------------------------
     async def _exchange(self, job: Job) -> None:

@@ -28,7 +28,8 @@ class SearchQuery:
     ``terms``: keyword terms from :func:`proxy.memory.text.query_terms`;
     ``embedding``: query vector when an embedder is configured;
     ``channels``: restrict personal memories by ``source_channel`` (``None`` = any);
-    ``include_shared``: also search the tenant's shared and system memories.
+    ``include_shared``: also search the tenant's shared memories and the system memories
+    of the global namespace (:data:`~proxy.settings.GLOBAL_NAMESPACE`).
     """
 
     tenant: str
@@ -328,6 +329,13 @@ class MemoryStore(Protocol):
     async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
                                   ) -> None:
         """Replace the tenant's run-time settings overrides."""
+        ...
+
+    async def delete_shared(self, tenant: str, memory_id: str, *,
+                            audit: AuditEvent | None = None) -> bool:
+        """Hard-delete one memory of the tenant's shared space (no user: shared memories,
+        or system ones in the global namespace) with its index entries; ``False`` when no
+        such memory is there."""
         ...
 
 

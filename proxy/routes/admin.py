@@ -25,15 +25,11 @@ from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
 from proxy.routes.json import json_response
 from proxy.routes.shapes import (
-    AuditList,
-    AuditParams,
     DeadLetterList,
     PromptIn,
     PromptOut,
     PromptSaved,
     Requeued,
-    UsageOut,
-    UsageParams,
 )
 
 MAX_PROMPT_CHARS = 20_000
@@ -123,10 +119,7 @@ openapi.register(
     openapi.Operation("PUT", "/v1/admin/prompts/{kind}", "Save a new prompt version",
                       auth="admin", body=PromptIn, response=PromptSaved, errors=(404,),
                       tags=("admin",)),
-    openapi.Operation("GET", "/v1/admin/audit", "The learning log", auth="admin",
-                      query=AuditParams, response=AuditList, tags=("admin",)),
-    openapi.Operation("GET", "/v1/admin/usage", "Usage and learning tokens", auth="admin",
-                      query=UsageParams, response=UsageOut, tags=("admin",)),
+    # GET /v1/admin/audit and /v1/admin/usage: proxy/routes/governance.py (issue 13)
     openapi.Operation("GET", "/v1/admin/dead-letters", "Jobs that failed for good",
                       auth="admin", response=DeadLetterList, tags=("admin",)),
     openapi.Operation("POST", "/v1/admin/dead-letters/{job_id:path}/requeue",

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
 from proxy.learning.budget import LearningBudgets
 from proxy.ledger import PURPOSES, UsageRow
@@ -304,3 +305,36 @@ async def stats(request: Request) -> Response:
         learning=m.LearningState(enabled=enabled,
                                  budget=m.BudgetState.model_validate(budget.to_api())),
         daily=rows))
+
+
+_GLOBAL_READS = ("Global admin keys name the tenant with ?tenant= (400 without it); a "
+                 "tenant admin key naming another tenant gets 403.")
+openapi.register(
+    openapi.Operation("GET", "/v1/admin/usage", "Usage by user, model or day; learning "
+                      "tokens apart, per purpose", auth="admin", query=m.UsageQuery,
+                      response=m.UsageList, tags=("admin",), description=_GLOBAL_READS),
+    openapi.Operation("GET", "/v1/admin/users", "The tenant's users, their memories and "
+                      "last chat", auth="admin", query=m.UsersQuery, response=m.UserList,
+                      tags=("admin",)),
+    openapi.Operation("GET", "/v1/admin/audit", "The learning log, filtered",
+                      auth="admin", query=m.AuditQuery, response=m.AuditList,
+                      tags=("admin",)),
+    openapi.Operation("GET", "/v1/admin/prompts/{kind}/versions", "Prompt history with "
+                      "author and time", auth="admin", query=m.PromptVersionsQuery,
+                      response=m.PromptVersionList, errors=(404,), tags=("admin",),
+                      path_params={"kind": "scoring or extraction"}),
+    openapi.Operation("POST", "/v1/admin/prompts/{kind}/versions/{version}/restore",
+                      "Restore an old prompt version as the new current one",
+                      auth="admin", response=m.PromptRestored, errors=(404,),
+                      tags=("admin",),
+                      path_params={"kind": "scoring or extraction",
+                                   "version": "the version number to restore"}),
+    openapi.Operation("GET", "/v1/admin/settings", "The tenant's run-time settings",
+                      auth="admin", response=m.SettingsView, tags=("admin",)),
+    openapi.Operation("PATCH", "/v1/admin/settings", "Change run-time settings (null "
+                      "removes an override)", auth="admin", body=m.SettingsPatch,
+                      response=m.SettingsView, errors=(409,), tags=("admin",)),
+    openapi.Operation("GET", "/v1/admin/stats", "Totals, learning state and budget, daily "
+                      "figures", auth="admin", query=m.StatsQuery, response=m.Stats,
+                      tags=("admin",), description=_GLOBAL_READS),
+)

@@ -52,6 +52,7 @@ from proxy.routes.shapes import (
     parse_body,
     parse_query,
 )
+from proxy.settings import GLOBAL_NAMESPACE
 
 
 def check_manual(text: str, scrubber: Scrubber) -> None:
@@ -87,8 +88,10 @@ async def list_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
     params = parse_query(request, ListParams)
     me = owner(request, res, dict(request.query_params))
+    # System memories live in the global namespace every tenant receives (issue 13).
     memories = await res.store.list_memories(ListQuery(
-        tenant=me.tenant, user=me.user, include_retired=params.include_retired,
+        tenant=GLOBAL_NAMESPACE if params.scope == "system" else me.tenant, user=me.user,
+        include_retired=params.include_retired,
         category=params.category, text=params.q, limit=params.limit + 1,
         offset=params.offset, enabled=params.enabled, source=params.source,
         after=params.after, scope=params.scope,

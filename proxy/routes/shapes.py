@@ -393,49 +393,6 @@ class PromptSaved(BaseModel):
     at: str | None
 
 
-class AuditParams(BaseModel):
-    user: str | None = None
-    limit: int = Field(default=100, ge=1, le=1000)
-    before: int | None = None
-
-
-class AuditEventOut(BaseModel):
-    id: int
-    at: str | None
-    user_id: str | None
-    conversation_id: str | None
-    actor: str
-    action: str
-    memory_id: str | None
-    reason: str
-    detail: dict[str, Any]
-
-
-class AuditList(BaseModel):
-    object: Literal["list"]
-    data: list[AuditEventOut]
-
-
-class UsageParams(BaseModel):
-    user: str | None = None
-
-
-class TotalsOut(BaseModel):
-    requests: int
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    memory_tokens: int
-
-
-class UsageOut(BaseModel):
-    object: Literal["usage"]
-    tenant: str
-    user: str | None
-    usage: TotalsOut
-    learning: TotalsOut
-
-
 class DeadLetterOut(BaseModel):
     id: str
     kind: str

@@ -21,12 +21,11 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError
-from proxy.identity import resolve_user
 from proxy.memory.records import Memory, Profile, to_iso
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.resources import Resources
 from proxy.routes.json import json_response
-from proxy.routes.owner import Owner, learning_state, owner
+from proxy.routes.owner import Owner, caller, learning_state, owner
 from proxy.routes.shapes import (
     ConfirmParams,
     Erased,
@@ -54,10 +53,13 @@ async def whoami(request: Request) -> Response:
     """``GET /v1/me``: the caller's tenant, user (or null), role and learning switches."""
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
-    # identify(), not authenticate(): a global admin key may ask who it is (issue 13).
-    principal = res.keyring.identify(request.headers)
-    user = None if principal.is_global_admin else resolve_user(
-        principal, request.headers, dict(request.query_params), res.settings.identity)[0]
+    identity = res.keyring.identify(request.headers)
+    if identity.is_global_admin:  # issue 13: no tenant, no user, no end-user route
+        return json_response({
+            "object": "identity", "tenant": identity.tenant, "user": None,
+            "role": identity.role, "learning": learning_state(res, None),
+        })
+    principal, user = caller(request, res, dict(request.query_params))
     settings = None if user is None else \
         await res.store.get_user_settings(principal.tenant, user)
     return json_response({

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from proxy.memory.store import AuditEvent, AuditFilter, MemoryStore
-from tests.memory.test_store_contract import T0, mem, store
+from proxy.memory.store import AuditEvent, AuditFilter, MemoryStore, SearchQuery
+from proxy.settings import GLOBAL_NAMESPACE
+from tests.memory.test_store_contract import T0, ask, mem, store
 
 __all__ = ["store"]  # the fixture, collected from this module too
 
@@ -97,3 +98,44 @@ async def test_tenant_settings_round_trip(store: MemoryStore) -> None:
     await store.put_tenant_settings("t1", {})
     assert await store.get_tenant_settings("t1") == {}
     assert await store.get_tenant_settings("t2") == {"memory.injection_count": 3}
+
+
+async def test_system_memories_of_the_global_namespace_reach_every_tenant(
+    store: MemoryStore
+) -> None:
+    """System memories stored in the global namespace join every tenant's search (with
+    include_shared), keyword and vector alike; one tenant's shared memories never reach
+    another tenant."""
+    system = mem("Expense policy: receipts above 50 EUR", user=None, tenant=GLOBAL_NAMESPACE,
+                 scope="system", source="system", embedding=(1.0, 0.0, 0.0, 0.0))
+    shared = mem("Expense reports are due on Fridays", user=None, tenant="t2",
+                 embedding=(0.0, 1.0, 0.0, 0.0))
+    await store.add(system)
+    await store.add(shared)
+    for tenant in ("t1", "t2"):
+        found = {c.memory.id for c in await store.search(ask("expense receipts",
+                                                             tenant=tenant))}
+        assert system.id in found
+        assert (shared.id in found) == (tenant == "t2")
+        nearest = await store.search(SearchQuery(tenant=tenant, user="u1", terms=(),
+                                                 embedding=(1.0, 0.0, 0.0, 0.0)))
+        assert system.id in {c.memory.id for c in nearest}
+    assert await store.search(ask("expense receipts", include_shared=False)) == []
+
+
+async def test_delete_shared_removes_only_that_tenants_memory(store: MemoryStore) -> None:
+    """delete_shared removes a memory of the tenant's shared space (search no longer finds
+    it); another tenant's id, or a personal memory's, is not found (False)."""
+    shared = mem("Office closes at six", user=None)
+    personal = mem("Office is my second home")
+    await store.add(shared)
+    await store.add(personal)
+    assert not await store.delete_shared("t2", shared.id)
+    assert not await store.delete_shared("t1", personal.id)
+    assert await store.delete_shared("t1", shared.id, audit=event("deleted", user=None,
+                                                                   actor="admin"))
+    assert await store.get("t1", None, shared.id) is None
+    assert {c.memory.id for c in await store.search(ask("office"))} == {personal.id}
+    assert not await store.delete_shared("t1", shared.id)
+    log = await store.audit_search("t1", AuditFilter(action="deleted"))
+    assert [e.user_id for _, e in log] == [None]

@@ -115,23 +115,6 @@ class AuditStreams:
                                         count=limit)  # type: ignore[assignment]
         return [(audit_id(entry_id), audit_from_entry(fields)) for entry_id, fields in entries]
 
-    async def erase_user(self, tenant: str, user: str) -> int:
-        """Delete the user's stream and the user's entries of the tenant stream (paged
-        server-side scan, :data:`ERASE_PAGE` entries a call). Returns the entries deleted
-        from the tenant stream."""
-        await self._redis.unlink(self._keys.audit(user_token(tenant, user)))
-        needle = b',"tenant":' + orjson.dumps(tenant) + b',"user_id":' + \
-            orjson.dumps(user) + b","
-        key, start, deleted = self._keys.audit(tenant_token(tenant)), "-", 0
-        while True:
-            last, count = await self._erase_page(keys=[key],
-                                                 args=[start, ERASE_PAGE, needle])
-            deleted += int(count)
-            last = last.decode() if isinstance(last, bytes) else str(last)
-            if not last:
-                return deleted
-            start = "(" + last
-
     async def search(self, tenant: str, where: AuditFilter, *, limit: int,
                      before_id: int | None) -> list[tuple[int, AuditEvent]]:
         """Newest first, at most ``limit`` events passing ``where`` with ids below
@@ -181,3 +164,20 @@ class AuditStreams:
                 return out
             last = entries[-1][0]
             start = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+
+    async def erase_user(self, tenant: str, user: str) -> int:
+        """Delete the user's stream and the user's entries of the tenant stream (paged
+        server-side scan, :data:`ERASE_PAGE` entries a call). Returns the entries deleted
+        from the tenant stream."""
+        await self._redis.unlink(self._keys.audit(user_token(tenant, user)))
+        needle = b',"tenant":' + orjson.dumps(tenant) + b',"user_id":' + \
+            orjson.dumps(user) + b","
+        key, start, deleted = self._keys.audit(tenant_token(tenant)), "-", 0
+        while True:
+            last, count = await self._erase_page(keys=[key],
+                                                 args=[start, ERASE_PAGE, needle])
+            deleted += int(count)
+            last = last.decode() if isinstance(last, bytes) else str(last)
+            if not last:
+                return deleted
+            start = "(" + last

@@ -98,6 +98,7 @@ from proxy.memory.store import (
     related_by_keywords,
 )
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
+from proxy.settings import GLOBAL_NAMESPACE
 
 log = structlog.get_logger("proxy.memory.redis")
 
@@ -226,7 +227,7 @@ class RedisMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         tokens = [user_token(query.tenant, query.user)]
         if query.include_shared:
-            tokens.append(shared_token(query.tenant))
+            tokens += [shared_token(query.tenant), shared_token(GLOBAL_NAMESPACE)]
         where = all_of(namespace_filter(tokens), active_filter(),
                        channel_filter(query.channels))
         vector = query.embedding
@@ -727,6 +728,27 @@ class RedisMemoryStore:
             async for key in self._redis.scan_iter(match=pattern, count=1000):
                 pipe.srem(key, user)
             await pipe.execute()
+
+    async def delete_shared(self, tenant: str, memory_id: str, *,
+                            audit: AuditEvent | None = None) -> bool:
+        ns = shared_token(tenant)
+        key = self._keys.memory(ns, memory_id)
+        events = [audit] if audit is not None else []
+
+        async def body(pipe: Pipeline) -> bool:
+            if not await pipe.exists(key):
+                return False
+            multi(pipe)
+            pipe.delete(key, self._keys.evidence(ns, memory_id))
+            pipe.srem(self._keys.ids(ns), memory_id)
+            await pipe.execute()
+            return True
+
+        with _unavailable("delete_shared"):
+            deleted = await transact(self._redis, [key], body)
+            if deleted:
+                await self._audit.append(events)
+        return deleted
 
 
 def _text(value: bytes | str) -> str:

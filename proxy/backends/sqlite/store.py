@@ -44,6 +44,7 @@ from proxy.memory.store import (
     related_by_keywords,
 )
 from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
+from proxy.settings import GLOBAL_NAMESPACE
 
 _COLUMNS = (
     "id, tenant, user_id, scope, category, subcategory, title, content, tags, subject, source, "
@@ -316,7 +317,7 @@ class SqliteMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         tokens = [user_token(query.tenant, query.user)]
         if query.include_shared:
-            tokens.append(shared_token(query.tenant))
+            tokens += [shared_token(query.tenant), shared_token(GLOBAL_NAMESPACE)]
         clause, clause_args = _channel_clause(query.channels)
 
         def run(conn: sqlite3.Connection) -> list[Candidate]:
@@ -353,15 +354,19 @@ class SqliteMemoryStore:
         found: dict[str, Candidate],
     ) -> None:
         assert query.embedding is not None
-        owner = "(m.user_id = ?" + (" OR m.user_id IS NULL)" if query.include_shared else ")")
+        owner = "m.tenant = ? AND (m.user_id = ?" + \
+            (" OR m.user_id IS NULL) OR (m.tenant = ? AND m.user_id IS NULL)"
+             if query.include_shared else ")")
         np = _np()
         vector = np.asarray(query.embedding, dtype=np.float32)
         # Only vectors of the query's length: after a model change, older vectors of another
         # dimension are skipped (keyword recall still finds those memories).
         rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM memories m WHERE m.tenant = ? AND {owner} AND {_ACTIVE} "
+            f"SELECT {_COLUMNS} FROM memories m WHERE ({owner}) AND {_ACTIVE} "
             f"AND m.embedding IS NOT NULL AND length(m.embedding) = ?{clause}",
-            (query.tenant, query.user, vector.nbytes, *clause_args),
+            (query.tenant, query.user,
+             *((GLOBAL_NAMESPACE,) if query.include_shared else ()), vector.nbytes,
+             *clause_args),
         ).fetchall()
         if not rows:
             return
@@ -790,32 +795,6 @@ class SqliteMemoryStore:
         result: list[tuple[int, AuditEvent]] = await self._read(run)
         return result
 
-    # issue 12: erasure ---------------------------------------------------------------
-    async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
-        marker = to_iso(utcnow())
-        owner = (tenant, user)
-
-        def run(conn: sqlite3.Connection) -> int:
-            # Keyword-index rows first (by rowid), then the memories: one transaction.
-            conn.execute(
-                "DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories "
-                "WHERE tenant = ? AND user_id = ?)", owner)
-            conn.execute(
-                "DELETE FROM memory_evidence WHERE memory_id IN (SELECT id FROM memories "
-                "WHERE tenant = ? AND user_id = ?)", owner)
-            removed = conn.execute("DELETE FROM memories WHERE tenant = ? AND user_id = ?",
-                                   owner).rowcount
-            for table in ("memory_tombstones", "profiles", "conversations", "user_names",
-                          "audit_log", "user_settings"):
-                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?", owner)
-            conn.execute("INSERT INTO user_settings (tenant, user_id, cleared_at) "
-                         "VALUES (?, ?, ?)", (tenant, user, marker))
-            _insert_audit(conn, [audit])
-            return int(removed)
-
-        result: int = await self._write(run)
-        return result
-
     # issue 13: admin governance ----------------------------------------------------------
     async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
                            before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
@@ -890,3 +869,44 @@ class SqliteMemoryStore:
             "INSERT INTO tenant_settings (tenant, data, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(tenant) DO UPDATE SET data = excluded.data, "
             "updated_at = excluded.updated_at", (tenant, data, to_iso(utcnow()))))
+
+    # issue 12: erasure ---------------------------------------------------------------
+    async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
+        marker = to_iso(utcnow())
+        owner = (tenant, user)
+
+        def run(conn: sqlite3.Connection) -> int:
+            # Keyword-index rows first (by rowid), then the memories: one transaction.
+            conn.execute(
+                "DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories "
+                "WHERE tenant = ? AND user_id = ?)", owner)
+            conn.execute(
+                "DELETE FROM memory_evidence WHERE memory_id IN (SELECT id FROM memories "
+                "WHERE tenant = ? AND user_id = ?)", owner)
+            removed = conn.execute("DELETE FROM memories WHERE tenant = ? AND user_id = ?",
+                                   owner).rowcount
+            for table in ("memory_tombstones", "profiles", "conversations", "user_names",
+                          "audit_log", "user_settings"):
+                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?", owner)
+            conn.execute("INSERT INTO user_settings (tenant, user_id, cleared_at) "
+                         "VALUES (?, ?, ?)", (tenant, user, marker))
+            _insert_audit(conn, [audit])
+            return int(removed)
+
+        result: int = await self._write(run)
+        return result
+
+    async def delete_shared(self, tenant: str, memory_id: str, *,
+                            audit: AuditEvent | None = None) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT 1 FROM memories WHERE id = ? AND tenant = ? AND "
+                               "user_id IS NULL", (memory_id, tenant)).fetchone()
+            if row is None:
+                return False
+            _delete_rows(conn, "id = ?", (memory_id,))
+            if audit is not None:
+                _insert_audit(conn, [audit])
+            return True
+
+        result: bool = await self._write(run)
+        return result
