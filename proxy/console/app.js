@@ -555,15 +555,6 @@
     heading.focus();
   }
 
-  function flatten(obj, prefix, out) {
-    out = out || [];
-    for (const [k, v] of Object.entries(obj || {})) {
-      const name = prefix ? `${prefix}.${k}` : k;
-      if (v && typeof v === "object" && !Array.isArray(v)) flatten(v, name, out);
-      else out.push([name, Array.isArray(v) ? v.join(", ") : String(v ?? "—")]);
-    }
-    return out;
-  }
   function dl(pairs) {
     return h("dl", { class: "facts" }, pairs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
@@ -600,8 +591,37 @@
       h("h2", { id: "tot-h" }, t("totals")), h("p", {}, t("loading")));
     api("GET", "/v1/admin/stats", { query: { days: 30 } }).then((s) => {
       const daily = s.daily || [];
-      stats.replaceChildren(h("h2", { id: "tot-h" }, t("totals")), dl(flatten(s.totals)),
-        h("h3", {}, t("budget")), dl(flatten(s.learning)),
+      const totals = s.totals || {};
+      const scopes = totals.memories || {};
+      const count = (scope) => (scopes[scope] && scopes[scope].total) || 0;
+      const categories = {};
+      for (const counts of Object.values(scopes)) {
+        for (const [name, n] of Object.entries(counts)) {
+          if (!["total", "retired", "disabled"].includes(name)) categories[name] = (categories[name] || 0) + n;
+        }
+      }
+      const learning = s.learning || {};
+      const budget = learning.budget || {};
+      const caps = budget.budget || {};
+      const spent = (n, cap) => (cap ? t("ofCap", { spent: n ?? 0, cap }) : t("noCap", { spent: n ?? 0 }));
+      stats.replaceChildren(h("h2", { id: "tot-h" }, t("totals")),
+        h("ul", { class: "stats" },
+          h("li", {}, h("strong", {}, totals.users ?? 0), t("users")),
+          h("li", {}, h("strong", {}, count("personal")), t("scopePersonal")),
+          h("li", {}, h("strong", {}, count("shared")), t("scopeShared")),
+          h("li", {}, h("strong", {}, count("system")), t("scopeSystem")),
+          h("li", {}, h("strong", {}, totals.retired ?? 0), t("retired"))),
+        h("h3", {}, t("byCategory")),
+        Object.keys(categories).length ? bars(Object.entries(categories), t("byCategory"))
+          : h("p", { class: "help" }, t("none")),
+        h("h3", {}, t("budget")),
+        dl([
+          [t("learning"), t(learning.enabled ? "on" : "off")],
+          [t("budgetState"), budget.state ? `${t(budget.state)}${budget.paused_by ? ` (${budget.paused_by})` : ""}` : "—"],
+          [t("spentToday"), spent(budget.spent_today, caps.tokens_per_day)],
+          [t("spentMonth"), spent(budget.spent_this_month, caps.tokens_per_month)],
+          budget.resumes_at ? [t("resumesAt"), when(budget.resumes_at)] : null,
+        ].filter(Boolean)),
         h("h3", {}, t("trend")), trendChart(daily, 30),
         h("details", {}, h("summary", {}, t("trend")),
           table([t("date"), t("learned"), t("merged"), t("retired"), t("rejected"),
