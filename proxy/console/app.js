@@ -161,7 +161,7 @@
   }
 
   // ---------------------------------------------------------------- API
-  const session = { key: null, me: null };
+  const session = { key: null, me: null, tenant: "" };
   class ApiError extends Error {
     constructor(status, error) {
       super((error && error.message) || `HTTP ${status}`);
@@ -538,9 +538,16 @@
 
   // ---------------------------------------------------------------- admin view
   function adminView(tabIndex) {
+    // A global admin key has no tenant: it manages system memories and reads one
+    // tenant's stats and usage at a time (?tenant=, named in the field above the tabs).
     const global = session.me.role === "global_admin";
     const heading = h("h2", { tabindex: -1 }, global ? t("roleGlobal") : t("roleAdmin", session.me));
-    const defs = [
+    const defs = global ? [
+      { label: t("tabOverview"), render: overviewTab },
+      { label: t("tabShared"), render: sharedTab },
+      { label: t("tabUsage"), render: usageTab },
+      { label: t("tabDead"), render: deadTab },
+    ] : [
       { label: t("tabOverview"), render: overviewTab },
       { label: t("tabPrompts"), render: promptsTab },
       { label: t("tabShared"), render: sharedTab },
@@ -549,11 +556,25 @@
       { label: t("tabUsage"), render: usageTab },
       { label: t("tabDead"), render: deadTab },
     ];
-    const view = tabs(t("title"), defs);
-    $("main").replaceChildren(heading, view);
+    let view = tabs(t("title"), defs);
+    let tenantForm = null;
+    if (global) {
+      const input = h("input", { type: "text", autocomplete: "off", value: session.tenant || "" });
+      tenantForm = h("form", { class: "row", onsubmit: (event) => {
+        event.preventDefault();
+        session.tenant = input.value.trim();
+        const fresh = tabs(t("title"), defs);
+        view.replaceWith(fresh);
+        view = fresh;
+      } }, h("div", { class: "grow" }, field(t("tenant"), input, t("tenantHelp"))),
+      h("button", { type: "submit" }, t("open")));
+    }
+    $("main").replaceChildren(...[heading, tenantForm, view].filter(Boolean));
     if (tabIndex) view.querySelectorAll("[role=tab]")[tabIndex].click();
     heading.focus();
   }
+  // Query parameters of the tenant-reading admin routes (stats, usage).
+  const tenantQuery = (query) => (session.me.role === "global_admin" ? { ...query, tenant: session.tenant } : query);
 
   function dl(pairs) {
     return h("dl", { class: "facts" }, pairs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
@@ -589,7 +610,7 @@
   function overviewTab(panel) {
     const stats = h("section", { class: "panel", "aria-labelledby": "tot-h" },
       h("h2", { id: "tot-h" }, t("totals")), h("p", {}, t("loading")));
-    api("GET", "/v1/admin/stats", { query: { days: 30 } }).then((s) => {
+    api("GET", "/v1/admin/stats", { query: tenantQuery({ days: 30 }) }).then((s) => {
       const daily = s.daily || [];
       const totals = s.totals || {};
       const scopes = totals.memories || {};
@@ -629,7 +650,7 @@
           daily.map((d) => [d.date, d.learned, d.merged, d.retired, d.rejected,
             d.learning_tokens, d.user_tokens, d.active_users]), t("trend"))));
     }).catch((err) => failed(err, stats));
-    panel.append(stats, auditLog());
+    panel.append(...[stats, session.me.role === "global_admin" ? null : auditLog()].filter(Boolean));
   }
 
   function auditLog() {
@@ -917,7 +938,7 @@
     const sum = (o) => Object.values(o || {}).reduce((a, b) => a + (Number(b) || 0), 0);
     async function load() {
       try {
-        const page = await api("GET", "/v1/admin/usage", { query: { group_by: group.value } });
+        const page = await api("GET", "/v1/admin/usage", { query: tenantQuery({ group_by: group.value }) });
         rows.replaceChildren(page.data.length ? table(
           [t("key"), t("requests"), `${t("userTokens")} (${t("promptTokens")})`,
             `${t("userTokens")} (${t("completionTokens")})`, t("memoryTokens"), t("learningTokens")],

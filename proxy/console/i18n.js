@@ -102,6 +102,8 @@ window.CONSOLE_TEXT = {
     score: "score",
     hits: "hits",
     // admin view
+    tenant: "Tenant",
+    tenantHelp: "A global admin key reads one tenant's statistics and usage at a time.",
     tabOverview: "Overview",
     tabUsers: "Users",
     tabShared: "Shared knowledge",
@@ -283,6 +285,8 @@ window.CONSOLE_TEXT = {
     reason: "原因",
     score: "分数",
     hits: "次数",
+    tenant: "租户",
+    tenantHelp: "全局管理员密钥一次查看一个租户的统计和用量。",
     tabOverview: "概览",
     tabUsers: "用户",
     tabShared: "共享知识",

@@ -41,6 +41,7 @@ README_SHOTS = ROOT / "docs" / "console"
 USER_KEY = "sk-console-alice"
 OTHER_KEY = "sk-console-bob"
 ADMIN_KEY = "sk-console-admin"
+GLOBAL_KEY = "sk-console-global"
 TENANT = "acme"
 
 
@@ -50,13 +51,14 @@ def digest(key: str) -> str:
 
 def console_settings(tmp_path: Path, **overrides: Any) -> Settings:
     """A gateway with a user-bound key (alice), another user's key (bob) and an admin key,
-    all of tenant ``acme``, learning on after every message."""
+    all of tenant ``acme``, a global admin key, and learning on after every message."""
     return make_settings(tmp_path, auth={
         "keys": [{"key_sha256": digest(USER_KEY), "tenant": TENANT, "user": "alice",
                   "name": "alice-app"},
                  {"key_sha256": digest(OTHER_KEY), "tenant": TENANT, "user": "bob",
                   "name": "bob-app"}],
         "admin_keys": [{"key_sha256": digest(ADMIN_KEY), "tenant": TENANT, "name": "ops"}],
+        "global_admin_keys": [{"key_sha256": digest(GLOBAL_KEY), "name": "root"}],
     }, learning={"enabled": True, "batch_messages": 1, "max_attempts": 1,
                  "retry_base_seconds": 0.01}, **overrides)
 

@@ -11,6 +11,7 @@ from playwright.async_api import expect
 from proxy.memory.store import ListQuery
 from tests.console.conftest import (
     ADMIN_KEY,
+    GLOBAL_KEY,
     TENANT,
     USER_KEY,
     axe_violations,
@@ -175,3 +176,33 @@ async def test_admin_sees_usage_and_drops_a_dead_letter(
     await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Drop").click()
     await expect(page.get_by_role("table", name="Dead letters", exact=True)).to_have_count(0)
     assert await console_gateway.res.queue.dead_letters() == []  # type: ignore[union-attr]
+
+
+async def test_global_admin_manages_system_memories_and_reads_a_tenant(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """A global admin key opens the system memories (adding one stores it in the global
+    namespace) and reads a named tenant's totals; tenant-only tabs are not offered."""
+    await learn(console_gateway, USER_KEY, "I write Rust.", fact("Writes Rust",
+                                                                category="technical"))
+    await sign_in(page, GLOBAL_KEY)
+    await expect(page.get_by_role("heading", name="global admin")).to_be_visible()
+    await expect(page.get_by_role("tab", name="Prompts")).to_have_count(0)
+    await expect(page.get_by_role("tab", name="Settings")).to_have_count(0)
+    # No tenant named yet: the gateway's 400 is shown in place of the totals.
+    await expect(page.get_by_role("alert")).to_contain_text("tenant")
+    await page.get_by_label("Tenant").fill(TENANT)
+    await page.get_by_role("button", name="Open", exact=True).click()
+    await expect(page.locator(".stats li", has_text="Personal memories")).to_contain_text("1")
+
+    await page.get_by_role("tab", name="Shared knowledge").click()
+    system = page.locator("section", has=page.get_by_role("heading", name="System memories"))
+    await expect(page.get_by_role("heading", name="Shared memories")).to_have_count(0)
+    await system.get_by_label("Content").fill("The support line is open on weekdays")
+    await system.get_by_role("button", name="Add").click()
+    await expect(system.locator("li.card", has_text="support line")).to_be_visible()
+    assert await axe_violations(page) == []
+    async with console_gateway.client() as client:
+        listed = (await client.get("/v1/admin/memories", params={"scope": "system"},
+                                   headers={"Authorization": f"Bearer {GLOBAL_KEY}"})).json()
+    assert [m["content"] for m in listed["data"]] == ["The support line is open on weekdays"]
