@@ -360,6 +360,11 @@ async def test_budget_pauses_and_resumes_learning(build: Build, upstream: FakeUp
         await gw.res.sink.flush()
         await gw.res.worker.drain()  # buffered only: no batch while the budget is spent
         assert len(upstream.requests) == calls + 1  # the chat call only: no learning call
+        await gw.res.worker.maintenance()
+        async with gw.client(headers={**ACME_APP, "X-User-Id": "u2"}) as client:
+            flushed = await client.post("/v1/memories/flush")  # skipped while spent
+            assert flushed.status_code == 202
+        await gw.res.worker.drain()
         conversations = await gw.res.queue.buffered_conversations("acme", "u2")
         assert len(conversations) == 1
         stats = (await get(gw, "/v1/admin/stats", days=1)).json()
@@ -596,3 +601,65 @@ async def test_tenant_retention_days_decide_what_is_purged(gw: Gateway) -> None:
     left = {name for name, m in memories.items()
             if await gw.res.store.get(m.tenant, "u1", m.id) is not None}
     assert left == {"globex-30", "globex-400"}
+
+
+async def test_a_tenant_learning_model_override_is_used_by_the_worker(
+    build: Build, upstream: FakeUpstream
+) -> None:
+    """learning.model set for a tenant sends its learning calls to that model; another
+    tenant's learning keeps the request's model."""
+    from tests.fakes import UPSTREAM_BASE
+
+    models = [{"model_name": name, "litellm_params": {
+        "model": f"openai/{upstream_name}", "api_base": UPSTREAM_BASE, "api_key": "sk-up"},
+        "model_info": {"max_input_tokens": 16000}}
+        for name, upstream_name in (("m", "up-model"), ("cheap", "cheap-model"))]
+    async with running_gateway(build(model_list=models), upstream) as gw:
+        async with gw.client(headers=ACME_ADMIN) as admin:
+            changed = await admin.patch("/v1/admin/settings",
+                                        json={"learning.model": "cheap"})
+            assert changed.json()["settings"]["learning.model"] == "cheap"
+        upstream.extract = fact("Collects stamps")
+        await say(gw, "I collect stamps.")
+        await gw.settle()
+        assert {body["model"] for _, body in upstream.learning_calls} == {"cheap-model"}
+        upstream.learning_calls.clear()
+        await say(gw, "I sail.", user="u9", key=GLOBEX_APP)
+        await gw.settle()
+        assert {body["model"] for _, body in upstream.learning_calls} == {"up-model"}
+
+
+async def test_jwt_end_users_chat_and_own_their_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    """A valid JWT is a user-bound caller of its tenant end to end (chat and the memory
+    API); a token of a tenant outside auth.jwt.tenants, or an expired one, is a 401."""
+    import time
+
+    import jwt
+
+    monkeypatch.setenv("JWT_SECRET", "jwt-secret-for-tests-0123456789abcdef")
+    settings = make_settings(tmp_path, auth={"jwt": {
+        "issuer": "https://id.example", "audience": "memory-proxy",
+        "hs256_secret": "os.environ/JWT_SECRET", "tenants": ["acme"]}})
+
+    def token(**claims: Any) -> dict[str, str]:
+        body = {"iss": "https://id.example", "aud": "memory-proxy", "sub": "alice",
+                "tenant": "acme", "exp": int(time.time()) + 600, **claims}
+        signed = jwt.encode(body, "jwt-secret-for-tests-0123456789abcdef")
+        return {"Authorization": f"Bearer {signed}"}
+
+    async with running_gateway(settings, upstream) as gw:
+        async with gw.client(headers={**token(), "X-User-Id": "mallory"}) as client:
+            chat = await client.post("/v1/chat/completions", json={
+                "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert chat.status_code == 200
+            made = await client.post("/v1/memories", json={"content": "Likes green tea"})
+            assert made.json()["user_id"] == "alice"
+            assert made.json()["tenant"] == "acme"
+            me = (await client.get("/v1/me")).json()
+            assert (me["tenant"], me["user"], me["role"]) == ("acme", "alice", "user")
+        for bad in (token(tenant="globex"), token(exp=int(time.time()) - 3600),
+                    {"Authorization": "Bearer not-a-key"}):
+            async with gw.client(headers=bad) as client:
+                assert (await client.get("/v1/memories")).status_code == 401
