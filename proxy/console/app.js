@@ -944,7 +944,7 @@
             `${t("userTokens")} (${t("completionTokens")})`, t("memoryTokens"), t("learningTokens")],
           page.data.map((r) => [r.key, r.requests, r.user_tokens.prompt, r.user_tokens.completion,
             r.memory_tokens, `${sum(r.learning_tokens)} (${Object.entries(r.learning_tokens || {})
-              .map(([k, v]) => `${k} ${v}`).join(", ")})`]), t("usage"))
+              .filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(", ")})`]), t("usage"))
           : h("p", { class: "help" }, t("none")));
       } catch (err) { failed(err, rows); }
     }

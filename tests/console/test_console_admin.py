@@ -150,32 +150,43 @@ async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
     await screenshot(page, "admin-settings")
 
 
-async def test_admin_sees_usage_and_drops_a_dead_letter(
+async def test_admin_sees_usage_and_requeues_and_drops_dead_letters(
     page: Any, console_gateway: Gateway
 ) -> None:
-    """Usage lists user and learning tokens apart; a failed learning job shows under dead
-    letters and can be dropped after confirmation."""
-    await learn(console_gateway, USER_KEY, "I keep bees on my roof.",
-                extract=lambda body: "I could not find anything useful, sorry.")
-    await asyncio.sleep(0.05)
-    await console_gateway.settle()
-    dead = await console_gateway.res.queue.dead_letters()  # type: ignore[union-attr]
-    assert len(dead) == 1
+    """Usage lists user and learning tokens apart; failed learning jobs show under dead
+    letters: one is requeued, the other dropped after confirmation."""
+    def unreadable(body: dict[str, Any]) -> str:
+        return "I could not find anything useful, sorry."
+
+    for conversation in ("c-bees", "c-kites"):
+        await learn(console_gateway, USER_KEY, f"Something about {conversation}.",
+                    extract=unreadable, conversation=conversation)
+        await asyncio.sleep(0.05)
+        await console_gateway.settle()
+    queue = console_gateway.res.queue
+    assert queue is not None
+    dead = await queue.dead_letters()
+    assert len(dead) == 2
     await sign_in(page, ADMIN_KEY)
     await page.get_by_role("tab", name="Usage").click()
     usage = page.get_by_role("table", name="Usage", exact=True)
     await expect(usage).to_contain_text("Learning tokens")
+    await expect(usage).to_contain_text("extract")
     await page.get_by_label("Group by").select_option("model")
-    await expect(usage).to_contain_text("m")
+    await expect(usage.get_by_role("cell", name="m", exact=True)).to_be_visible()
     assert await axe_violations(page) == []
+
     await page.get_by_role("tab", name="Dead letters").click()
     letters = page.get_by_role("table", name="Dead letters", exact=True)
     await expect(letters).to_contain_text("ParseError")
     assert await axe_violations(page) == []
-    await page.get_by_role("button", name=f"Drop {dead[0].id}").click()
+    await page.get_by_role("button", name=f"Requeue {dead[0].id}").click()
+    await expect(page.get_by_role("button", name=f"Requeue {dead[0].id}")).to_have_count(0)
+    assert [d.id for d in await queue.dead_letters()] == [dead[1].id]
+    await page.get_by_role("button", name=f"Drop {dead[1].id}").click()
     await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Drop").click()
     await expect(page.get_by_role("table", name="Dead letters", exact=True)).to_have_count(0)
-    assert await console_gateway.res.queue.dead_letters() == []  # type: ignore[union-attr]
+    assert await queue.dead_letters() == []
 
 
 async def test_global_admin_manages_system_memories_and_reads_a_tenant(
