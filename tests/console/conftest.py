@@ -49,9 +49,11 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def console_settings(tmp_path: Path, **overrides: Any) -> Settings:
+def console_settings(tmp_path: Path, *, jwt: dict[str, Any] | None = None,
+                     **overrides: Any) -> Settings:
     """A gateway with a user-bound key (alice), another user's key (bob) and an admin key,
-    all of tenant ``acme``, a global admin key, and learning on after every message."""
+    all of tenant ``acme``, a global admin key, and learning on after every message;
+    ``jwt`` adds ``auth.jwt`` (end users signed in with a token)."""
     return make_settings(tmp_path, auth={
         "keys": [{"key_sha256": digest(USER_KEY), "tenant": TENANT, "user": "alice",
                   "name": "alice-app"},
@@ -59,6 +61,7 @@ def console_settings(tmp_path: Path, **overrides: Any) -> Settings:
                   "name": "bob-app"}],
         "admin_keys": [{"key_sha256": digest(ADMIN_KEY), "tenant": TENANT, "name": "ops"}],
         "global_admin_keys": [{"key_sha256": digest(GLOBAL_KEY), "name": "root"}],
+        **({"jwt": jwt} if jwt is not None else {}),
     }, learning={"enabled": True, "batch_messages": 1, "max_attempts": 1,
                  "retry_base_seconds": 0.01}, **overrides)
 

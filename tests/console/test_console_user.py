@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.async_api import expect
 
 from proxy.memory.store import ListQuery
@@ -15,13 +16,14 @@ from tests.console.conftest import (
     TENANT,
     USER_KEY,
     axe_violations,
+    console_settings,
     fact,
     fits_width,
     learn,
     screenshot,
     sign_in,
 )
-from tests.fakes import Gateway
+from tests.fakes import FakeUpstream, Gateway, running_gateway
 from tests.learning.test_learning_e2e import known_ids
 
 
@@ -228,6 +230,43 @@ async def test_profile_shows_traits_facts_and_the_retired_archive(
     assert await axe_violations(page) == []
     assert await fits_width(page)
     await screenshot(page, "user-profile")
+
+
+async def test_end_user_signs_in_with_a_jwt(
+    browser: Any, tmp_path: Path, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JWT pasted in the "API key" field opens the user view of the user it names (and
+    only that user's memory); an expired token is refused next to the field."""
+    import time
+
+    import jwt
+
+    secret = "console-test-secret-of-32-bytes!"
+    monkeypatch.setenv("CONSOLE_TEST_JWT_SECRET", secret)
+    settings = console_settings(tmp_path, jwt={
+        "issuer": "https://id.example", "audience": "memory-proxy",
+        "hs256_secret": "os.environ/CONSOLE_TEST_JWT_SECRET", "tenants": [TENANT]})
+
+    def token(user: str, expires_in: int) -> str:
+        return jwt.encode({"sub": user, "tenant": TENANT, "iss": "https://id.example",
+                           "aud": "memory-proxy", "exp": int(time.time()) + expires_in},
+                          secret, algorithm="HS256")
+
+    async with running_gateway(settings, upstream) as gateway:
+        await learn(gateway, token("carol", 600), "I grow tomatoes.", fact("Grows tomatoes"))
+        await learn(gateway, USER_KEY, "I grow roses.", fact("Grows roses"))
+        context = await browser.new_context(locale="en-US", base_url=gateway.base_url)
+        try:
+            tab = await context.new_page()
+            await sign_in(tab, token("carol", -600))
+            await expect(tab.get_by_label("API key")).to_have_attribute("aria-invalid", "true")
+            await expect(tab.locator(".field-error")).to_contain_text("expired")
+            await sign_in(tab, token("carol", 600))
+            await expect(tab.get_by_role("heading", name="Memory of carol")).to_be_visible()
+            await expect(tab.locator("li.card", has_text="Grows tomatoes")).to_be_visible()
+            await expect(tab.locator("li.card", has_text="Grows roses")).to_have_count(0)
+        finally:
+            await context.close()
 
 
 async def test_console_speaks_chinese_to_a_chinese_browser(
