@@ -287,7 +287,8 @@ async def test_console_speaks_chinese_to_a_chinese_browser(
 
 async def test_console_works_from_the_keyboard(page: Any, console_gateway: Gateway) -> None:
     """Sign-in, tab switching (arrow keys) and a confirmation dialog (Escape) work without
-    a mouse, and focus returns to the button that opened the dialog."""
+    a mouse, and focus returns to the button that opened the dialog; the key lasts as long
+    as the tab (a reload keeps the session) until "Sign out"."""
     await learn(console_gateway, USER_KEY, "I run marathons.", fact("Runs marathons"))
     await page.goto("/console/")
     await expect(page.get_by_label("API key")).to_be_focused()
@@ -314,3 +315,10 @@ async def test_console_works_from_the_keyboard(page: Any, console_gateway: Gatew
     # The focused control is outlined (focus visible).
     outline = await delete.evaluate("el => getComputedStyle(el).outlineStyle")
     assert outline == "solid"
+
+    # The key survives a reload of the tab (sessionStorage), and "Sign out" forgets it.
+    await page.reload()
+    await expect(page.get_by_role("heading", name="Memory of alice")).to_be_visible()
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_label("API key")).to_be_visible()
+    assert await page.evaluate("sessionStorage.length") == 0
