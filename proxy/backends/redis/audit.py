@@ -4,7 +4,9 @@ A user's events go to ``<prefix>:audit:{u…}`` inside the transaction that make
 (:meth:`AuditStreams.queue`, same hash slot); every event is then also appended to the
 tenant's ``<prefix>:audit:{t…}`` (:meth:`AuditStreams.append`, another slot, so after
 ``EXEC``). A crash between the two loses the event from the tenant view only. Events
-without a user (shared memories) go to the tenant stream only.
+without a user (shared memories) go to the tenant stream only. The id of each user event
+in the tenant stream is also listed under the user (``auditrefs``, kept as long as the
+tenant stream could hold it), so "forget me" deletes them without reading the tenant log.
 
 Both streams are trimmed approximately (``XADD … MAXLEN ~``), which trims whole radix-tree
 nodes and so costs nothing per append. Ids returned by :meth:`AuditStreams.read` are the
@@ -29,13 +31,14 @@ from proxy.memory.store import AuditEvent, AuditFilter
 # Entries read per XREVRANGE / XRANGE call when filtering or counting (issue 13).
 SCAN_PAGE = 1000
 
-# Issue 12 (erasure): deletes one user's entries from a tenant stream, one page per call so
-# that Redis serves other clients between pages. An entry is the user's when its JSON, as
-# :func:`audit_entry` writes it (``{"at":…,"tenant":…,"user_id":…,…}``, orjson, fixed key
-# order), continues at its first ``,"tenant":`` with ARGV[3]. Returns the last id read
+# Issue 12 (erasure): deletes one user's entries from a tenant stream (between ARGV[1] and
+# ARGV[4]), one page per call so that Redis serves other clients between pages. An entry
+# is the user's when its JSON, as :func:`audit_entry` writes it (``{"at":…,"tenant":…,
+# "user_id":…,…}``, orjson, fixed key order), continues at its first ``,"tenant":`` with
+# ARGV[3]. Returns the last id read
 # (or "" at the end) and the number of entries deleted.
 _ERASE_PAGE_LUA = """
-local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[4], 'COUNT', ARGV[2])
 local needle = ARGV[3]
 local doomed = {}
 for _, entry in ipairs(entries) do
@@ -90,17 +93,33 @@ class AuditStreams:
         ``written_ns`` (whose events :meth:`queue` already wrote)."""
         if not events:
             return
+        owners: list[tuple[str, str | None]] = []  # per tenant xadd: (tenant tok, user ns)
         async with self._redis.pipeline(transaction=False) as pipe:
             for event in events:
                 entry = audit_entry(event)
+                ns = None
                 if event.user_id is not None:
                     ns = user_token(event.tenant, event.user_id)
                     if ns != written_ns:
                         pipe.xadd(self._keys.audit(ns), entry,  # type: ignore[arg-type]
                                   maxlen=self._user_maxlen, approximate=True)
+                        owners.append(("", None))
                 pipe.xadd(self._keys.audit(tenant_token(event.tenant)),
                           entry,  # type: ignore[arg-type]
                           maxlen=self._tenant_maxlen, approximate=True)
+                owners.append((tenant_token(event.tenant), ns))
+            ids = await pipe.execute()
+        # Where each user's events sit in the tenant log, so that erasure deletes them
+        # without reading the whole log; the tenant's first such id marks where the log
+        # is covered by refs (older entries are searched).
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for (tenant_tok, ns), entry_id in zip(owners, ids, strict=True):
+                if not tenant_tok:
+                    continue
+                pipe.set(self._keys.audit_refs(tenant_tok), entry_id, nx=True)
+                if ns is not None:
+                    pipe.rpush(self._keys.audit_refs(ns), entry_id)
+                    pipe.ltrim(self._keys.audit_refs(ns), -self._tenant_maxlen, -1)
             await pipe.execute()
 
     async def read(self, tenant: str, user: str | None, *, limit: int,
@@ -166,18 +185,30 @@ class AuditStreams:
             start = "(" + (last.decode() if isinstance(last, bytes) else str(last))
 
     async def erase_user(self, tenant: str, user: str) -> int:
-        """Delete the user's stream and the user's entries of the tenant stream (paged
-        server-side scan, :data:`ERASE_PAGE` entries a call). Returns the entries deleted
-        from the tenant stream."""
-        await self._redis.unlink(self._keys.audit(user_token(tenant, user)))
+        """Delete the user's stream and the user's entries of the tenant stream: those
+        listed in the user's refs (``XDEL``, O(the user's events)), and, among entries
+        older than the tenant's first ref (written before refs were kept), those a
+        server-side scan finds (:data:`ERASE_PAGE` entries a call). Returns the entries
+        deleted from the tenant stream."""
+        ns, tenant_tok = user_token(tenant, user), tenant_token(tenant)
+        stream = self._keys.audit(tenant_tok)
+        refs = [r.decode() if isinstance(r, bytes) else str(r)
+                for r in await self._redis.lrange(self._keys.audit_refs(ns), 0, -1)]
+        deleted = 0
+        for start in range(0, len(refs), 1_000):
+            deleted += int(await self._redis.xdel(stream, *refs[start:start + 1_000]))
+        await self._redis.unlink(self._keys.audit(ns), self._keys.audit_refs(ns))
+        covered = await self._redis.get(self._keys.audit_refs(tenant_tok))
+        end = "+" if covered is None else "(" + (
+            covered.decode() if isinstance(covered, bytes) else str(covered))
         needle = b',"tenant":' + orjson.dumps(tenant) + b',"user_id":' + \
             orjson.dumps(user) + b","
-        key, start, deleted = self._keys.audit(tenant_token(tenant)), "-", 0
+        start_id = "-"
         while True:
-            last, count = await self._erase_page(keys=[key],
-                                                 args=[start, ERASE_PAGE, needle])
+            last, count = await self._erase_page(keys=[stream],
+                                                 args=[start_id, ERASE_PAGE, needle, end])
             deleted += int(count)
             last = last.decode() if isinstance(last, bytes) else str(last)
             if not last:
                 return deleted
-            start = "(" + last
+            start_id = "(" + last

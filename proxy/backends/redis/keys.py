@@ -17,6 +17,8 @@ key name::
     P:batches:{ns}             ZSET    applied learning batch keys → epoch seconds
     P:audit:{ns}               STREAM  the user's learning log
     P:audit:{t…}               STREAM  the tenant's learning log (all users and shared)
+    P:auditrefs:{ns}           LIST    ids of the user's entries in the tenant's log (erasure)
+    P:auditrefs:{t…}           STRING  first tenant-log id written with refs kept (erasure)
     P:usage:{ns|t…}            HASH    usage ledger counters (per user / per tenant)
     P:learning:{ns|t…}         HASH    learning ledger counters (per user / per tenant)
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
@@ -145,6 +147,11 @@ class KeyLayout:
     def audit(self, token: str) -> str:
         """The learning-log stream of a namespace (``ns``) or of a tenant (``t…``)."""
         return f"{self.prefix}:audit:{{{token}}}"
+
+    def audit_refs(self, token: str) -> str:
+        """For a user (``ns``): the ids of their entries in the tenant's log; for a tenant
+        (``t…``): the first tenant-log id written since such refs are kept."""
+        return f"{self.prefix}:auditrefs:{{{token}}}"
 
     def usage(self, token: str) -> str:
         return f"{self.prefix}:usage:{{{token}}}"

@@ -15,7 +15,7 @@ from redis.crc import key_slot
 from proxy.backends.redis.client import connect
 from proxy.backends.redis.codec import memory_to_hash
 from proxy.backends.redis.index import index_name
-from proxy.backends.redis.keys import KeyLayout, user_token
+from proxy.backends.redis.keys import KeyLayout, tenant_token, user_token
 from proxy.backends.redis.store import RedisMemoryStore
 from proxy.memory.records import ConversationRecord, Memory, Profile, new_id
 from proxy.memory.store import (
@@ -240,7 +240,7 @@ async def test_every_key_of_a_user_shares_one_cluster_slot(
     keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
     kinds = {k.decode().split(":")[1] for k in keys}
     assert kinds == {"m", "ids", "ev", "tomb", "prof", "conv", "convs", "settings", "batches",
-                     "audit"}
+                     "audit", "auditrefs"}
     assert len({key_slot(k) for k in keys}) == 1
     assert await store.get("t1", user, memory.id) == memory
 
@@ -384,3 +384,56 @@ async def test_a_client_speaking_resp3_is_refused(redis_url: str) -> None:
     async with Redis.from_url(redis_url, protocol=2, decode_responses=True) as text:
         with pytest.raises(ValueError, match="bytes"):
             RedisMemoryStore(text)
+
+
+async def test_erasure_finds_tenant_log_entries_written_before_refs_were_kept(
+    client: Redis, redis_prefix: str
+) -> None:
+    """Tenant-log entries of the user with no ref (written by an older version) are found
+    by the server-side scan of the log's older part; other users' entries stay, and so do
+    the user's in another tenant."""
+    store = await opened(client, redis_prefix, None)
+    layout = KeyLayout(redis_prefix)
+    events = [AuditEvent(tenant="t1", user_id=user, action="extracted", actor="auto",
+                         at=T0, reason=f"{user} {i}", detail={"user_id": "u1"})
+              for i in range(30) for user in ("u1", "u1x", "u2")]
+    await store.audit([*events, AuditEvent(tenant="t2", user_id="u1", action="scored",
+                                           actor="auto", at=T0)])
+    # As an older version left them: no refs, no tenant marker.
+    await client.delete(layout.audit_refs(user_token("t1", "u1")),
+                        layout.audit_refs(tenant_token("t1")))
+    await store.audit([AuditEvent(tenant="t1", user_id="u1", action="created",
+                                  actor="user", at=T0)])  # one with a ref, after them
+    erased = AuditEvent(tenant="t1", user_id="u1", action="erased", actor="user", at=T0)
+    await store.erase_user("t1", "u1", audit=erased)
+    left = [(e.user_id, e.action) for _, e in await store.audit_log("t1", None, limit=500)]
+    assert [a for u, a in left if u == "u1"] == ["erased"]
+    assert sum(1 for u, _ in left if u in ("u1x", "u2")) == 60
+    assert [e.action for _, e in await store.audit_log("t2", "u1")] == ["scored"]
+
+
+async def test_erasure_leaves_only_the_marker_and_the_tombstone_event(
+    client: Redis, redis_prefix: str
+) -> None:
+    """After erase_user() the user's keys are the settings hash (cleared_at only), the
+    audit stream with the one tombstone event and its ref; no memory is indexed."""
+    store = await opened(client, redis_prefix, 4)
+    kept = mem("Keeps bees", embedding=(1.0, 0.0, 0.0, 0.0))
+    await store.apply(ChangeSet(
+        tenant="t1", user_id="u1", batch_key="b1", upserts=(kept,),
+        evidence=((kept.id, "b1"),), profile=Profile(tenant="t1", user_id="u1", style="x"),
+        conversation=ConversationRecord(tenant="t1", user_id="u1", conversation_id="c",
+                                        learned_messages=1),
+        audit=(AuditEvent(tenant="t1", user_id="u1", action="created", actor="auto",
+                          at=T0),)))
+    doomed = mem("Keeps wasps")
+    await store.add(doomed)
+    await store.delete("t1", "u1", doomed.id)
+    erased = AuditEvent(tenant="t1", user_id="u1", action="erased", actor="user", at=T0)
+    assert await store.erase_user("t1", "u1", audit=erased) == 1
+    token = user_token("t1", "u1")
+    keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
+    assert {k.decode().split(":")[1] for k in keys} == {"settings", "audit", "auditrefs"}
+    assert set(await client.hkeys(KeyLayout(redis_prefix).settings(token))) == {b"cleared_at"}
+    info = await client.ft(store.index_name).search(f"@ix_ns:{{{token}}}")
+    assert info.total == 0  # type: ignore[union-attr]

@@ -1,0 +1,152 @@
+"""The OpenAPI document: valid OpenAPI 3.1, served without a key, covering every management
+route; and schemathesis, driven by it against the running gateway, finds no 5xx and no
+answer that breaks the documented schema (issue 12)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+from pydantic import BaseModel
+
+from proxy import openapi
+from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
+
+ADMIN_KEY = "admin-key-for-fuzzing"
+# Routes outside the management API: the OpenAI-compatible chat (documented by OpenAI)
+# and the document itself.
+UNDOCUMENTED = {("POST", "/v1/chat/completions"), ("POST", "/chat/completions"),
+                ("GET", "/models"), ("GET", "/openapi.json")}
+EXAMPLES_PER_OPERATION = 15  # per generation mode (valid and invalid data)
+
+
+@pytest.fixture
+async def gw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             upstream: FakeUpstream) -> AsyncIterator[Gateway]:
+    monkeypatch.setenv("FUZZ_ADMIN", ADMIN_KEY)
+    monkeypatch.setenv("FUZZ_APP", "app-key-for-fuzzing")
+    settings = make_settings(
+        tmp_path, learning={"enabled": True, "batch_messages": 1},
+        auth={"keys": [{"key": "os.environ/FUZZ_APP", "tenant": "fuzz"}],
+              "admin_keys": [{"key": "os.environ/FUZZ_ADMIN", "tenant": "fuzz"}]})
+    async with running_gateway(settings, upstream) as gateway:
+        yield gateway
+
+
+async def test_document_is_valid_openapi_served_without_a_key(gw: Gateway) -> None:
+    """GET /openapi.json answers without a key (keys are configured) with a document that
+    openapi-spec-validator accepts, naming the configured user header."""
+    async with gw.client() as client:
+        response = await client.get("/openapi.json")
+        assert (await client.get("/v1/memories")).status_code == 401
+    assert response.status_code == 200
+    document = response.json()
+    validate(document)
+    assert document["openapi"].startswith("3.1")
+    listing = document["paths"]["/v1/memories"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {
+        "X-User-Id", "q", "category", "scope", "enabled", "source", "include_retired",
+        "limit", "after", "offset"}
+    assert listing["responses"]["400"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorBody"}
+
+
+async def test_every_management_route_is_documented(gw: Gateway) -> None:
+    """Each route of the app but chat (and the document itself) has one operation."""
+    from starlette.routing import Route
+
+    from proxy.app import create_app
+
+    routes = {(m, r.path) for r in create_app(gw.res.settings, resources=gw.res).routes
+              if isinstance(r, Route) for m in (r.methods or ()) if m != "HEAD"}
+    documented = {(op.method, op.path) for op in openapi.registered()}
+    assert routes - UNDOCUMENTED == documented
+
+
+def test_a_new_route_is_one_register_call() -> None:
+    """Registering an operation adds its path, parameters and schemas to the document
+    (how another module documents its routes); the document stays valid."""
+
+    class Thing(BaseModel):
+        name: str
+
+    class ThingQuery(BaseModel):
+        limit: int = 10
+
+    extra = openapi.Operation("GET", "/v1/things/{thing_id}", "One thing", auth="admin",
+                              query=ThingQuery, response=Thing, errors=(404,))
+    document = openapi.document([*openapi.registered(), extra])
+    validate(document)
+    operation = document["paths"]["/v1/things/{thing_id}"]["get"]
+    assert {p["name"] for p in operation["parameters"]} == {"thing_id", "limit"}
+    assert "Thing" in document["components"]["schemas"]
+    assert operation["security"] == [{"adminKey": []}]
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "404", "503"}
+
+
+def _fuzz(base_url: str) -> Counter[str]:
+    """Run schemathesis on every operation (valid, then invalid data); returns the cases
+    sent per operation. Raises on the first failing check."""
+    import schemathesis
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis.generation import GenerationMode
+
+    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
+    sent: Counter[str] = Counter()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            try:
+                _runner(operation, mode, base_url, sent)()
+            except Unsatisfiable:
+                if mode is GenerationMode.POSITIVE:
+                    raise  # an operation without inputs has no invalid data to send
+    return sent
+
+
+def _runner(operation: Any, mode: Any, base_url: str, sent: Counter[str]) -> Any:
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import (
+        content_type_conformance,
+        not_a_server_error,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    checks = [not_a_server_error, response_schema_conformance, status_code_conformance,
+              content_type_conformance]
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def run(case: Any) -> None:
+        sent[operation.label] += 1
+        case.call_and_validate(base_url=base_url,
+                               headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                               checks=checks, timeout=20)
+
+    return run
+
+
+async def test_schemathesis_finds_no_server_error_or_schema_violation(gw: Gateway) -> None:
+    """Every operation, fed valid and invalid requests generated from the document, never
+    answers 5xx, an undocumented status, another content type, or a body that breaks its
+    schema."""
+    async with gw.client() as client:  # give the fuzzer memories to find
+        for i in range(3):
+            response = await client.post("/v1/memories", json={"content": f"Likes jazz {i}"},
+                                         headers={"Authorization": f"Bearer {ADMIN_KEY}",
+                                                  "X-User-Id": "u1"})
+            assert response.status_code == 201
+    sent = await asyncio.to_thread(_fuzz, gw.base_url)
+    assert len(sent) == len(openapi.registered())
+    without_inputs = {"GET /healthz", "GET /readyz", "GET /metrics"}
+    assert all(n >= EXAMPLES_PER_OPERATION for op, n in sent.items()
+               if op not in without_inputs), sent
+    async with gw.client() as client:
+        assert (await client.get("/healthz")).status_code == 200
