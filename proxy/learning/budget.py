@@ -11,6 +11,7 @@ most one batch's calls.
 
 from __future__ import annotations
 
+import time as time_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -18,6 +19,10 @@ from typing import Any
 
 from proxy.ledger import Ledger
 from proxy.settings import LearningBudget
+
+# The worker reuses a tenant's budget state this long (seconds) between ledger reads.
+WORKER_CACHE_SECONDS = 5.0
+MAX_CACHED_TENANTS = 10_000
 
 
 class BudgetSpent(Exception):
@@ -61,15 +66,43 @@ def _next_month(day: date) -> date:
 
 
 class LearningBudgets:
-    """Reads budget states from the learning ledger (module docstring)."""
+    """Reads budget states from the learning ledger (module docstring).
 
-    def __init__(self, ledger: Ledger, *, clock: Callable[[], datetime]) -> None:
+    With ``cache_seconds`` a tenant's state is reused that long (the worker checks every
+    exchange it buffers: one ledger read of the month per tenant and interval instead of
+    per message); :meth:`forget` drops it when this process has just spent tokens for the
+    tenant. Other processes' spending is seen within ``cache_seconds``."""
+
+    def __init__(self, ledger: Ledger, *, clock: Callable[[], datetime],
+                 cache_seconds: float = 0.0,
+                 monotonic: Callable[[], float] = time_module.monotonic) -> None:
         self._ledger = ledger
         self._clock = clock
+        self._cache_seconds = cache_seconds
+        self._monotonic = monotonic
+        self._cache: dict[str, tuple[float, date, LearningBudget, BudgetState]] = {}
+
+    def forget(self, tenant: str) -> None:
+        """Read the tenant's spending again at the next check."""
+        self._cache.pop(tenant, None)
 
     async def state(self, tenant: str, budget: LearningBudget) -> BudgetState:
-        """The tenant's budget state now (one ledger read of the current month)."""
+        """The tenant's budget state now (one ledger read of the current month, unless a
+        state of the same budget younger than ``cache_seconds`` is at hand)."""
+        hit = self._cache.get(tenant)
+        now = self._monotonic()
         today = self._clock().astimezone(UTC).date()
+        if hit is not None and hit[1] == today and hit[2] == budget and \
+                now - hit[0] < self._cache_seconds:
+            return hit[3]
+        state = await self._read(tenant, budget, today)
+        if self._cache_seconds > 0:
+            if len(self._cache) >= MAX_CACHED_TENANTS:
+                self._cache.clear()
+            self._cache[tenant] = (now, today, budget, state)
+        return state
+
+    async def _read(self, tenant: str, budget: LearningBudget, today: date) -> BudgetState:
         days = await self._ledger.daily(tenant, since=today.replace(day=1), until=today)
         month = sum(d.learning_tokens for d in days)
         day = days[-1].learning_tokens if days else 0

@@ -26,7 +26,7 @@ import structlog
 
 from proxy.errors import ProxyError, RateLimitError
 from proxy.learning import quotas
-from proxy.learning.budget import BudgetSpent, LearningBudgets
+from proxy.learning.budget import WORKER_CACHE_SECONDS, BudgetSpent, LearningBudgets
 from proxy.learning.consolidate import BatchContext, consolidate
 from proxy.learning.exchange import (
     GROUP_PREFIX,
@@ -139,7 +139,8 @@ class Worker:
         self._vectors = None if embedder is None or ledger is None else \
             MemoryVectors(embedder, ledger=ledger, clock=clock, metrics=metrics)
         self._tenants = tenants
-        self._budgets = None if ledger is None else LearningBudgets(ledger, clock=clock)
+        self._budgets = None if ledger is None else \
+            LearningBudgets(ledger, clock=clock, cache_seconds=WORKER_CACHE_SECONDS)
 
     # loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -347,7 +348,14 @@ class Worker:
         setup = await self._tenant_setup(batch)
         if setup is None:
             return
-        config, model = setup
+        try:
+            await self._learn_batch(job, key, batch, *setup)
+        finally:  # this batch spent the tenant's tokens: its budget is read again
+            if self._budgets is not None:
+                self._budgets.forget(batch.tenant)
+
+    async def _learn_batch(self, job: Job, key: str, batch: Batch,
+                           config: LearningSettings, model: LearningModel) -> None:
         now = self._clock()
         owners = await self._owners(batch)
         if not owners:
