@@ -37,6 +37,8 @@
     return template.replace(/\{(\w+)\}/g, (_, name) =>
       vars && vars[name] !== undefined && vars[name] !== null ? String(vars[name]) : "");
   }
+  // A category's label; an unknown one (a newer gateway) is shown as the API names it.
+  const cat = (name) => (TEXT.en[`cat.${name}`] ? t(`cat.${name}`) : name);
   function when(iso, dateOnly) {
     if (!iso) return "—";
     const d = new Date(iso);
@@ -293,7 +295,7 @@
       h("h2", { id: "stats-h" }, t("stats")), h("p", {}, t("loading")));
     const search = h("input", { type: "search", autocomplete: "off" });
     const category = h("select", {}, h("option", { value: "" }, t("allCategories")),
-      CATEGORIES.map((c) => h("option", { value: c }, c)));
+      CATEGORIES.map((c) => h("option", { value: c }, cat(c))));
     const list = h("ul", { class: "cards", "aria-labelledby": "mem-h" });
     const more = h("button", { type: "button", class: "quiet", hidden: true }, t("loadMore"));
     let cursor = null;
@@ -320,7 +322,7 @@
             h("li", {}, h("strong", {}, s.retired), t("statRetired")),
             h("li", {}, h("strong", {}, when(s.last_learned_at, true)), t("statLastLearned"))),
           h("h3", {}, t("byCategory")),
-          cats.length ? bars(cats, t("byCategory")) : h("p", { class: "help" }, t("none")));
+          cats.length ? bars(cats.map(([c, n]) => [cat(c), n]), t("byCategory")) : h("p", { class: "help" }, t("none")));
       } catch (err) { failed(err, statsBox); }
     }
     more.addEventListener("click", () => load(false));
@@ -370,7 +372,7 @@
     }
     return h("li", { class: memory.enabled ? "card" : "card off" },
       h("h3", { id: titleId }, memory.title),
-      h("p", {}, h("span", { class: "badge" }, memory.category),
+      h("p", {}, h("span", { class: "badge" }, cat(memory.category)),
         memory.subcategory ? h("span", { class: "badge" }, memory.subcategory) : null,
         memory.enabled ? null : h("span", { class: "badge" }, t("disabled"))),
       h("p", {}, memory.content),
@@ -382,7 +384,7 @@
     const title = field(t("memTitle"), h("input", { type: "text", value: memory.title }));
     const content = field(t("content"), h("textarea", { value: memory.content }));
     const category = field(t("category"), h("select", {}, CATEGORIES.map((c) =>
-      h("option", { value: c, selected: c === memory.category }, c))));
+      h("option", { value: c, selected: c === memory.category }, cat(c)))));
     const tags = field(t("tags"), h("input", { type: "text", value: (memory.tags || []).join(", ") }));
     const fields = { title, content, category, tags };
     const saved = await openDialog(t("editMemory"), h("div", {}, title, content, category, tags), [
@@ -633,7 +635,7 @@
           h("li", {}, h("strong", {}, count("system")), t("scopeSystem")),
           h("li", {}, h("strong", {}, totals.retired ?? 0), t("retired"))),
         h("h3", {}, t("byCategory")),
-        Object.keys(categories).length ? bars(Object.entries(categories), t("byCategory"))
+        Object.keys(categories).length ? bars(Object.entries(categories).map(([c, n]) => [cat(c), n]), t("byCategory"))
           : h("p", { class: "help" }, t("none")),
         h("h3", {}, t("budget")),
         dl([
@@ -756,7 +758,7 @@
       const content = field(t("content"), h("textarea", { rows: 3 }));
       const memTitle = field(t("memTitle"), h("input", { type: "text" }));
       const category = field(t("category"), h("select", {}, CATEGORIES.map((c) =>
-        h("option", { value: c, selected: c === "organizational" }, c))));
+        h("option", { value: c, selected: c === "organizational" }, cat(c)))));
       const fields = { content, title: memTitle, category };
       const load = async () => {
         try {
@@ -794,7 +796,7 @@
       } }, label);
     return h("li", { class: memory.enabled === false ? "card off" : "card" },
       h("h3", { id: titleId }, memory.title),
-      h("p", {}, h("span", { class: "badge" }, memory.scope), h("span", { class: "badge" }, memory.category)),
+      h("p", {}, h("span", { class: "badge" }, memory.scope), h("span", { class: "badge" }, cat(memory.category))),
       h("p", {}, memory.content),
       h("details", {}, h("summary", {}, t("details")), h("dl", { class: "facts" },
         h("dt", {}, t("source")), h("dd", {}, memory.source || "—"),

@@ -46,7 +46,7 @@ async def test_admin_sees_totals_trend_and_the_filtered_learning_log(
     totals = page.locator(".stats")
     await expect(totals.locator("li", has_text="Personal memories")).to_contain_text("1")
     await expect(totals.locator("li", has_text="Users")).to_contain_text("1")
-    await expect(page.get_by_role("list", name="By category")).to_contain_text("technical: 1")
+    await expect(page.get_by_role("list", name="By category")).to_contain_text("Technical: 1")
     await expect(page.get_by_role("img", name="Learned memories per day")).to_be_visible()
     log = page.get_by_role("table", name="Learning log", exact=True)
     await expect(log).to_contain_text("created")

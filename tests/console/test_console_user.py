@@ -68,7 +68,7 @@ async def test_user_sees_edits_disables_and_deletes_a_learned_memory(
     assert await page.evaluate("sessionStorage.length") == 1
     await expect(page.locator(".stats")).to_contain_text("2")
     await expect(page.get_by_role("list", name="By category")).to_contain_text(
-        "user_preference: 2")
+        "Preferences: 2")
     assert await axe_violations(page) == []
     assert await fits_width(page)
     await screenshot(page, "user-memories")
