@@ -42,6 +42,7 @@ USER_KEY = "sk-console-alice"
 OTHER_KEY = "sk-console-bob"
 ADMIN_KEY = "sk-console-admin"
 GLOBAL_KEY = "sk-console-global"
+APP_KEY = "sk-console-app"
 TENANT = "acme"
 
 
@@ -51,14 +52,15 @@ def digest(key: str) -> str:
 
 def console_settings(tmp_path: Path, *, jwt: dict[str, Any] | None = None,
                      **overrides: Any) -> Settings:
-    """A gateway with a user-bound key (alice), another user's key (bob) and an admin key,
-    all of tenant ``acme``, a global admin key, and learning on after every message;
-    ``jwt`` adds ``auth.jwt`` (end users signed in with a token)."""
+    """A gateway with a user-bound key (alice), another user's key (bob), an app key (no
+    user) and an admin key, all of tenant ``acme``, a global admin key, and learning on
+    after every message; ``jwt`` adds ``auth.jwt`` (end users signed in with a token)."""
     return make_settings(tmp_path, auth={
         "keys": [{"key_sha256": digest(USER_KEY), "tenant": TENANT, "user": "alice",
                   "name": "alice-app"},
                  {"key_sha256": digest(OTHER_KEY), "tenant": TENANT, "user": "bob",
-                  "name": "bob-app"}],
+                  "name": "bob-app"},
+                 {"key_sha256": digest(APP_KEY), "tenant": TENANT, "name": "chat-app"}],
         "admin_keys": [{"key_sha256": digest(ADMIN_KEY), "tenant": TENANT, "name": "ops"}],
         "global_admin_keys": [{"key_sha256": digest(GLOBAL_KEY), "name": "root"}],
         **({"jwt": jwt} if jwt is not None else {}),

@@ -12,6 +12,7 @@ from playwright.async_api import expect
 
 from proxy.memory.store import ListQuery
 from tests.console.conftest import (
+    APP_KEY,
     OTHER_KEY,
     TENANT,
     USER_KEY,
@@ -267,6 +268,19 @@ async def test_end_user_signs_in_with_a_jwt(
             await expect(tab.locator("li.card", has_text="Grows roses")).to_have_count(0)
         finally:
             await context.close()
+
+
+async def test_app_key_names_the_user_to_open(page: Any, console_gateway: Gateway) -> None:
+    """An app key (bound to no user) asks for a user id, then shows that user's memory."""
+    await learn(console_gateway, USER_KEY, "I sail on weekends.", fact("Sails on weekends"))
+    await learn(console_gateway, OTHER_KEY, "I sing in a choir.", fact("Sings in a choir"))
+    await sign_in(page, APP_KEY)
+    await page.get_by_label("User ID").fill("bob")
+    await page.get_by_role("button", name="Open").click()
+    await expect(page.get_by_role("heading", name="Memory of bob")).to_be_visible()
+    await expect(page.locator("li.card", has_text="Sings in a choir")).to_be_visible()
+    await expect(page.locator("li.card", has_text="Sails on weekends")).to_have_count(0)
+    assert await axe_violations(page) == []
 
 
 async def test_console_speaks_chinese_to_a_chinese_browser(
