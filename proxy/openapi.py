@@ -162,6 +162,8 @@ def document(operations: Sequence[Operation] | None = None, *,
             statuses |= {401}
         if op.auth == "admin":
             statuses |= {403}
+        if op.body is not None:
+            statuses |= {413}
         for status in sorted(statuses):
             responses[str(status)] = {
                 "description": _ERRORS.get(status, "Error"),

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import orjson
+
 from proxy.learning.exchange import Exchange, TranscriptMessage
 
 JobKind = Literal["exchange", "flush", "learn"]
@@ -160,6 +162,33 @@ class LearningQueue(Protocol):
         for it. ``reason`` is kept as the job's last error."""
         ...
 
+    # issue 12: erasure -----------------------------------------------------------------
+    async def scrub_user(self, tenant: str, user: str) -> int:
+        """Blank the text (and images) of every queued exchange job of the user — ready,
+        delayed, leased or dead-lettered, the user's own or one they spoke in a group —
+        keeping the jobs and their message fingerprints, so the queue's bookkeeping is
+        unchanged and no transcript of the user stays (``DELETE /v1/me``). Returns the
+        jobs rewritten. See :func:`blank_exchange`."""
+        ...
+
+
+def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None:
+    """The content-free version of an exchange job's payload when it belongs to (tenant,
+    user) — as the learning owner or the group speaker — and still holds text or images;
+    else ``None`` (another user's job, another kind of job, or already blank)."""
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list) or \
+            data.get("tenant") != tenant or user not in (data.get("user"),
+                                                         data.get("speaker")):
+        return None
+    if not any(m.get("text") or m.get("images") for m in data["messages"]):
+        return None
+    data["messages"] = [{**m, "text": "", "images": []} for m in data["messages"]]
+    return orjson.dumps(data)
+
 
 def batch_key(fingerprints: list[str], conversation: str) -> str:
     """Deterministic batch id from its messages: the same messages → the same key
@@ -174,5 +203,5 @@ def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
 
 __all__: Sequence[str] = (
     "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "QueueDepth", "batch_key",
-    "batch_sizes",
+    "batch_sizes", "blank_exchange",
 )

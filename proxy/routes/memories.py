@@ -2,11 +2,19 @@
 
 The user is identified exactly as for chat (:func:`proxy.identity.resolve_user`): a user-
 bound key, else the user header, else ``user`` in the body (POST) or query string (GET,
-DELETE). A memory of another user or tenant is indistinguishable from a missing one (404).
+DELETE); an admin key may act for a user of its tenant (:mod:`proxy.routes.owner`). A
+memory of another user or tenant is indistinguishable from a missing one (404). Query and
+body parameters are validated by the models in :mod:`proxy.routes.shapes` (400 naming the
+parameter).
 
-- ``GET /v1/memories`` → ``{"object": "list", "data": [memory…], "has_more"}``;
-  query: ``limit`` (1–500, default 100), ``offset``, ``category``, ``q`` (text search),
+- ``GET /v1/memories`` → ``{"object": "list", "data": [memory…], "first_id", "last_id",
+  "has_more"}``; query: ``limit`` (1–500, default 100), ``after`` (cursor: the previous
+  page's ``last_id``), ``offset``, ``category``, ``q`` (text search), ``enabled``,
+  ``source``, ``scope`` (``personal``; ``shared``/``system``: the tenant's, read-only),
   ``include_retired`` (default false)
+- ``PATCH /v1/memories/{id}`` ``{title?, content?, category?, subcategory?, tags?,
+  enabled?}`` → the memory (:func:`patch_memory`)
+- ``GET /v1/memories/stats`` → counts and learning switches (:func:`memory_stats`)
 - ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
   → 201 with the memory (``source: "manual"``; embedded when an embedder is configured,
   stored without a vector when it fails — ``has_embedding`` says which)
@@ -27,6 +35,7 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
+from proxy.http import read_body
 from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id, to_iso
@@ -261,7 +270,8 @@ async def patch_memory(request: Request) -> Response:
     key). 404 for a memory that is not the user's."""
     res: Resources = request.app.state.resources
     try:
-        raw = orjson.loads(await request.body() or b"null")
+        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
+                          or b"null")
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError("The request body is not valid JSON.",
                                   code="invalid_json") from exc

@@ -323,8 +323,9 @@ class ImportBody(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     object: str | None = None
-    memories: list[dict[str, Any]] | None = None
-    results: list[dict[str, Any]] | None = None
+    # Items are checked one by one (a bad one is listed in ``rejected``, not a 400).
+    memories: list[Any] | None = None
+    results: list[Any] | None = None
     user: str | None = None
 
 

@@ -28,6 +28,7 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError
+from proxy.http import read_body
 from proxy.memory.records import CATEGORIES, Memory, from_iso, new_id, to_iso
 from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
@@ -181,7 +182,8 @@ def _items(body: ImportBody) -> list[Any]:
 async def import_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
     try:
-        raw = orjson.loads(await request.body() or b"null")
+        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
+                          or b"null")
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError("The request body is not valid JSON.",
                                   code="invalid_json") from exc

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError
+from proxy.http import read_body
 from proxy.memory.records import Memory, Profile, to_iso
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.resources import Resources
@@ -81,7 +82,8 @@ async def patch_settings(request: Request) -> Response:
     (chat answers carry ``X-Memory-Learning: off``)."""
     res: Resources = request.app.state.resources
     try:
-        raw = orjson.loads(await request.body() or b"null")
+        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
+                          or b"null")
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError("The request body is not valid JSON.",
                                   code="invalid_json") from exc
@@ -170,6 +172,7 @@ async def erase_me(request: Request) -> Response:
     await res.sink.flush()
     if res.queue is not None:
         await res.queue.forget_user(me.tenant, me.user)
+        await res.queue.scrub_user(me.tenant, me.user)
     await res.usage.flush()
     await res.ledger.erase_user(me.tenant, me.user)
     deleted = await res.store.erase_user(me.tenant, me.user, audit=me.audit(res, "erased"))

@@ -484,3 +484,50 @@ async def test_a_postponed_job_waits_without_using_an_attempt(queue: LearningQue
     assert later is not None
     assert later.attempts == 1
     assert await queue.dead_letters() == []
+
+
+# issue 12: erasure ------------------------------------------------------------------------
+
+async def test_scrub_user_blanks_the_users_queued_transcripts_only(queue: LearningQueue) -> None:
+    """scrub_user blanks the text of the user's exchange jobs — ready, leased or dead,
+    their own or a group turn they spoke — keeping ids and fingerprints; other users'
+    jobs and other kinds of job are untouched; a second call finds nothing."""
+    import dataclasses
+
+    own = exchange(turn("I live in Lisbon"), at=1.0)
+    group = dataclasses.replace(exchange(turn("We meet on Fridays"), user="g:team",
+                                         group="team", at=2.0), speaker="u1")
+    other = exchange(turn("I live in Porto"), user="u2", at=3.0)
+    dead = exchange(turn("My dog is Rex"), at=4.0)
+    await queue.enqueue("exchange", "dead", orjson.dumps(dead.to_json()))
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.bury(job, error="boom")
+    for job_id, item in (("own", own), ("group", group), ("other", other)):
+        await queue.enqueue("exchange", job_id, orjson.dumps(item.to_json()))
+    await queue.enqueue("flush", "flush", orjson.dumps({"tenant": "t1", "user": "u1"}))
+    leased = await queue.claim("w", lease_seconds=30)  # "own" is held by a worker now
+    assert leased is not None
+    assert leased.id == "own"
+
+    assert await queue.scrub_user("t1", "u1") == 3
+    assert await queue.scrub_user("t1", "u1") == 0
+    assert await queue.requeue("dead")
+    payloads = {j.id: j.payload for j in await claim_all(queue)}
+    payloads["own"] = (await _reclaimed(queue, leased)).payload
+    for job_id, original in (("own", own), ("group", group), ("dead", dead)):
+        scrubbed = Exchange.from_json(orjson.loads(payloads[job_id]))
+        assert [m.text for m in scrubbed.messages] == ["", ""]
+        assert [m.fingerprint for m in scrubbed.messages] == \
+            [m.fingerprint for m in original.messages]
+    assert Exchange.from_json(orjson.loads(payloads["other"])) == other
+    assert orjson.loads(payloads["flush"]) == {"tenant": "t1", "user": "u1"}
+
+
+async def _reclaimed(queue: LearningQueue, job: Job) -> Job:
+    """The job again, as the next delivery would read it."""
+    await queue.retry(job, error="again", delay_seconds=0)
+    again = await queue.claim("w2", lease_seconds=30)
+    assert again is not None
+    assert again.id == job.id
+    return again

@@ -108,3 +108,29 @@ async def test_without_an_embedder_recall_is_keyword_only_and_not_degraded(
     response = await ask(gateway, "Any peanuts in this?")
     assert response.headers["x-memory-status"] == "injected"
     assert "x-memory-reason" not in response.headers
+
+
+async def test_an_edited_memory_is_embedded_again(tmp_path: Path) -> None:
+    """PATCH with new content stores the new content's vector, so a paraphrase of the new
+    text (no shared keyword) recalls it; an edit of the title alone keeps the vector."""
+    backend = ConceptBackend(CONCEPTS)
+    async with running_gateway(make_settings(tmp_path),
+                               embedder=CachedEmbedder(backend, dimension=backend.size)) as gw:
+        created = await remember(gw, "Plays chess on Sundays")
+        async with gw.client(headers={"X-User-Id": "u1"}) as client:
+            edited = await client.patch(f"/v1/memories/{created['id']}",
+                                        json={"content": "Owns a puppy called Rex"})
+            assert edited.json()["has_embedding"] is True
+            stored = await gw.res.store.get("default", "u1", created["id"])
+            assert stored is not None
+            assert stored.embedding is not None
+            assert stored.embedding[0] > 0.5  # the dog concept's axis, not chess's
+            calls = len(backend.calls)
+            await client.patch(f"/v1/memories/{created['id']}", json={"title": "Pet"})
+            assert len(backend.calls) == calls
+            again = await gw.res.store.get("default", "u1", created["id"])
+            assert again is not None
+            assert again.embedding == stored.embedding
+        response = await ask(gw, "What about my hound?")
+        assert "Owns a puppy called Rex" in str(gw.upstream.last_chat["messages"])
+        assert response.headers["x-memory-status"] == "injected"

@@ -359,12 +359,13 @@ async def test_import_mem0_and_reject_bad_items_without_half_writing(gw: Gateway
         {"id": "m4", "memory": "Phone is +1 415 555 0100"},
         {"id": "m5", "memory": ""},
         {"id": "m6", "memory": "Born 1990", "created_at": "yesterday"},
+        "not an object",
     ]}
     result = (await call(gw, "POST", "/v1/memories/import", U1, json=body)).json()
     assert (result["imported"], result["merged"]) == (2, 0)
     assert [(r["index"], r["reason"]) for r in result["rejected"]] == [
         (2, "instruction_not_allowed"), (3, "pii_not_allowed"), (4, "invalid_value"),
-        (5, "invalid_value")]
+        (5, "invalid_value"), (6, "invalid_value")]
     listed = {m["content"]: m for m in
               (await call(gw, "GET", "/v1/memories", U1)).json()["data"]}
     assert set(listed) == {"Is vegetarian", "Prefers short answers"}

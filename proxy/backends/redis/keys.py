@@ -22,6 +22,7 @@ key name::
     P:usage:{ns|t…}            HASH    usage ledger counters (per user / per tenant)
     P:learning:{ns|t…}         HASH    learning ledger counters (per user / per tenant)
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
+    P:unames:{ns}              SET     the name keys above the user is in (erasure)
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
     P:day:{t…}:<YYYY-MM-DD>    HASH    the tenant's usage and learning counters of one UTC
                                        day, per (user, model): see the ledger module
@@ -161,6 +162,10 @@ class KeyLayout:
 
     def names(self, tenant_tok: str, name_norm: str) -> str:
         return f"{self.prefix}:names:{{{tenant_tok}}}:{_digest(name_norm)}"
+
+    def user_names(self, ns: str) -> str:
+        """The :meth:`names` keys a user was added to (so erasure needs no key scan)."""
+        return f"{self.prefix}:unames:{{{ns}}}"
 
     def prompts(self, tenant_tok: str, kind: str) -> str:
         return f"{self.prefix}:prompts:{{{tenant_tok}}}:{kind}"

@@ -79,9 +79,25 @@ from proxy.backends.redis.client import (
 from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
 from proxy.backends.redis.sweep import BufferIndexes
 from proxy.learning.exchange import Exchange, TranscriptMessage
-from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
+from proxy.learning.queue import (
+    Batch,
+    DeadLetter,
+    Job,
+    JobKind,
+    QueueDepth,
+    batch_key,
+    blank_exchange,
+)
 from proxy.memory.store import StoreUnavailableError
 
+# Rewrites a job's payload only while the job exists (an ack meanwhile removed it).
+_REPLACE_PAYLOAD_LUA = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return 1
+end
+return 0
+"""
 MAX_ERROR_CHARS = 2000  # as the SQLite queue keeps
 PROMOTE_PER_CLAIM = 100  # due delayed jobs moved to the stream by one claim, at most
 # A seal names the messages it seals; when the buffer changed in between it is asked
@@ -124,6 +140,7 @@ class RedisLearningQueue:
         self._requeue, self._depth = script(lua.REQUEUE), script(lua.DEPTH)
         self._prune = script(lua.PRUNE_CONSUMERS)
         self._buffer, self._seal = script(lua.BUFFER), script(lua.SEAL)
+        self._replace_payload = script(_REPLACE_PAYLOAD_LUA)
 
     # jobs ------------------------------------------------------------------------------
     async def enqueue(self, kind: JobKind, job_id: str, payload: bytes) -> None:
@@ -338,6 +355,19 @@ class RedisLearningQueue:
         with unavailable_on_redis_error("learning queue forget_user"):
             removed = await transact(self._redis, [buffers, sealed], body)
             await self._sweep.unbuffered(removed)
+
+    async def scrub_user(self, tenant: str, user: str) -> int:
+        """:meth:`~proxy.learning.queue.LearningQueue.scrub_user`: ``HSCAN`` of the
+        payloads (every queued job), each rewrite atomic and only while the job exists."""
+        payloads = self._keys.queue("payloads")
+        rewritten = 0
+        with unavailable_on_redis_error("learning queue scrub_user"):
+            async for job_id, payload in self._redis.hscan_iter(payloads, count=1000):
+                blank = blank_exchange(payload, tenant, user)
+                if blank is not None:
+                    rewritten += int(await self._replace_payload(keys=[payloads],
+                                                                 args=[job_id, blank]))
+        return rewritten
 
     # maintenance -----------------------------------------------------------------------
     async def idle_conversations(self, *, idle_before: float) -> list[tuple[str, str, str]]:

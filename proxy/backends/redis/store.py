@@ -576,10 +576,12 @@ class RedisMemoryStore:
         keys = {normalize(n) for n in names if normalize(n)}
         if not keys:
             return
+        name_keys = [self._keys.names(tenant_token(tenant), key) for key in keys]
         with _unavailable("bind_names"):
             async with self._redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.sadd(self._keys.names(tenant_token(tenant), key), user)
+                for name_key in name_keys:
+                    pipe.sadd(name_key, user)
+                pipe.sadd(self._keys.user_names(user_token(tenant, user)), *name_keys)
                 await pipe.execute()
 
     async def users_named(self, tenant: str, name: str) -> list[str]:
@@ -710,9 +712,10 @@ class RedisMemoryStore:
             return len(ids)
 
         with _unavailable("erase_user"):
+            profile = await self._users.get_profile(tenant, user)
             removed = await transact(self._redis, [ids_key, convs_key], body)
             removed += await self._sweep(ns)
-            await self._erase_names(tenant, user)
+            await self._erase_names(tenant, user, profile.names if profile else ())
             await self._audit.erase_user(tenant, user)
             async with self._redis.pipeline(transaction=True) as pipe:
                 self._audit.queue(pipe, [audit], ns)
@@ -720,13 +723,18 @@ class RedisMemoryStore:
             await self._audit.append([audit], written_ns=ns)
         return removed
 
-    async def _erase_names(self, tenant: str, user: str) -> None:
-        """Remove ``user`` from every display-name set of the tenant (``SCAN`` over the
-        tenant's name keys: bindings are not listed per user)."""
-        pattern = self._keys.names(tenant_token(tenant), "x").rsplit(":", 1)[0] + ":*"
+    async def _erase_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
+        """Remove ``user`` from the display-name sets listed under the user, and from
+        those of ``names`` (the profile's names: bindings made before the per-user list
+        was kept)."""
+        listed = self._keys.user_names(user_token(tenant, user))
+        keys = {_text(k) for k in await self._redis.smembers(listed)}
+        keys |= {self._keys.names(tenant_token(tenant), normalize(n))
+                 for n in names if normalize(n)}
         async with self._redis.pipeline(transaction=False) as pipe:
-            async for key in self._redis.scan_iter(match=pattern, count=1000):
+            for key in keys:
                 pipe.srem(key, user)
+            pipe.unlink(listed)
             await pipe.execute()
 
     async def delete_shared(self, tenant: str, memory_id: str, *,

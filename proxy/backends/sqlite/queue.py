@@ -20,7 +20,15 @@ import orjson
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.learning.exchange import Exchange, TranscriptMessage
-from proxy.learning.queue import Batch, DeadLetter, Job, JobKind, QueueDepth, batch_key
+from proxy.learning.queue import (
+    Batch,
+    DeadLetter,
+    Job,
+    JobKind,
+    QueueDepth,
+    batch_key,
+    blank_exchange,
+)
 from proxy.memory.store import StoreUnavailableError
 
 T = TypeVar("T")
@@ -282,3 +290,17 @@ class SqliteLearningQueue:
             "updated_at = ? WHERE id = ?",
             (now + delay_seconds, reason[:_MAX_ERROR_CHARS], now, job.id),
         ))
+
+    # issue 12: erasure -----------------------------------------------------------------
+    async def scrub_user(self, tenant: str, user: str) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            rewritten = 0
+            for job_id, payload in conn.execute(
+                    "SELECT id, payload FROM jobs WHERE kind = 'exchange'").fetchall():
+                blank = blank_exchange(payload, tenant, user)
+                if blank is not None:
+                    conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (blank, job_id))
+                    rewritten += 1
+            return rewritten
+
+        return await self._write(run)

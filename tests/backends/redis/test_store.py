@@ -437,3 +437,22 @@ async def test_erasure_leaves_only_the_marker_and_the_tombstone_event(
     assert set(await client.hkeys(KeyLayout(redis_prefix).settings(token))) == {b"cleared_at"}
     info = await client.ft(store.index_name).search(f"@ix_ns:{{{token}}}")
     assert info.total == 0  # type: ignore[union-attr]
+
+
+async def test_erasure_unbinds_names_listed_under_the_user_and_from_the_profile(
+    client: Redis, redis_prefix: str
+) -> None:
+    """erase_user removes the user from the name sets bind_names listed under them, and
+    from a binding an older version made (no per-user list) under a name of the
+    profile; other users keep their bindings."""
+    store = await opened(client, redis_prefix, None)
+    await store.bind_names("t1", "u1", ["Alice"])
+    await store.bind_names("t1", "u2", ["Alice", "Bob"])
+    layout = KeyLayout(redis_prefix)
+    await client.sadd(layout.names(tenant_token("t1"), "bob"), "u1")  # as before the list
+    await store.put_profile(Profile(tenant="t1", user_id="u1", names=("Bob",)))
+    erased = AuditEvent(tenant="t1", user_id="u1", action="erased", actor="user", at=T0)
+    await store.erase_user("t1", "u1", audit=erased)
+    assert await store.users_named("t1", "Alice") == ["u2"]
+    assert await store.users_named("t1", "Bob") == ["u2"]
+    assert not await client.exists(layout.user_names(user_token("t1", "u1")))
