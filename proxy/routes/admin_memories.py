@@ -200,7 +200,7 @@ async def promote(request: Request) -> Response:
     404 when the owner has no such active memory, 403 for a global admin key."""
     res, tenant, _, actor = _space(request, "shared")
     owner = request.headers.get(res.settings.identity.user_header) or \
-        request.query_params.get("user")
+        query(m.PromoteQuery, request).user
     if not owner:
         raise InvalidRequestError(
             f"Name the memory's owner: send header {res.settings.identity.user_header}.",
@@ -250,6 +250,7 @@ openapi.register(
                       "system memory", auth="admin", response=m.AdminMemoryDeleted,
                       errors=(404,), tags=("admin",)),
     openapi.Operation("POST", "/v1/admin/memories/{memory_id}/promote", "Promote a user's "
-                      "memory (X-User-Id: the owner) to shared", auth="admin",
-                      response=m.AdminMemory, status=201, errors=(404,), tags=("admin",)),
+                      "memory (X-User-Id or ?user=: the owner) to shared", auth="admin",
+                      query=m.PromoteQuery, response=m.AdminMemory, status=201,
+                      errors=(404,), tags=("admin",)),
 )

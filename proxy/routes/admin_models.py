@@ -5,7 +5,7 @@ models: the routes validate with them and ``/openapi.json`` documents them
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,6 +13,7 @@ from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 
 Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 AdminScope = Literal["shared", "system"]
+Tag = Annotated[str, Field(max_length=60)]
 
 
 class _Query(BaseModel):
@@ -85,8 +86,9 @@ class AuditQuery(_Query):
     since: datetime | None = None
     until: datetime | None = None
     limit: int = Field(default=100, ge=1, le=1000)
-    before: int | None = Field(default=None, ge=0, description="cursor: the id of the "
-                                                               "oldest event already seen")
+    before: int | None = Field(default=None, ge=0, le=2**62,
+                               description="cursor: the id of the oldest event already "
+                                           "seen")
 
 
 class AuditEntry(BaseModel):
@@ -223,12 +225,17 @@ class AdminMemoriesQuery(_Query):
     include_retired: bool = False
 
 
+class PromoteQuery(_Query):
+    user: str | None = Field(default=None, min_length=1, max_length=256,
+                             description="the memory's owner (or header X-User-Id)")
+
+
 class NewAdminMemory(_Body):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     category: Category = "organizational"
     subcategory: str = Field(default="", max_length=60)
-    tags: list[str] = Field(default_factory=list, max_length=20)
+    tags: list[Tag] = Field(default_factory=list, max_length=20)
     scope: AdminScope | None = None  # else ?scope=, default shared
 
 
@@ -237,7 +244,7 @@ class AdminMemoryPatch(_Body):
     title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
     category: Category | None = None
     subcategory: str | None = Field(default=None, max_length=60)
-    tags: list[str] | None = Field(default=None, max_length=20)
+    tags: list[Tag] | None = Field(default=None, max_length=20)
     enabled: bool | None = None
 
 

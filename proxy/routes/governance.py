@@ -111,10 +111,15 @@ async def body(model: type[T], request: Request) -> T:
         raise invalid(exc) from exc
 
 
-def _utc(value: datetime | None) -> datetime | None:
+def _utc(value: datetime | None, param: str) -> datetime | None:
+    """``value`` in UTC (naive times are UTC). 400 for a time UTC cannot hold."""
     if value is None:
         return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidRequestError(f"'{param}' is out of range.", param=param,
+                                  code="invalid_value") from exc
 
 
 def ok(model: BaseModel, *, status_code: int = 200) -> Response:
@@ -172,7 +177,8 @@ async def audit_log(request: Request) -> Response:
     admin = caller(request)
     q = query(m.AuditQuery, request)
     where = AuditFilter(user=q.user, action=q.action, actor=q.actor,
-                        conversation=q.conversation, since=_utc(q.since), until=_utc(q.until))
+                        conversation=q.conversation, since=_utc(q.since, "since"),
+                        until=_utc(q.until, "until"))
     rows = await admin.res.store.audit_search(admin.tenant, where, limit=q.limit,
                                               before_id=q.before)
     return ok(m.AuditList(data=[audit_entry(i, e) for i, e in rows]))

@@ -663,3 +663,49 @@ async def test_jwt_end_users_chat_and_own_their_memory(
                     {"Authorization": "Bearer not-a-key"}):
             async with gw.client(headers=bad) as client:
                 assert (await client.get("/v1/memories")).status_code == 401
+
+
+ROUTES = [("GET", "/v1/admin/usage"), ("GET", "/v1/admin/users"), ("GET", "/v1/admin/audit"),
+          ("GET", "/v1/admin/stats"), ("GET", "/v1/admin/settings"),
+          ("PATCH", "/v1/admin/settings"), ("GET", "/v1/admin/prompts/scoring/versions"),
+          ("POST", "/v1/admin/prompts/scoring/versions/1/restore"),
+          ("GET", "/v1/admin/memories"), ("POST", "/v1/admin/memories"),
+          ("PATCH", "/v1/admin/memories/x"), ("DELETE", "/v1/admin/memories/x"),
+          ("POST", "/v1/admin/memories/x/promote")]
+
+
+async def test_every_admin_route_refuses_app_keys_and_missing_keys(gw: Gateway) -> None:
+    """Each governance route answers 403 to an app key and 401 without a key, in OpenAI's
+    error envelope."""
+    for headers, status in ((ACME_APP, 403), ({}, 401),
+                            ({"Authorization": "Bearer nope"}, 401)):
+        async with gw.client(headers=headers) as client:
+            for method, path in ROUTES:
+                response = await client.request(method, path, json={"content": "x"})
+                assert response.status_code == status, (method, path, headers)
+                assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_extreme_values_are_answered_not_crashed(gw: Gateway) -> None:
+    """Dates at the calendar's ends and huge cursors are answered (200 or a 400 naming the
+    parameter), never a 5xx."""
+    await say(gw, "Hello.")
+    for path, params, status in (
+        ("/v1/admin/usage", {"since": "0001-01-01", "until": "9999-12-31"}, 200),
+        ("/v1/admin/usage", {"group_by": "day", "until": "9999-12-31"}, 200),
+        ("/v1/admin/audit", {"since": "0001-01-01T00:00:00"}, 200),
+        ("/v1/admin/audit", {"until": "9999-12-31T23:00:00-05:00"}, 400),
+        ("/v1/admin/audit", {"before": str(2**70)}, 400),
+        ("/v1/admin/audit", {"before": str(2**62)}, 200),
+        ("/v1/admin/users", {"after": "\u00ff" * 300}, 200),
+    ):
+        response = await get(gw, path, **params)
+        assert response.status_code == status, (path, params, response.text)
+    usage = (await get(gw, "/v1/admin/usage", since="0001-01-01",
+                       until="9999-12-31")).json()["data"]
+    assert [row["key"] for row in usage] == ["u1"]
+    async with gw.client(headers=ACME_ADMIN) as admin:
+        long_tag = await admin.post("/v1/admin/memories", json={"content": "Office opens at 9",
+                                                                "tags": ["x" * 61]})
+        assert long_tag.status_code == 400
+        assert long_tag.json()["error"]["param"] == "tags.0"

@@ -145,7 +145,8 @@ class AuditStreams:
         token = tenant_token(tenant) if where.user is None else user_token(tenant, where.user)
         key = self._keys.audit(token)
         newest = "+" if before_id is None else "(" + stream_id(before_id)
-        floor = "-" if where.since is None else f"{int(where.since.timestamp() * 1000)}-0"
+        floor = "-" if where.since is None else \
+            f"{max(0, int(where.since.timestamp() * 1000))}-0"
         found: list[tuple[int, AuditEvent]] = []
         while len(found) < limit:
             entries: list[tuple[bytes, dict[bytes | str, bytes | str]]] = \
@@ -167,7 +168,7 @@ class AuditStreams:
         """Events of the tenant stream appended at or after ``since_ms`` (epoch ms),
         counted per (UTC day of ``at``, action, actor)."""
         key = self._keys.audit(tenant_token(tenant))
-        start = f"{since_ms}-0"
+        start = f"{max(0, since_ms)}-0"
         out: dict[tuple[str, str, str], int] = {}
         while True:
             entries: list[tuple[bytes, dict[bytes | str, bytes | str]]] = \

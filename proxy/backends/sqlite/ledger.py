@@ -189,7 +189,7 @@ def _window(tenant: str, user: str | None, since: date | None,
     if since is not None:
         where += " AND at >= ?"
         args.append(since.isoformat())
-    if until is not None:
-        where += " AND at < ?"
-        args.append((until + timedelta(days=1)).isoformat())
+    if until is not None:  # any time of that day (no date arithmetic: 9999-12-31 is valid)
+        where += " AND at <= ?"
+        args.append(until.isoformat() + "\uffff")
     return where, args
