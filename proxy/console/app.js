@@ -235,7 +235,7 @@
     const form = h("form", { class: "panel", onsubmit: async (event) => {
       event.preventDefault();
       clearFieldError(keyField);
-      if (!key.value.trim()) { showFieldError(keyField, t("error", { message: "—" })); return; }
+      if (!key.value.trim()) { showFieldError(keyField, t("keyRequired")); return; }
       session.key = key.value.trim();
       try {
         await start();

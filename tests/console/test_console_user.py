@@ -41,8 +41,11 @@ async def memories(gateway: Gateway, user: str = "alice") -> dict[str, Any]:
 
 
 async def test_sign_in_with_a_wrong_key_says_so_next_to_the_field(page: Any) -> None:
-    """An unknown key is refused next to the "API key" field; nothing is stored and the
-    key never appears in the URL."""
+    """An empty or unknown key is refused next to the "API key" field; nothing is stored
+    and the key never appears in the URL."""
+    await page.goto("/console/")
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator(".field-error")).to_contain_text("Enter an API key")
     await sign_in(page, "sk-not-a-key")
     key_field = page.get_by_label("API key")
     await expect(key_field).to_have_attribute("aria-invalid", "true")
