@@ -150,23 +150,28 @@ async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
     await screenshot(page, "admin-settings")
 
 
-async def test_admin_sees_usage_and_requeues_and_drops_dead_letters(
-    page: Any, console_gateway: Gateway
-) -> None:
-    """Usage lists user and learning tokens apart; failed learning jobs show under dead
-    letters: one is requeued, the other dropped after confirmation."""
+async def dead_jobs(gateway: Gateway, count: int) -> list[Any]:
+    """``count`` learning jobs dead-lettered by an unreadable extraction answer."""
     def unreadable(body: dict[str, Any]) -> str:
         return "I could not find anything useful, sorry."
 
-    for conversation in ("c-bees", "c-kites"):
-        await learn(console_gateway, USER_KEY, f"Something about {conversation}.",
-                    extract=unreadable, conversation=conversation)
+    for index in range(count):
+        await learn(gateway, USER_KEY, f"Something worth keeping, number {index}.",
+                    extract=unreadable, conversation=f"c-dead-{index}")
         await asyncio.sleep(0.05)
-        await console_gateway.settle()
-    queue = console_gateway.res.queue
-    assert queue is not None
-    dead = await queue.dead_letters()
-    assert len(dead) == 2
+        await gateway.settle()
+    assert gateway.res.queue is not None
+    dead = await gateway.res.queue.dead_letters()
+    assert len(dead) == count
+    return dead
+
+
+async def test_admin_sees_usage_and_requeues_a_dead_letter(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """Usage lists user and learning tokens apart (by day and by model); a failed learning
+    job shows under dead letters with its error and "Requeue" puts it back in the queue."""
+    dead = await dead_jobs(console_gateway, 2)
     await sign_in(page, ADMIN_KEY)
     await page.get_by_role("tab", name="Usage").click()
     usage = page.get_by_role("table", name="Usage", exact=True)
@@ -182,11 +187,27 @@ async def test_admin_sees_usage_and_requeues_and_drops_dead_letters(
     assert await axe_violations(page) == []
     await page.get_by_role("button", name=f"Requeue {dead[0].id}").click()
     await expect(page.get_by_role("button", name=f"Requeue {dead[0].id}")).to_have_count(0)
-    assert [d.id for d in await queue.dead_letters()] == [dead[1].id]
-    await page.get_by_role("button", name=f"Drop {dead[1].id}").click()
-    await page.get_by_role("dialog", name="Confirm").get_by_role("button", name="Drop").click()
+    assert console_gateway.res.queue is not None
+    assert [d.id for d in await console_gateway.res.queue.dead_letters()] == [dead[1].id]
+
+
+async def test_admin_drops_a_dead_letter_after_confirmation(
+    page: Any, console_gateway: Gateway
+) -> None:
+    """"Drop" removes a failed job for good, only once the confirmation is accepted."""
+    dead = await dead_jobs(console_gateway, 1)
+    await sign_in(page, ADMIN_KEY)
+    await page.get_by_role("tab", name="Dead letters").click()
+    drop = page.get_by_role("button", name=f"Drop {dead[0].id}")
+    await drop.click()
+    confirm = page.get_by_role("dialog", name="Confirm")
+    await confirm.get_by_role("button", name="Cancel").click()
+    assert console_gateway.res.queue is not None
+    assert len(await console_gateway.res.queue.dead_letters()) == 1
+    await drop.click()
+    await confirm.get_by_role("button", name="Drop").click()
     await expect(page.get_by_role("table", name="Dead letters", exact=True)).to_have_count(0)
-    assert await queue.dead_letters() == []
+    assert await console_gateway.res.queue.dead_letters() == []
 
 
 async def test_global_admin_manages_system_memories_and_reads_a_tenant(
