@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from playwright.async_api import expect
 
 from proxy.memory.store import ListQuery
@@ -191,6 +192,10 @@ async def test_admin_sees_usage_and_requeues_a_dead_letter(
     assert [d.id for d in await console_gateway.res.queue.dead_letters()] == [dead[1].id]
 
 
+# The console's "Drop" calls DELETE /v1/admin/dead-letters/{id}, a route of issue 13 not on
+# the branch this was built on: strict, so the test fails (XPASS) as soon as the route
+# lands and this marker must go.
+@pytest.mark.xfail(strict=True, reason="needs DELETE /v1/admin/dead-letters/{id} (issue 13)")
 async def test_admin_drops_a_dead_letter_after_confirmation(
     page: Any, console_gateway: Gateway
 ) -> None:
