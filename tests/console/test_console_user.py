@@ -289,7 +289,8 @@ async def test_app_key_names_the_user_to_open(page: Any, console_gateway: Gatewa
 async def test_console_speaks_chinese_to_a_chinese_browser(
     browser: Any, console_gateway: Gateway
 ) -> None:
-    """With a zh-CN browser the sign-in form and page language are Chinese."""
+    """With a zh-CN browser the sign-in form and page language are Chinese, and every
+    English text has a Chinese one."""
     context = await browser.new_context(locale="zh-CN", base_url=console_gateway.base_url)
     try:
         tab = await context.new_page()
@@ -297,6 +298,10 @@ async def test_console_speaks_chinese_to_a_chinese_browser(
         await expect(tab.get_by_role("button", name="登录")).to_be_visible()
         await expect(tab.get_by_label("API 密钥")).to_be_visible()
         assert await tab.evaluate("document.documentElement.lang") == "zh-CN"
+        # Every English text has its Chinese counterpart.
+        missing = await tab.evaluate("""() => Object.keys(CONSOLE_TEXT.en)
+            .filter((key) => !(key in CONSOLE_TEXT.zh))""")
+        assert missing == []
         await expect(tab.get_by_role("button", name="Sign in")).to_have_count(0)
     finally:
         await context.close()
