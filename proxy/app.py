@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import openapi
@@ -34,6 +34,7 @@ from proxy.routes import (
     admin,
     admin_memories,
     chat,
+    console,
     governance,
     health,
     mcp,
@@ -315,6 +316,8 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
+        # The web console (issue 15): static files under a strict CSP.
+        Mount("/console", app=console.ConsoleFiles(), name="console"),
     ]
     app = Starlette(
         routes=routes,

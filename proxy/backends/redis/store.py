@@ -756,7 +756,6 @@ class RedisMemoryStore:
             await self._redis.set(self._keys.tenant_settings(tenant_token(tenant)),
                                   orjson.dumps(dict(overrides)))
 
-
     # issue 12: erasure ---------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         ns = user_token(tenant, user)
