@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -36,7 +35,7 @@ from proxy.memory.store import AuditEvent, AuditFilter
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
 from proxy.routes.json import json_response
-from proxy.routes.params import check_query
+from proxy.routes.shapes import parse_body, parse_query, read_json
 from proxy.settings import GLOBAL_NAMESPACE
 from proxy.tenants import OVERRIDABLE
 
@@ -80,38 +79,15 @@ def caller(request: Request, *, global_reads: bool = False) -> Admin:
     return Admin(res, principal.tenant, actor, False)
 
 
-def invalid(exc: ValidationError, *, prefix: str = "") -> InvalidRequestError:
-    """The first validation error as a 400 naming the parameter."""
-    first = exc.errors()[0]
-    param = prefix + ".".join(str(p) for p in first["loc"]) if first["loc"] else None
-    return InvalidRequestError(f"{param}: {first['msg']}" if param else first["msg"],
-                               param=param, code="invalid_value")
-
-
 def query(model: type[T], request: Request) -> T:
     """The query string validated by ``model`` (400 on a bad value or a control
     character)."""
-    check_query(request.query_params)
-    try:
-        return model.model_validate(dict(request.query_params))
-    except ValidationError as exc:
-        raise invalid(exc) from exc
+    return parse_query(request, model)
 
 
 async def body(model: type[T], request: Request) -> T:
     """The JSON body validated by ``model`` (400 on bad JSON or a bad value)."""
-    try:
-        raw = orjson.loads(await request.body() or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
-    if not isinstance(raw, dict):
-        raise InvalidRequestError("The request body must be a JSON object.",
-                                  code="invalid_json")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        raise invalid(exc) from exc
+    return parse_body(await read_json(request), model)
 
 
 def _utc(value: datetime | None, param: str) -> datetime | None:

@@ -35,7 +35,6 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
-from proxy.http import read_body
 from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id, to_iso
@@ -61,6 +60,7 @@ from proxy.routes.shapes import (
     UserParams,
     parse_body,
     parse_query,
+    read_json,
 )
 from proxy.settings import GLOBAL_NAMESPACE
 
@@ -293,12 +293,7 @@ async def patch_memory(request: Request) -> Response:
     ``disabled``/``enabled`` for the switch, with actor ``user`` (``admin`` for an admin
     key). 404 for a memory that is not the user's."""
     res: Resources = request.app.state.resources
-    try:
-        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
-                          or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    raw = await read_json(request)
     patch = parse_body(raw, MemoryPatch)
     me = owner(request, res, {**request.query_params, **raw})
     memory_id = request.path_params["memory_id"]

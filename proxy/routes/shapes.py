@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError
+from proxy.http import read_body
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.routes.params import check_query
 
@@ -34,6 +36,18 @@ def invalid(exc: ValidationError) -> InvalidRequestError:
     param = ".".join(str(p) for p in first["loc"]) or None
     return InvalidRequestError(f"{param}: {first['msg']}" if param else first["msg"],
                                param=param, code="invalid_value")
+
+
+async def read_json(request: Request) -> Any:
+    """The request body decoded as JSON (``None`` when empty), read up to
+    ``server.max_request_bytes``. Raises :class:`InvalidRequestError` (400 ``invalid_json``)
+    and :class:`~proxy.errors.RequestTooLargeError` (413)."""
+    limit = request.app.state.resources.settings.server.max_request_bytes
+    try:
+        return orjson.loads(await read_body(request, limit) or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError("The request body is not valid JSON.",
+                                  code="invalid_json") from exc
 
 
 def parse_query(request: Request, model: type[M]) -> M:

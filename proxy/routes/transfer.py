@@ -21,14 +21,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError
-from proxy.http import read_body
 from proxy.memory.records import CATEGORIES, Memory, from_iso, new_id, to_iso
 from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
@@ -51,6 +49,7 @@ from proxy.routes.shapes import (
     invalid,
     parse_body,
     parse_query,
+    read_json,
 )
 from proxy.routes.users import settings_api, user_profile
 
@@ -187,12 +186,7 @@ def _items(body: ImportBody) -> list[Any]:
 
 async def import_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    try:
-        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
-                          or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    raw = await read_json(request)
     body = parse_body(raw, ImportBody)
     me = owner(request, res, {**request.query_params, **raw})
     items = _items(body)

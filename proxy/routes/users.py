@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError
-from proxy.http import read_body
 from proxy.memory.records import Memory, Profile, to_iso
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.resources import Resources
@@ -37,6 +35,7 @@ from proxy.routes.shapes import (
     UserSettingsPatch,
     parse_body,
     parse_query,
+    read_json,
 )
 
 # Audit events read to build the facts' timelines (newest first): a user's last ~50-200
@@ -82,12 +81,7 @@ async def patch_settings(request: Request) -> Response:
     ``personal_learning: false`` → nothing of this user is queued or learned from then on
     (chat answers carry ``X-Memory-Learning: off``)."""
     res: Resources = request.app.state.resources
-    try:
-        raw = orjson.loads(await read_body(request, res.settings.server.max_request_bytes)
-                          or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    raw = await read_json(request)
     patch = parse_body(raw, UserSettingsPatch)
     if patch.personal_learning is None and patch.learning_indicator is None:
         raise InvalidRequestError("Send personal_learning and/or learning_indicator.",
