@@ -409,7 +409,9 @@ class LearningSettings(_Section):
     idle_flush_seconds: int = Field(default=600, ge=1)
     buffer_ttl_seconds: int = Field(default=3 * 3600, ge=60)  # seed 001 §6: 180 minutes
     max_memory_per_user: int = Field(default=500, ge=1)  # seed 000 §6
-    retention_days: int = Field(default=365, ge=1)  # seed 000 §6
+    # seed 000 §6; at most 100 years: a date that far back is still representable, so the
+    # retention sweep can never overflow (an admin override of 10^11 days once stopped it).
+    retention_days: int = Field(default=365, ge=1, le=36_500)
     dedup_similarity: float = Field(default=0.85, gt=0, le=1)  # seed 000 §4.2
     related_memories: int = Field(default=20, ge=0, le=200)
     max_messages_per_exchange: int = Field(default=40, ge=2, le=1000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError
@@ -225,8 +225,9 @@ class UserSettingsOut(BaseModel):
 
 
 class UserSettingsPatch(_Strict):
-    personal_learning: bool | None = None
-    learning_indicator: bool | None = None
+    # JSON booleans only: "yes" or 1 is a 400, not a silent switch.
+    personal_learning: StrictBool | None = None
+    learning_indicator: StrictBool | None = None
     user: str | None = None
 
 

@@ -238,6 +238,9 @@ async def test_settings_are_read_validated_and_audited(gw: Gateway) -> None:
             "tokens_per_day": 5000, "tokens_per_month": None}
         for bad, param in (({"learning.score_threshold": 1.5}, "learning.score_threshold"),
                            ({"memory.injection_count": -1}, "memory.injection_count"),
+                           # past 100 years the retention sweep's date would overflow
+                           ({"learning.retention_days": 99_999_999_999},
+                            "learning.retention_days"),
                            ({"learning.model": "nope"}, "learning.model"),
                            ({"learning.batch_messages": {"private": 0}},
                             "learning.batch_messages"),

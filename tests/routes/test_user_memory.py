@@ -258,6 +258,8 @@ async def test_settings_switch_learning_off_and_the_chat_header_says_so(
 async def test_settings_refuse_bad_bodies(gw: Gateway) -> None:
     """A non-boolean, an unknown field or an empty change is a 400 naming the field."""
     for body, param in (({"personal_learning": "sometimes"}, "personal_learning"),
+                        ({"personal_learning": "yes"}, "personal_learning"),
+                        ({"learning_indicator": 1}, "learning_indicator"),
                         ({"learn": False}, "learn"), ({}, "personal_learning")):
         assert error(await call(gw, "PATCH", "/v1/settings", U1, json=body),
                      400)["param"] == param
