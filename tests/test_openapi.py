@@ -141,6 +141,11 @@ async def test_schemathesis_finds_no_server_error_or_schema_violation(gw: Gatewa
     answers 5xx, an undocumented status, another content type, or a body that breaks its
     schema."""
     async with gw.client() as client:  # give the fuzzer memories to find
+        # The MCP SDK is imported in a thread after startup; Python 3.11's ast module keeps
+        # one recursion counter for all threads (CPython gh-106905), so hypothesis parsing
+        # source in the fuzzing thread meanwhile can fail with "AST constructor recursion
+        # depth mismatch". Any /mcp request waits until that import is done.
+        await client.post("/mcp", json={}, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
         for i in range(3):
             response = await client.post("/v1/memories", json={"content": f"Likes jazz {i}"},
                                          headers={"Authorization": f"Bearer {ADMIN_KEY}",
