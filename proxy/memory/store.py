@@ -9,10 +9,10 @@ callers can degrade memory without breaking chat.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from proxy.memory.records import ConversationRecord, Memory, Profile
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
@@ -468,3 +468,30 @@ def plan_apply(changes: ChangeSet, upserts: Sequence[Memory], *,
     counted = frozenset(stored_hits) | frozenset(d.id for d in duplicates.values())
     return ApplyPlan(upserts=tuple(out.values()), evidence=evidence, counted=counted,
                      audit=audit)
+
+
+def state_counts(groups: Iterable[Sequence[Any]]) -> dict[str, int]:
+    """Fold ``(category, enabled, retired, n)`` groups into the counts of
+    :meth:`MemoryStore.count`: ``{"total": active, "retired", "disabled", <category>:
+    active}`` (a retired memory counts as retired whether enabled or not)."""
+    counts = {"total": 0, "retired": 0, "disabled": 0}
+    for category, enabled, retired, n in groups:
+        amount = int(n)
+        if retired:
+            counts["retired"] += amount
+        elif not enabled:
+            counts["disabled"] += amount
+        else:
+            counts["total"] += amount
+            counts[str(category)] = counts.get(str(category), 0) + amount
+    return counts
+
+
+def scope_state_counts(groups: Iterable[Sequence[Any]]) -> dict[str, dict[str, int]]:
+    """:func:`state_counts` per scope, from ``(scope, category, enabled, retired, n)``
+    groups (:meth:`MemoryStore.tenant_counts`)."""
+    by_scope: dict[str, list[Sequence[Any]]] = {}
+    for group in groups:
+        by_scope.setdefault(str(group[0]), []).append(group[1:])
+    return {scope: state_counts(rows) for scope, rows in by_scope.items()}
+

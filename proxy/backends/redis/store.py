@@ -108,6 +108,8 @@ from proxy.memory.store import (
     fact_key,
     plan_apply,
     related_by_keywords,
+    scope_state_counts,
+    state_counts,
 )
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 from proxy.settings import GLOBAL_NAMESPACE
@@ -362,20 +364,11 @@ class RedisMemoryStore:
             return await self._load(keys[query.offset:query.offset + query.limit])
 
     async def count(self, tenant: str, user: str) -> dict[str, int]:
-        counts = {"total": 0, "retired": 0, "disabled": 0}
         with _unavailable("count"):
             await self._ensure_index()
             groups = await self._index.state_counts(
                 namespace_filter([user_token(tenant, user)]))
-        for category, enabled, retired, n in groups:
-            if retired:
-                counts["retired"] += n
-            elif not enabled:
-                counts["disabled"] += n
-            else:
-                counts["total"] += n
-                counts[category] = counts.get(category, 0) + n
-        return counts
+        return state_counts(groups)
 
     async def add(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
         await _terms_ready([memory])
@@ -733,17 +726,7 @@ class RedisMemoryStore:
         with _unavailable("tenant_counts"):
             await self._ensure_index()
             groups = await self._index.scope_counts(tag_is("ix_tenant", tenant_token(tenant)))
-        counts: dict[str, dict[str, int]] = {}
-        for scope, category, enabled, retired, n in groups:
-            into = counts.setdefault(scope, {"total": 0, "retired": 0, "disabled": 0})
-            if retired:
-                into["retired"] += n
-            elif not enabled:
-                into["disabled"] += n
-            else:
-                into["total"] += n
-                into[category] = into.get(category, 0) + n
-        return counts
+        return scope_state_counts(groups)
 
     async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
         with _unavailable("get_tenant_settings"):

@@ -46,6 +46,8 @@ from proxy.memory.store import (
     fact_key,
     plan_apply,
     related_by_keywords,
+    scope_state_counts,
+    state_counts,
 )
 from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
 from proxy.settings import GLOBAL_NAMESPACE
@@ -526,22 +528,12 @@ class SqliteMemoryStore:
 
     async def count(self, tenant: str, user: str) -> dict[str, int]:
         def run(conn: sqlite3.Connection) -> dict[str, int]:
-            counts = {"total": 0, "retired": 0, "disabled": 0}
-            for row in conn.execute(
+            return state_counts(tuple(row) for row in conn.execute(
                 "SELECT category, enabled, superseded_at IS NOT NULL AS retired, count(*) "
                 "FROM memories WHERE tenant = ? AND user_id = ? "
                 "GROUP BY category, enabled, retired",
                 (tenant, user),
-            ):
-                category, enabled, retired, n = row[0], row[1], row[2], row[3]
-                if retired:
-                    counts["retired"] += n
-                elif not enabled:
-                    counts["disabled"] += n
-                else:
-                    counts["total"] += n
-                    counts[category] = counts.get(category, 0) + n
-            return counts
+            ))
 
         result: dict[str, int] = await self._read(run)
         return result
@@ -888,20 +880,10 @@ class SqliteMemoryStore:
 
     async def tenant_counts(self, tenant: str) -> dict[str, dict[str, int]]:
         def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-            counts: dict[str, dict[str, int]] = {}
-            for scope, category, enabled, retired, n in conn.execute(
+            return scope_state_counts(tuple(row) for row in conn.execute(
                 "SELECT scope, category, enabled, superseded_at IS NOT NULL, count(*) "
                 "FROM memories WHERE tenant = ? GROUP BY 1, 2, 3, 4", (tenant,),
-            ):
-                into = counts.setdefault(scope, {"total": 0, "retired": 0, "disabled": 0})
-                if retired:
-                    into["retired"] += n
-                elif not enabled:
-                    into["disabled"] += n
-                else:
-                    into["total"] += n
-                    into[category] = into.get(category, 0) + n
-            return counts
+            ))
 
         result: dict[str, dict[str, int]] = await self._read(run)
         return result
