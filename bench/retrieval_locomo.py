@@ -29,6 +29,47 @@ What it does
        precomputed, so embedding time is excluded) and, separately, the CPU time of
        embedding one uncached query (target ≤ 1 ms).
 
+Figures (main 4b42529; 631 questions; untuned folds pooled, r@5 multi-hop / temporal /
+open-domain / single-hop / all; tuned in-sample per fold beside: conv 26,30,41 / 42,43)::
+
+    local   0.441 / 0.824 / 0.451 / 0.866 / 0.740   (tuned 0.751 / 0.741; target 0.75)
+    static  0.401 / 0.794 / 0.361 / 0.827 / 0.699   (tuned 0.688 / 0.710; target 0.75)
+    none    0.343 / 0.765 / 0.335 / 0.811 / 0.671   (tuned 0.657 / 0.684; target 0.68)
+
+Tried for issue 16 item 2 and dropped (untuned r@5 all, before → after, the other weights
+cross-validated as above; CPU = added recall CPU per query, keyword-only, 500 memories):
+
+- entity expansion (the best 1–2 hits' names — capitalised words the pool never writes in
+  lower case, not calendar words, held by ≤ 1/3 of the pool — searched as one more
+  keyword query of weight 0.2–0.4): local 0.740 → 0.728, static 0.699 → 0.694, none
+  0.671 → 0.670; +0.3 ms. LoCoMo's multi-hop questions are lists ("What activities does
+  Melanie partake in?"), not chains joined by a name, and new candidates move the pool's
+  mean vector that centred cosine subtracts.
+- keyword pseudo-relevance feedback (the best hit's first 8 content terms the question
+  lacks, one more BM25 query of weight 0.2): none 0.671 → 0.676 (both folds up:
+  0.657 → 0.660, 0.684 → 0.692), static 0.699 → 0.690 (0.691 without the query vector);
+  +1.2 ms, more than the whole keyword recall.
+- other English stemming/lemmatisation at index and query time (FTS5 ``porter`` and the
+  Redis store's Porter stems are today's): Snowball English (Porter2) 0.671 → 0.672
+  (+164 µs a question in pure-Python snowballstemmer), simplemma lemmas 0.669 (+2.6 µs),
+  keyword-only. Chinese already goes through jieba's search
+  mode; LoCoMo has no Chinese to measure on.
+- LoCoMo's session summaries as a conversation-level signal (BM25 of the question against
+  each session's summary, best = 1, in place of ``context`` when higher): local 0.740 →
+  0.743 (multi-hop 0.452, temporal 0.853, open-domain 0.459, single-hop 0.854), none
+  0.671 → 0.673, with summaries far richer than the product's one- or two-sentence ones;
+  the product has no search over stored summaries (it would need a store method and a
+  keyword index in both backends), so not built for that. Scoring the conversations by
+  their pooled memories instead (sum of the best 3 relevances): none 0.667.
+- a larger candidate pool (50 a search instead of 30): local 0.730, none 0.671.
+- a soft one-per-conversation diversity in the top 5 (for lists across sessions):
+  0.663 (γ 0.03), 0.630 (γ 0.1), keyword-only.
+- a cross-encoder rerank: not possible. No well-kept PyPI package ships cross-encoder
+  weights (flashrank and sentence-transformers fetch them from a hub at run time), and a
+  cross-encoder runs one transformer pass per (question, fact) pair: the common small one
+  (ms-marco-MiniLM-L-6) has the bundled MiniLM's architecture, one pass of which costs
+  ~22 ms CPU here (the query-embedding line below), against a ~1 ms budget.
+
 r@k = the share of a question's evidence memories among the top k (k = 5 is the default
 injection count: what reaches the model). Not tuned: RRF k (60), candidate_pool (30),
 feedback_docs, half_life_days, the date parser, sub-query rules, the diversity filter.
