@@ -44,7 +44,8 @@ cross-validated as above; CPU = added recall CPU per query, keyword-only, 500 me
   keyword query of weight 0.2–0.4): local 0.740 → 0.728, static 0.699 → 0.694, none
   0.671 → 0.670; +0.3 ms. LoCoMo's multi-hop questions are lists ("What activities does
   Melanie partake in?"), not chains joined by a name, and new candidates move the pool's
-  mean vector that centred cosine subtracts.
+  mean vector that centred cosine subtracts. Time expansion (facts from the best hit's
+  day) is the ``context`` signal already: each LoCoMo session has a day of its own.
 - keyword pseudo-relevance feedback (the best hit's first 8 content terms the question
   lacks, one more BM25 query of weight 0.2): none 0.671 → 0.676 (both folds up:
   0.657 → 0.660, 0.684 → 0.692), static 0.699 → 0.690 (0.691 without the query vector);
