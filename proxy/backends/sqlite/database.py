@@ -261,8 +261,10 @@ MIGRATIONS: tuple[str, ...] = (
     # and process: ``generation`` on each insert, delete and update of a memory other than
     # its access statistics, ``accessed`` on each update of those (access_count,
     # last_access_at). The store reuses what it read of an owner's memories (decoded rows,
-    # the vector matrix) while the counters it depends on are unchanged. No line inside a
-    # trigger body ends with ";": the migration runner splits scripts at ";" + newline.
+    # the vector matrix) while the counters it depends on are unchanged. A migration that
+    # adds a column to memories must recreate memories_generation_update with it. No line
+    # inside a trigger body ends with ";": the migration runner splits scripts at ";" +
+    # newline.
     """
     CREATE TABLE memory_generations (
         tenant TEXT NOT NULL,

@@ -167,3 +167,24 @@ async def test_vector_scans_follow_writes_of_any_connection(tmp_path: Path) -> N
         assert len(await ranked()) == 4
         await store.update(near.with_changes(enabled=False))
         assert "near" not in await ranked()
+
+
+def test_every_memory_column_bumps_a_generation(store: SqliteMemoryStore,
+                                                tmp_path: Path) -> None:
+    """Each column of ``memories`` is watched by a generation trigger (content columns by
+    ``generation``, access statistics by ``accessed``): a column added later without its
+    trigger would let reused rows go stale."""
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(memories)")} - {"rowid"}
+        triggers = dict(conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
+
+    def watched(name: str) -> set[str]:
+        head = triggers[name].split("UPDATE OF", 1)[1].split(" ON memories", 1)[0]
+        return {c.strip() for c in head.split(",")}
+
+    content = watched("memories_generation_update")
+    access = watched("memories_accessed_update")
+    assert access == {"access_count", "last_access_at"}
+    assert not content & access
+    assert content | access == columns - {"rowid"}
