@@ -91,8 +91,9 @@ editable install points at.
 Other options: ``--profile gw-on`` samples that target with py-spy during the measured
 load (collapsed stacks and a summary per scenario in the run directory); ``--variant
 NAME=DIR`` also runs the gateway from the source tree DIR (``git archive <commit> proxy |
-tar -x -C DIR``) as targets ``NAME-off`` / ``NAME-on``, for before/after figures from one
-run; ``--targets`` picks columns; ``--concurrency`` the levels.
+tar -x -C DIR``) as targets ``NAME-off`` / ``NAME-on`` (and ``NAME-static`` when gw-static is
+among the targets), for before/after figures from one run; ``--targets`` picks columns;
+``--concurrency`` the levels.
 
 ``--soak N`` starts only the gateway (memory on) and sends N requests — non-streaming and
 streaming segments alternating, 1 in 50 streams dropped by the client after the first

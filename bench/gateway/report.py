@@ -238,7 +238,8 @@ def hot_path_targets(reports: Sequence[TargetReport],
             value = added(cell, direct.cells[s], 99)
             out.append(f"mem-on added TTFT p99 <= 15 ms, {s.name}: {value:6.2f} ms  "
                        f"{verdict(value <= 15)}")
-    for key in ("gw-emb", "gw-static"):
+    for key in ("gw-emb", "gw-static", *(k for k in by_key if k.endswith("-static")
+                                         and k != "gw-static")):
         report = by_key.get(key)
         if report is None:
             continue

@@ -51,11 +51,17 @@ class Target:
 
 def memory_on(key: str) -> bool:
     """Whether the target's requests carry the seeded user (memory on)."""
-    return key.endswith("-on") or key in EMBEDDERS
+    return key.endswith(("-on", "-static")) or key in EMBEDDERS
+
+
+def embedder(key: str) -> str | None:
+    """The target's ``memory.embedder.provider`` (``NAME-static``: a variant's gw-static)."""
+    return EMBEDDERS.get(key) or ("static" if key.endswith("-static") else None)
 
 
 def label(key: str) -> str:
-    """Column title: the fixed targets' names; ``NAME-on`` / ``NAME-off`` for variants."""
+    """Column title: the fixed targets' names; ``NAME-on`` / ``NAME-off`` /
+    ``NAME-static`` for variants."""
     if key in LABELS:
         return LABELS[key]
     name, _, memory = key.rpartition("-")
@@ -213,6 +219,7 @@ async def run(args: argparse.Namespace) -> int:
     keys = [k.strip() for k in args.targets.split(",") if k.strip()]
     trees = variants(args)
     extra = [f"{name}-{memory}" for name in trees for memory in ("off", "on")]
+    extra += [f"{name}-static" for name in trees if "gw-static" in keys]
     keys += [k for k in extra if k not in keys]
     unknown = set(keys) - set(TARGET_KEYS) - set(extra)
     if unknown:
@@ -288,11 +295,11 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
     else:
         db = workdir / f"{key}.db"
         if memory_on(key):
-            provider = EMBEDDERS.get(key)
+            provider = embedder(key)
             shutil.copyfile(workdir / (f"seeded-{provider}.db" if provider else "seeded.db"), db)
         config = targets.gateway_config(workdir / f"{key}.yaml", port=port,
                                         upstream_port=upstream.port, db=db,
-                                        embedder=EMBEDDERS.get(key),
+                                        embedder=embedder(key),
                                         cache_dir=args.embedder_cache)
         env = dict(targets.BASE_ENV)
         # This checkout's code (the shared virtualenv may hold another tree's editable

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import structlog
@@ -44,6 +45,11 @@ HOPELESS_BYTES_PER_WINDOW_TOKEN = 64
 # Share of the recall deadline the query embedding may take; the rest is left for the
 # vector search and ranking, so a slow embedder falls back to keyword recall in time.
 EMBED_DEADLINE_SHARE = 0.7
+# Token counts of memory blocks kept per process (least recently used dropped): a user's
+# block repeats while their top memories do (retries, follow-ups on one topic), and
+# counting one costs ~0.1 ms (tiktoken, bench/gateway). A block is at most
+# token_budget_percent of a context window, so this holds a few MB at worst.
+BLOCK_COUNTS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,7 @@ class MemoryService:
         self._settings = settings
         self._tenants = tenants
         self._counter = counter
+        self._block_tokens = lru_cache(maxsize=BLOCK_COUNTS)(counter.count)
         self._clock = clock
         self._retriever = Retriever(store=store, embedder=embedder,
                                     weights=rank_weights(settings),
@@ -188,7 +195,7 @@ class MemoryService:
         tokenizer = route.tokenizer
         plan = fit_block(
             template=template, profile=profile, facts=facts, budget_tokens=budget,
-            count=lambda text: self._counter.count(text, tokenizer), now=self._clock(),
+            count=lambda text: self._block_tokens(text, tokenizer), now=self._clock(),
         )
         if not plan.text:
             return Injection(

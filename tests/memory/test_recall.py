@@ -161,3 +161,18 @@ def test_a_store_that_returns_no_vectors_still_ranks_by_its_cosine() -> None:
     hits = [QueryHits([far, close], vector=(1.0, 0.0))]
     assert order(hits) == ["close", "far"]
     assert fused_relevance(hits, ONLY_RELEVANCE)["far"] > 0.0
+
+
+def test_a_memory_whose_vector_changed_is_ranked_by_the_new_one() -> None:
+    """A memory ranked before (its vector reused since) is ranked by its current vector
+    once it carries another one under the same id; the unchanged one keeps its place."""
+    near, far = mem("a", vec=(1.0, 0.1, 0.0)), mem("b", vec=(0.0, 1.0, 0.2))
+    first = [QueryHits([vec(near, 1), vec(far, 2)], vector=(1.0, 0.0, 0.0))]
+    assert order(first) == order(first) == ["a", "b"]
+    moved = replace(near, embedding=(0.0, 0.9, 0.3))
+    closer = replace(far, embedding=(0.9, 0.0, 0.1))
+    assert order([QueryHits([vec(moved, 1), vec(closer, 2)], vector=(1.0, 0.0, 0.0))]) == \
+        ["b", "a"]
+    again = replace(far, embedding=(0.0, 1.0, 0.2))  # equal values, a new tuple
+    assert order([QueryHits([vec(near, 1), vec(again, 2)], vector=(1.0, 0.0, 0.0))]) == \
+        ["a", "b"]

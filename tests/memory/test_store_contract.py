@@ -1103,3 +1103,36 @@ async def test_vector_search_compares_only_vectors_of_the_query_model(
     assert stored == {"same model": "m2", "legacy": None}
     assert {c.memory.content for c in await store.search(query)} == {
         "same model", "other model", "legacy"}
+
+
+async def test_every_search_sees_the_writes_since_the_previous_one(store: MemoryStore) -> None:
+    """Searching again after memories were added, edited, disabled, deleted or accessed
+    returns the store as it is now, for keyword and vector search alike — whatever a
+    backend reused between the two searches."""
+    query = ask("Lisbon tram", embedding=(1.0, 0.0, 0.0, 0.0))
+
+    async def state() -> dict[str, tuple[str, int]]:
+        return {c.memory.id: (c.memory.content, c.memory.access_count)
+                for c in await store.search(query)}
+
+    tram = mem("Rides the Lisbon tram", embedding=(1.0, 0.0, 0.0, 0.0))
+    river = mem("Walks by the Lisbon river", embedding=(0.8, 0.6, 0.0, 0.0))
+    for m in (tram, river):
+        await store.add(m)
+    assert await state() == {tram.id: ("Rides the Lisbon tram", 0),
+                             river.id: ("Walks by the Lisbon river", 0)}
+    assert await state() == await state()  # nothing written: the same answer
+    await store.record_access("t1", {tram.id: 2}, T0)
+    assert await state() == {tram.id: ("Rides the Lisbon tram", 2),
+                             river.id: ("Walks by the Lisbon river", 0)}
+    late = mem("Took the Lisbon tram at night", embedding=(0.0, 1.0, 0.0, 0.0))
+    await store.add(late)
+    await store.update(river.with_changes(content="Walks by the Lisbon river at dawn"))
+    assert await state() == {tram.id: ("Rides the Lisbon tram", 2),
+                             river.id: ("Walks by the Lisbon river at dawn", 0),
+                             late.id: ("Took the Lisbon tram at night", 0)}
+    await store.update(tram.with_changes(enabled=False, access_count=2))
+    assert await store.delete("t1", "u1", late.id)
+    assert await state() == {river.id: ("Walks by the Lisbon river at dawn", 0)}
+    await store.add(mem("Rides the Lisbon tram", user="u2", embedding=(1.0, 0.0, 0.0, 0.0)))
+    assert await state() == {river.id: ("Walks by the Lisbon river at dawn", 0)}

@@ -3,11 +3,11 @@
 Writes run on one dedicated thread and connection (SQLite allows one writer), each call in
 its own ``BEGIN IMMEDIATE`` transaction; reads run on a second thread with its own
 connection, so a long write never stalls the hot path's reads (WAL readers do not block on
-the writer). Reads issued in the same event-loop iteration go to the reader thread as one
-batch: a recall's three reads — and those of concurrent requests — cost one thread hop and
-one wake-up of the loop instead of one each (bench/gateway: the reader thread's queue had
-recalls missing their 150 ms deadline at 32 concurrent requests). Schema changes are
-numbered migrations tracked in ``PRAGMA user_version``.
+the writer). Reads issued in the same event-loop iteration (or the next one) go to the
+reader thread as one batch: a recall's reads — and those of concurrent requests — cost one
+thread hop and one wake-up of the loop instead of one each (bench/gateway: the reader
+thread's queue had recalls missing their 150 ms deadline at 32 concurrent requests).
+Schema changes are numbered migrations tracked in ``PRAGMA user_version``.
 """
 
 from __future__ import annotations
@@ -256,6 +256,47 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE memories ADD COLUMN embedding_model TEXT;
     ALTER TABLE usage_ledger ADD COLUMN recall_tokens INTEGER NOT NULL DEFAULT 0;
     """,
+    # 10: two counters per memory owner (tenant, user id; '' for shared and system
+    # memories), bumped by triggers in the transaction of every write of every connection
+    # and process: ``generation`` on each insert, delete and update of a memory other than
+    # its access statistics, ``accessed`` on each update of those (access_count,
+    # last_access_at). The store reuses what it read of an owner's memories (decoded rows,
+    # the vector matrix) while the counters it depends on are unchanged. A migration that
+    # adds a column to memories must recreate memories_generation_update with it. No line
+    # inside a trigger body ends with ";": the migration runner splits scripts at ";" +
+    # newline.
+    """
+    CREATE TABLE memory_generations (
+        tenant TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        generation INTEGER NOT NULL DEFAULT 0,
+        accessed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (tenant, owner)
+    ) WITHOUT ROWID;
+    CREATE TRIGGER memories_generation_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_generation_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_generation_update AFTER UPDATE OF id, tenant, user_id, scope,
+        category, subcategory, title, content, tags, subject, source, source_conversation_id,
+        source_channel, score, embedding, enabled, hits, created_at, updated_at, last_seen_at,
+        superseded_at, superseded_by, supersede_reason, norm, embedding_model ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; INSERT INTO
+        memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_accessed_update AFTER UPDATE OF access_count, last_access_at
+        ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, accessed)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET accessed = accessed + 1; END;
+    """,
 )
 
 
@@ -326,7 +367,10 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         if not self._batch:
-            loop.call_soon(self._submit_batch, loop)
+            # Submitted one loop iteration later: tasks that this iteration starts (a
+            # recall's searches, gathered beside its profile and resident reads) join the
+            # batch, so a recall costs one thread hop instead of two.
+            loop.call_soon(loop.call_soon, self._submit_batch, loop)
         self._batch.append((fn, future))
         return await future
 

@@ -67,3 +67,32 @@ async def test_processes_opening_a_new_file_at_once_migrate_it_once(tmp_path: Pa
         for db in databases:
             await db.close()
     assert versions == [len(MIGRATIONS)] * 4
+
+
+async def test_reads_of_tasks_started_alongside_share_one_batch(tmp_path: Path) -> None:
+    """A read issued now and reads of tasks this step starts (a recall gathering its
+    searches beside its profile read) go to the reader thread as one batch."""
+    async with SqliteDatabase(tmp_path / "db.sqlite") as db:
+        threads: list[int] = []
+
+        def ident(c: sqlite3.Connection) -> int:
+            import threading
+
+            threads.append(threading.get_ident())
+            return int(c.execute("SELECT 1").fetchone()[0])
+
+        async def nested() -> list[int]:
+            return list(await asyncio.gather(db.read(ident), db.read(ident)))
+
+        batches: list[int] = []
+        submit = db._submit_batch
+
+        def counted(loop: asyncio.AbstractEventLoop) -> None:
+            batches.append(len(db._batch))
+            submit(loop)
+
+        db._submit_batch = counted  # type: ignore[method-assign]
+        await asyncio.gather(db.read(ident), nested(), db.read(ident))
+        assert batches == [4]
+        await db.read(ident)  # a later read is a batch of its own
+        assert batches == [4, 1]

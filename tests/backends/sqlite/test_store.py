@@ -105,3 +105,86 @@ async def test_maintain_merges_the_keyword_index(store: SqliteMemoryStore,
     assert merged < fragmented
     await store.maintain()
     assert pages() == merged
+
+
+async def test_a_write_by_another_process_is_seen_on_the_next_search(
+    store: SqliteMemoryStore, tmp_path: Path
+) -> None:
+    """Rows and vectors a search reused are read again once another connection (another
+    gateway process, the worker) changed the owner's memories: added, edited, deleted."""
+    query = SearchQuery(tenant="t", user="u", terms=("ramen",), limit=30)
+    first = {c.memory.id: c.memory for c in await store.search(query)}
+    again = {c.memory.id: c.memory for c in await store.search(query)}
+    assert all(again[i] is first[i] for i in first)  # nothing changed: reused as read
+    target = next(iter(first.values()))
+    async with SqliteDatabase(tmp_path / "m.db") as other_db:
+        other = SqliteMemoryStore(other_db)
+        await other.update(target.with_changes(content="User likes ramen in Kyoto."))
+        added = await other.add(Memory(id=new_id(), tenant="t", user_id="u",
+                                       content="User cooks ramen on Sundays.",
+                                       source_channel="private"))
+        gone = next(i for i in first if i != target.id)
+        assert await other.delete("t", "u", gone)
+    after = {c.memory.id: c.memory for c in await store.search(query)}
+    assert after[target.id].content == "User likes ramen in Kyoto."
+    assert added.id in after
+    assert gone not in after
+
+
+async def test_vector_scans_follow_writes_of_any_connection(tmp_path: Path) -> None:
+    """The vector search reuses its scan of a user's vectors until a memory of that user
+    (or a shared one) changes, from this connection or another; another user's writes and
+    access counts leave the result as it was."""
+    def vec(x: float, y: float) -> tuple[float, ...]:
+        return (x, y, 0.0, 0.0)
+
+    async with SqliteDatabase(tmp_path / "v.db") as db:
+        store = SqliteMemoryStore(db)
+        near = await store.add(Memory(id=new_id(), tenant="t", user_id="u", content="near",
+                                      embedding=vec(1.0, 0.1)))
+        await store.add(Memory(id=new_id(), tenant="t", user_id="u", content="far",
+                               embedding=vec(0.0, 1.0)))
+        query = SearchQuery(tenant="t", user="u", terms=(), embedding=vec(1.0, 0.0))
+
+        async def ranked() -> list[str]:
+            found = await store.search(query)
+            return [c.memory.content for c in sorted(found, key=lambda c: c.vector_rank or 0)]
+
+        assert await ranked() == ["near", "far"]
+        await store.add(Memory(id=new_id(), tenant="t", user_id="v", content="other user",
+                               embedding=vec(1.0, 0.0)))
+        await store.record_access("t", {near.id: 3}, utcnow())
+        found = await store.search(query)
+        assert [c.memory.content for c in found] == ["near", "far"]
+        assert next(c for c in found if c.memory.id == near.id).memory.access_count == 3
+        async with SqliteDatabase(tmp_path / "v.db") as other_db:
+            other = SqliteMemoryStore(other_db)
+            await other.add(Memory(id=new_id(), tenant="t", user_id="u", content="exact",
+                                   embedding=vec(1.0, 0.0)))
+            await other.add(Memory(id=new_id(), tenant="t", user_id=None, scope="shared",
+                                   content="shared exact", embedding=vec(2.0, 0.0)))
+        assert (await ranked())[:2] in (["exact", "shared exact"], ["shared exact", "exact"])
+        assert len(await ranked()) == 4
+        await store.update(near.with_changes(enabled=False))
+        assert "near" not in await ranked()
+
+
+def test_every_memory_column_bumps_a_generation(store: SqliteMemoryStore,
+                                                tmp_path: Path) -> None:
+    """Each column of ``memories`` is watched by a generation trigger (content columns by
+    ``generation``, access statistics by ``accessed``): a column added later without its
+    trigger would let reused rows go stale."""
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(memories)")} - {"rowid"}
+        triggers = dict(conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall())
+
+    def watched(name: str) -> set[str]:
+        head = triggers[name].split("UPDATE OF", 1)[1].split(" ON memories", 1)[0]
+        return {c.strip() for c in head.split(",")}
+
+    content = watched("memories_generation_update")
+    access = watched("memories_accessed_update")
+    assert access == {"access_count", "last_access_at"}
+    assert not content & access
+    assert content | access == columns - {"rowid"}
