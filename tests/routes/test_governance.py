@@ -243,7 +243,7 @@ async def test_settings_are_read_validated_and_audited(gw: Gateway) -> None:
                             "learning.retention_days"),
                            ({"learning.model": "nope"}, "learning.model"),
                            ({"learning.batch_messages": {"private": 0}},
-                            "learning.batch_messages"),
+                            "learning.batch_messages.private"),
                            ({"server.port": 1}, "server.port")):
             response = await client.patch("/v1/admin/settings", json=bad)
             assert response.status_code == 400, bad
@@ -259,6 +259,56 @@ async def test_settings_are_read_validated_and_audited(gw: Gateway) -> None:
         assert log[0]["detail"]["by"] == "ops"
     other = (await get(gw, "/v1/admin/settings", GLOBEX_ADMIN)).json()
     assert other["settings"]["learning.score_threshold"] == 0.6
+
+
+@pytest.mark.parametrize(("bad", "param"), [
+    ({"learning.enabled": "false"}, "learning.enabled"),
+    ({"learning.enabled": 0}, "learning.enabled"),
+    ({"learning.score_threshold": "0.7"}, "learning.score_threshold"),
+    ({"learning.score_threshold": True}, "learning.score_threshold"),
+    ({"learning.batch_messages": "5"}, "learning.batch_messages"),
+    ({"learning.batch_messages": {"private": "7"}}, "learning.batch_messages.private"),
+    ({"learning.batch_messages": {"group": 2.5}}, "learning.batch_messages.group"),
+    ({"learning.max_memory_per_user": "100"}, "learning.max_memory_per_user"),
+    ({"learning.retention_days": 30.0}, "learning.retention_days"),
+    ({"learning.budget": {"tokens_per_day": "5000"}}, "learning.budget.tokens_per_day"),
+    ({"learning.budget": {"tokens_per_month": 0}}, "learning.budget.tokens_per_month"),
+    ({"memory.injection_count": "3"}, "memory.injection_count"),
+    ({"memory.token_budget_percent": "5"}, "memory.token_budget_percent"),
+])
+async def test_settings_take_json_booleans_and_numbers_only(gw: Gateway, bad: dict[str, Any],
+                                                            param: str) -> None:
+    """A string, a boolean for a number or a fraction for a count is a 400 in OpenAI's
+    error shape whose param is the setting's dotted path (a nested one included), and
+    nothing is stored."""
+    async with gw.client(headers=ACME_ADMIN) as client:
+        response = await client.patch("/v1/admin/settings", json=bad)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert (error["param"], error["type"]) == (param, "invalid_request_error")
+        assert error["message"].startswith(param)
+        assert (await client.get("/v1/admin/settings")).json()["overrides"] == {}
+
+
+async def test_settings_accept_json_booleans_and_numbers(gw: Gateway) -> None:
+    """JSON booleans, integers for counts and integers or fractions for rates are taken,
+    nested values too, and shown back with their JSON types."""
+    async with gw.client(headers=ACME_ADMIN) as client:
+        response = await client.patch("/v1/admin/settings", json={
+            "learning.enabled": False, "learning.score_threshold": 1,
+            "learning.batch_messages": {"private": 7}, "memory.injection_count": 3,
+            "memory.token_budget_percent": 2.5,
+            "learning.budget": {"tokens_per_month": 90000}})
+        assert response.status_code == 200, response.text
+        shown = response.json()["settings"]
+        assert shown["learning.enabled"] is False
+        assert shown["learning.score_threshold"] == 1.0
+        assert shown["learning.batch_messages"] == {"private": 7, "group": 25}
+        assert (shown["memory.injection_count"], shown["memory.token_budget_percent"]) == (3, 2.5)
+        assert shown["learning.budget"] == {"tokens_per_day": None, "tokens_per_month": 90000}
+        again = await client.patch("/v1/admin/settings", json={"learning.batch_messages": 4})
+        assert again.json()["settings"]["learning.batch_messages"] == {"private": 4, "group": 4}
 
 
 async def test_settings_take_effect_without_a_restart(gw: Gateway, upstream: FakeUpstream
