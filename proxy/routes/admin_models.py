@@ -68,7 +68,9 @@ class UsersQuery(_Query):
 class UserEntry(BaseModel):
     user: str
     memories: int = Field(description="active personal memories")
-    last_seen: datetime = Field(description="time of the user's latest chat request")
+    last_seen: datetime = Field(description="time of the user's latest chat request or "
+                                            "memory write (POST /v1/memories, MCP "
+                                            "add_memory, import)")
 
 
 class UserList(BaseModel):

@@ -343,6 +343,9 @@ async def import_memories(request: Request) -> Response:
     upserts = [m.with_changes(**vector_fields(res, vectors.get(m.content))) if m.active else m
                for m in created.values()] + list(merged.values())
     if upserts:
+        # Listed by GET /v1/admin/users like a user who chatted (before the write: a
+        # failure here leaves nothing written).
+        await res.ledger.register_user(me.tenant, me.user, now)
         await res.store.apply(ChangeSet(
             tenant=me.tenant, user_id=me.user, batch_key=batch, upserts=tuple(upserts),
             audit=tuple(audit)))

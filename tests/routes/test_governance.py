@@ -12,6 +12,7 @@ import pytest
 
 from proxy.settings import Settings
 from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.routes.test_mcp import mcp_client
 
 ACME_ADMIN = {"Authorization": "Bearer acme-admin"}
 GLOBEX_ADMIN = {"Authorization": "Bearer globex-admin"}
@@ -158,6 +159,39 @@ async def test_users_page_with_memories_and_last_seen(gw: Gateway, upstream: Fak
     assert [(u["user"], u["memories"]) for u in rest["data"]] == [("bob", 0)]
     assert rest["has_more"] is False
     assert (await get(gw, "/v1/admin/users", limit=0)).status_code == 400
+
+
+async def test_users_who_only_wrote_memories_are_listed(gw: Gateway) -> None:
+    """A user who only imported memories, added one over the REST API or over MCP is
+    listed like one who chatted (count and last write); a refused add or an import whose
+    every item is rejected lists nobody, and another tenant's admin sees none of them."""
+    async with gw.client(headers=ACME_APP) as client:
+        imported = await client.post("/v1/memories/import", headers={"X-User-Id": "imp"},
+                                     json={"memories": [{"content": "Plays the oboe"}]})
+        assert imported.json()["imported"] == 1
+        added = await client.post("/v1/memories", headers={"X-User-Id": "rest"},
+                                  json={"content": "Keeps bees"})
+        assert added.status_code == 201
+        refused = await client.post("/v1/memories", headers={"X-User-Id": "pii"},
+                                    json={"content": "Email me at pii@example.com"})
+        assert refused.status_code == 400
+        nothing = await client.post("/v1/memories/import", headers={"X-User-Id": "none"},
+                                    json={"memories": [{"content": ""}]})
+        assert nothing.json()["rejected"][0]["index"] == 0
+    async with mcp_client(gw, user="viamcp", key="acme-app") as mcp:
+        result = await mcp.call_tool("add_memory", {"content": "Grows tomatoes"})
+        assert not result.is_error
+    await say(gw, "Hello.", user="talker")
+    await gw.settle()
+    listed = (await get(gw, "/v1/admin/users")).json()["data"]
+    assert [(u["user"], u["memories"]) for u in listed] == [
+        ("imp", 1), ("rest", 1), ("talker", 0), ("viamcp", 1)]
+    for entry in listed:
+        seen = datetime.fromisoformat(entry["last_seen"])
+        assert datetime.now(UTC) - timedelta(minutes=5) < seen <= datetime.now(UTC)
+    assert (await get(gw, "/v1/admin/users", GLOBEX_ADMIN)).json()["data"] == []
+    stats = (await get(gw, "/v1/admin/stats")).json()
+    assert stats["totals"]["users"] == 4
 
 
 async def test_audit_filters(gw: Gateway, upstream: FakeUpstream) -> None:

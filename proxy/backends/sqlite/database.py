@@ -256,6 +256,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE memories ADD COLUMN embedding_model TEXT;
     ALTER TABLE usage_ledger ADD COLUMN recall_tokens INTEGER NOT NULL DEFAULT 0;
     """,
+    # 10: users who only wrote memories (manual adds, imports) join the tenant → users
+    # index; from now on those writes register the user themselves (Ledger.register_user).
+    """
+    INSERT INTO tenant_users (tenant, user_id, last_seen)
+        SELECT tenant, user_id, max(updated_at) FROM memories WHERE user_id IS NOT NULL
+        GROUP BY tenant, user_id
+        ON CONFLICT(tenant, user_id) DO NOTHING;
+    """,
 )
 
 
