@@ -13,9 +13,9 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -283,15 +283,13 @@ async def test_ready_is_announced_only_once_the_app_started(
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     calls: list[int] = []
+
+    def ready() -> None:
+        calls.append(1)
+        server.should_exit = True  # announced: stop at once
+
     server = GatewayServer(uvicorn.Config(_probe_app, log_config=None, lifespan="on"),
-                           Drain(), lambda: calls.append(1))
-
-    async def stop_when_ready() -> None:
-        while not calls and not server.should_exit:
-            await asyncio.sleep(0.01)
-        server.should_exit = True
-
-    stopper = asyncio.create_task(stop_when_ready())
+                           Drain(), ready)
     try:
         if fails:
             with pytest.raises(SystemExit) as exited:
@@ -300,8 +298,6 @@ async def test_ready_is_announced_only_once_the_app_started(
         else:
             await server.serve(sockets=[sock])
     finally:
-        server.should_exit = True
-        await stopper
         sock.close()
     assert calls == ([] if fails else [1])
     assert server.started is not fails
