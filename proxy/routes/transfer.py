@@ -26,7 +26,7 @@ rejected by the rules keeps its retirement without the link.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -133,13 +133,16 @@ def _from_mem0(item: Any) -> dict[str, Any]:
 
 
 def _time(value: str | None, field: str) -> datetime | None:
+    """``value`` (ISO 8601) as a UTC time. Raises :class:`InvalidRequestError` for text
+    that is not one, or a time UTC cannot hold (``0001-01-01T00:00:00+14:00``)."""
     if value is None:
         return None
     try:
-        return from_iso(value)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequestError(f"{field}: not an ISO 8601 time", param=field,
-                                  code="invalid_value") from exc
+        parsed = from_iso(value)
+        return parsed.astimezone(UTC) if parsed is not None else None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidRequestError(f"{field}: not an ISO 8601 time in UTC's range",
+                                  param=field, code="invalid_value") from exc
 
 
 def _link_error(field: str, index: int, name: str, message: str) -> InvalidRequestError:
@@ -154,8 +157,8 @@ def _parsed_time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return from_iso(value)
-    except (ValueError, TypeError):
+        return _time(value, "")
+    except InvalidRequestError:
         return None
 
 

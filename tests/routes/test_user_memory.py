@@ -373,12 +373,16 @@ async def test_import_mem0_and_reject_bad_items_without_half_writing(gw: Gateway
         {"id": "m5", "memory": ""},
         {"id": "m6", "memory": "Born 1990", "created_at": "yesterday"},
         "not an object",
+        # a time UTC cannot hold is refused like text that is no time
+        {"id": "m8", "memory": "Born 1991", "created_at": "0001-01-01T00:00:00+14:00"},
+        {"id": "m9", "memory": "Born 1992", "updated_at": "9999-12-31T23:00:00-05:00"},
     ]}
     result = (await call(gw, "POST", "/v1/memories/import", U1, json=body)).json()
     assert (result["imported"], result["merged"]) == (2, 0)
     assert [(r["index"], r["reason"]) for r in result["rejected"]] == [
         (2, "instruction_not_allowed"), (3, "pii_not_allowed"), (4, "invalid_value"),
-        (5, "invalid_value"), (6, "invalid_value")]
+        (5, "invalid_value"), (6, "invalid_value"), (7, "invalid_value"),
+        (8, "invalid_value")]
     listed = {m["content"]: m for m in
               (await call(gw, "GET", "/v1/memories", U1)).json()["data"]}
     assert set(listed) == {"Is vegetarian", "Prefers short answers"}
