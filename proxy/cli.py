@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from proxy.errors import error_path
 from proxy.settings import ConfigError, Settings, load_settings
 
 
@@ -67,12 +68,13 @@ def _load(args: argparse.Namespace) -> Settings:
             "processes": getattr(args, "processes", None),
         }.items() if v is not None
     }
+    data = {**settings.server.model_dump(), **overrides}
     try:
-        server = type(settings.server).model_validate(
-            {**settings.server.model_dump(), **overrides})
+        server = type(settings.server).model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"server.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
+        problems = "; ".join(
+            f"server.{'.'.join(str(p) for p in error_path(e, data))}: {e['msg']}"
+            for e in exc.errors())
         raise ConfigError(f"{problems} (from the command line)") from exc
     return settings.model_copy(update={"server": server})
 

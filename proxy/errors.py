@@ -22,10 +22,11 @@ translated at the boundary (``upstream/``) with ``raise X(...) from exc``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 
 class ProxyError(Exception):
@@ -70,6 +71,52 @@ class ProxyError(Exception):
 class InvalidRequestError(ProxyError):
     status_code = 400
     error_type = "invalid_request_error"
+
+
+def error_path(error: Mapping[str, Any], data: Any) -> tuple[str | int, ...]:
+    """Where a pydantic ``error`` lies in the validated ``data``: its ``loc`` without the
+    parts that are not positions in the input — the member tag of a union
+    (``('learning.batch_messages', 'int')`` for the ``int`` member of ``int | dict``), and
+    the ``[key]`` marker of a mapping key — found by walking ``loc`` through ``data``.
+    The last part of a ``missing`` error is kept (the absent field)."""
+    path: list[str | int] = []
+    node = data
+    loc: Sequence[str | int] = error.get("loc", ())
+    for index, part in enumerate(loc):
+        keyed = isinstance(node, Mapping) and isinstance(part, str) and part in node
+        indexed = (isinstance(node, list | tuple) and isinstance(part, int)
+                   and not isinstance(part, bool) and -len(node) <= part < len(node))
+        if keyed or indexed:
+            node = node[part]
+        elif index == len(loc) - 1 and error.get("type") == "missing":
+            node = None
+        else:
+            continue
+        path.append(part)
+    return tuple(path)
+
+
+def invalid_value(exc: ValidationError, data: Any, *, prefix: str = "") -> InvalidRequestError:
+    """The first problem of ``exc`` (raised validating ``data``) as a 400 whose ``param``
+    is the dotted path of the bad value (``tags.0``, ``learning.batch_messages.private``;
+    ``prefix`` + ``.`` in front when given), ``code`` ``invalid_value``.
+
+    Among the errors of the first field, the deepest path wins (a union reports the member
+    that got furthest), and the messages of the errors at that path are joined (``Input
+    should be a valid integer or Input should be a valid dictionary``)."""
+    errors = exc.errors()
+    if not errors:
+        return InvalidRequestError(str(exc), code="invalid_value", param=prefix or None)
+    paths = [(error_path(error, data), error) for error in errors]
+    head = paths[0][0][:1]
+    group = [(path, error) for path, error in paths if path[:1] == head]
+    path = max((p for p, _ in group), key=len)
+    messages = dict.fromkeys(str(error["msg"]) for p, error in group if p == path)
+    dotted = ".".join(str(part) for part in path)
+    param = ".".join(part for part in (prefix, dotted) if part) or None
+    message = " or ".join(messages)
+    return InvalidRequestError(f"{param}: {message}" if param else message, param=param,
+                               code="invalid_value")
 
 
 class ContextLengthExceededError(InvalidRequestError):

@@ -98,7 +98,8 @@ class DailyUsage:
 
 @dataclass(frozen=True, slots=True)
 class KnownUser:
-    """A user of the tenant index: the user id and the time of their latest usage row."""
+    """A user of the tenant index: the user id and the time of their latest usage row or
+    memory write (:meth:`Ledger.register_user`)."""
 
     user: str
     last_seen: datetime
@@ -131,8 +132,16 @@ class Ledger(Protocol):
 
     async def users(self, tenant: str, *, after: str | None = None,
                     limit: int = 100) -> list[KnownUser]:
-        """The tenant's users that have usage rows, in user-id order, strictly after the
-        cursor ``after``, at most ``limit``."""
+        """The tenant's users — those with usage rows and those :meth:`register_user`
+        added — in user-id order, strictly after the cursor ``after``, at most ``limit``."""
+        ...
+
+    async def register_user(self, tenant: str, user: str, at: datetime) -> None:
+        """Put ``user`` in the tenant → users index as a usage row of time ``at`` does,
+        without a row: for users who write memories without chatting (``POST
+        /v1/memories``, MCP ``add_memory``, ``POST /v1/memories/import``). Their
+        ``last_seen`` becomes ``at`` unless it is already later. Raises
+        :class:`~proxy.memory.store.StoreUnavailableError` when the storage fails."""
         ...
 
     async def user_count(self, tenant: str) -> int:

@@ -20,7 +20,7 @@ import hashlib
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -403,7 +403,8 @@ class LearningSettings(_Section):
     model: str = ""  # "" → the request's model (seed 000 §6 LearningModel)
     score_threshold: float = Field(default=0.6, ge=0, le=1)
     # Seed 001 §4: consolidate every 5 private / 25 group messages.
-    batch_messages: dict[str, int] = Field(
+    # Sizes checked per channel, so an error names it (learning.batch_messages.private).
+    batch_messages: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=lambda: {"private": 5, "group": 25}
     )
     idle_flush_seconds: int = Field(default=600, ge=1)
@@ -448,14 +449,6 @@ class LearningSettings(_Section):
                 raise ValueError(f"learning.batch_messages: unknown channel(s) "
                                  f"{', '.join(sorted(map(str, unknown)))}; use private, group")
             return {"private": 5, "group": 25, **value}
-        return value
-
-    @field_validator("batch_messages")
-    @classmethod
-    def _batch_positive(cls, value: dict[str, int]) -> dict[str, int]:
-        for channel, size in value.items():
-            if size < 1:
-                raise ValueError(f"learning.batch_messages.{channel} must be >= 1, got {size}")
         return value
 
 

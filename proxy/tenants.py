@@ -10,7 +10,9 @@ cannot be read, the last known settings (else the config's) are used: settings n
 chat or learning.
 
 Validation is the startup validation: the merged section is rebuilt with pydantic, and an
-invalid value is a 400 whose ``param`` is the dotted name (``learning.score_threshold``).
+invalid value is a 400 whose ``param`` is the dotted path of the value
+(``learning.score_threshold``, ``learning.batch_messages.private``). The route takes JSON
+booleans and numbers only (:class:`~proxy.routes.admin_models.SettingsPatch` is strict).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from proxy.errors import ConflictError, InvalidRequestError
+from proxy.errors import ConflictError, InvalidRequestError, invalid_value
 from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.settings import LearningSettings, MemorySettings, Settings
 
@@ -157,12 +159,8 @@ def _rebuild(base: Any, changes: dict[str, Any], section: str) -> Any:
     """``base`` (a settings section) with ``changes``, validated as at startup."""
     if not changes:
         return base
+    data = {**base.model_dump(), **changes}
     try:
-        return type(base).model_validate({**base.model_dump(), **changes})
+        return type(base).model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        param = f"{section}.{loc}" if loc else section
-        top = f"{section}.{first['loc'][0]}" if first["loc"] else section
-        raise InvalidRequestError(f"{param}: {first['msg']}", param=top,
-                                  code="invalid_value") from exc
+        raise invalid_value(exc, data, prefix=section) from exc

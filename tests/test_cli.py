@@ -60,9 +60,17 @@ def test_serve_starts_logs_json_and_answers(tmp_path: Path) -> None:
     # uvicorn re-raises the signal after a graceful shutdown: exit status is -SIGTERM.
     assert process.returncode in (0, -15)
     events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
-    names = {e.get("event") for e in events}
-    assert {"auth_open_mode", "gateway_started", "gateway_stopped"} <= names
+    names = [e.get("event") for e in events]
+    assert {"auth_open_mode", "gateway_started", "gateway_stopped"} <= set(names)
     assert all("level" in e and "timestamp" in e for e in events)
+    # One "listening" line once the app is up: where, how many processes, which storage.
+    [listening] = [e for e in events if e.get("event") == "gateway_listening"]
+    assert names.index("gateway_listening") > names.index("gateway_started")
+    assert (listening["url"], listening["host"], listening["port"]) == (
+        f"http://127.0.0.1:{port}", "127.0.0.1", port)
+    assert (listening["processes"], listening["backend"], listening["worker"]) == (
+        1, "sqlite", True)
+    assert listening["level"] == "info"
 
 
 def test_dead_letters_are_listed_and_requeued(tmp_path: Path,

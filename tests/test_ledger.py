@@ -187,6 +187,28 @@ async def test_users_index_pages_in_id_order_with_last_seen(ledger: Ledger) -> N
     assert [u.user for u in await ledger.users("t2")] == ["u1"]
 
 
+async def test_registered_users_join_the_index_without_usage(ledger: Ledger) -> None:
+    """A user registered by a memory write (no usage row) is listed in their tenant only,
+    with that time; a later write moves last_seen forward, an earlier one never back, and
+    a chat row after it counts the same way; no usage is added."""
+    await ledger.register_user("t1", "writer", T0 + timedelta(days=3))
+    assert [(u.user, u.last_seen) for u in await ledger.users("t1")] == [
+        ("writer", T0 + timedelta(days=3))]
+    assert await ledger.users("t2") == []
+    await ledger.register_user("t1", "writer", T0 + timedelta(days=1))
+    assert (await ledger.users("t1"))[0].last_seen == T0 + timedelta(days=3)
+    await ledger.register_user("t1", "writer", T0 + timedelta(days=4))
+    assert (await ledger.users("t1"))[0].last_seen == T0 + timedelta(days=4)
+    await ledger.record_usage([dated("writer", "gpt", 2, 1, 1)])
+    assert (await ledger.users("t1"))[0].last_seen == T0 + timedelta(days=4)
+    await ledger.record_usage([dated("writer", "gpt", 6, 1, 1)])
+    assert (await ledger.users("t1"))[0].last_seen == T0 + timedelta(days=6, hours=1)
+    assert await ledger.user_count("t1") == 1
+    assert (await ledger.usage_totals("t1", "writer")).requests == 2
+    await ledger.erase_user("t1", "writer")
+    assert await ledger.users("t1") == []
+
+
 async def test_erase_user_keeps_their_tokens_without_their_name(ledger: Ledger) -> None:
     """Erasing a user takes their id out of every report and the index: their tokens stay
     in the tenant's figures as usage without a user; other users and tenants keep theirs."""

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -243,5 +244,60 @@ async def test_processes_share_one_port_with_one_worker_and_merged_metrics(
     assert len(workers) == 1
     assert workers[0]["process"] == 0
     assert len([e for e in events if e.get("event") == "gateway_stopped"]) == 2
+    # One "listening" line for the whole server, from the parent, once both children are up.
+    names = [e.get("event") for e in events]
+    [listening] = [e for e in events if e.get("event") == "gateway_listening"]
+    assert names.index("gateway_listening") > max(
+        i for i, name in enumerate(names) if name == "gateway_started")
+    assert (listening["port"], listening["processes"], listening["backend"]) == (
+        port, 2, "sqlite")
+    assert "process" not in listening
     answered = {e.get("process") for e in events if e.get("event") == "http_request"}
     assert answered <= {0, 1}
+
+
+async def _probe_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An ASGI app with only a lifespan, whose startup fails when PROBE_FAIL_STARTUP=1."""
+    assert scope["type"] == "lifespan"
+    await receive()
+    if os.environ.get("PROBE_FAIL_STARTUP") == "1":
+        await send({"type": "lifespan.startup.failed", "message": "boom"})
+        return
+    await send({"type": "lifespan.startup.complete"})
+    await receive()
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_ready_is_announced_only_once_the_app_started(
+    fails: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GatewayServer calls on_ready once when the app started and the socket accepts
+    connections, and never when the app's startup failed (uvicorn exits with status 3)."""
+    import uvicorn
+
+    from proxy.server import STARTUP_FAILURE, GatewayServer
+    from proxy.shutdown import Drain
+
+    monkeypatch.setenv("PROBE_FAIL_STARTUP", "1" if fails else "0")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    calls: list[int] = []
+
+    def ready() -> None:
+        calls.append(1)
+        server.should_exit = True  # announced: stop at once
+
+    server = GatewayServer(uvicorn.Config(_probe_app, log_config=None, lifespan="on"),
+                           Drain(), ready)
+    try:
+        if fails:
+            with pytest.raises(SystemExit) as exited:
+                await server.serve(sockets=[sock])
+            assert exited.value.code == STARTUP_FAILURE
+        else:
+            await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+    assert calls == ([] if fails else [1])
+    assert server.started is not fails

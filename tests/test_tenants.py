@@ -47,12 +47,16 @@ async def test_a_change_reaches_another_process_within_five_seconds(
 
 
 async def test_validation_names_the_setting(store: MemoryStore, tmp_path: Path) -> None:
-    """Bad values are 400s naming the dotted setting; nothing is stored; learning cannot
-    be switched on over a config that has it off (409)."""
+    """Bad values are 400s naming the dotted path of the bad value (inside a nested
+    setting too); nothing is stored; learning cannot be switched on over a config that has
+    it off (409)."""
     tenants = TenantSettings(make_settings(tmp_path), store)
     for patch, param in (({"learning.score_threshold": 2}, "learning.score_threshold"),
                          ({"learning.retention_days": 0}, "learning.retention_days"),
-                         ({"learning.budget": {"tokens_per_day": 0}}, "learning.budget"),
+                         ({"learning.budget": {"tokens_per_day": 0}},
+                          "learning.budget.tokens_per_day"),
+                         ({"learning.batch_messages": {"group": 0}},
+                          "learning.batch_messages.group"),
                          ({"learning.pii": {}}, "learning.pii")):
         with pytest.raises(InvalidRequestError) as caught:
             await tenants.update("acme", patch)

@@ -922,7 +922,10 @@
               status(t("saved"));
               await load();
             } catch (err) {
-              const target = wraps[err.param] || wraps[`${err.param}.tokens_per_day`];
+              // param is the dotted path of the bad value: learning.budget.tokens_per_day,
+              // learning.batch_messages.private (shown at learning.batch_messages).
+              const owner = Object.keys(wraps).find((n) => String(err.param || "").startsWith(`${n}.`));
+              const target = wraps[err.param] || wraps[`${err.param}.tokens_per_day`] || wraps[owner];
               if (target) showFieldError(target, err.message);
               else failed(err);
             }

@@ -22,7 +22,9 @@ class _Query(BaseModel):
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # JSON bodies: unknown fields refused and no coercion — a boolean is true/false, a
+    # number a JSON number ("false" or "0.7" is a 400 naming the field, never a value).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # --- usage -------------------------------------------------------------------------------
@@ -66,7 +68,9 @@ class UsersQuery(_Query):
 class UserEntry(BaseModel):
     user: str
     memories: int = Field(description="active personal memories")
-    last_seen: datetime = Field(description="time of the user's latest chat request")
+    last_seen: datetime = Field(description="time of the user's latest chat request or "
+                                            "memory write (POST /v1/memories, MCP "
+                                            "add_memory, import)")
 
 
 class UserList(BaseModel):
@@ -142,9 +146,10 @@ class BudgetValue(_Body):
 
 class SettingsPatch(_Body):
     """``PATCH /v1/admin/settings``: config names as keys; ``null`` removes the tenant's
-    override (back to ``config.yaml``). Values are validated as at startup."""
+    override (back to ``config.yaml``). Values are JSON booleans and numbers (no string is
+    coerced), then validated as at startup."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
     learning_enabled: bool | None = Field(default=None, alias="learning.enabled")
     learning_score_threshold: float | None = Field(default=None,

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
-from proxy.errors import InvalidRequestError, ProxyError
+from proxy.errors import InvalidRequestError, ProxyError, invalid_value
 from proxy.identity import resolve_user
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, Profile
 from proxy.memory.store import AuditEvent, ListQuery
@@ -37,10 +37,10 @@ from proxy.memory.text import strip_invisible
 from proxy.resources import Resources
 from proxy.routes.memories import add_manual, check_manual, embed_manual, vector_fields
 from proxy.routes.owner import Owner
-from proxy.routes.shapes import NewMemory
+from proxy.routes.shapes import MAX_TAGS, NewMemory
 
 Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
-SEARCH_LIMIT_MAX = 50  # results per search_memories call
+SEARCH_LIMIT_MIN, SEARCH_LIMIT_MAX = 1, 50  # results per search_memories call
 INSTRUCTIONS = (
     "Long-term memory of the end user, shared with every chat this gateway serves. Relevant "
     "memories are already injected into chats; use these tools to look memories up, record "
@@ -86,14 +86,22 @@ def _resources(ctx: Context) -> Resources:
     return resources
 
 
-async def search_memories(query: str, ctx: Context, limit: int = 10,
+SearchLimit = Annotated[int, Field(
+    description=f"most memories to return, {SEARCH_LIMIT_MIN} to {SEARCH_LIMIT_MAX}",
+    # Declared for clients; enforced in search_memories with a message naming both bounds.
+    json_schema_extra={"minimum": SEARCH_LIMIT_MIN, "maximum": SEARCH_LIMIT_MAX})]
+
+
+async def search_memories(query: str, ctx: Context, limit: SearchLimit = 10,
                           user: str | None = None) -> dict[str, Any]:
     """Search the user's memories by text (keyword search, best matches first).
-    Returns {"object": "list", "data": [memory, ...]}."""
+    Returns {"object": "list", "data": [memory, ...]}. A limit outside 1–50 is an error."""
+    if not SEARCH_LIMIT_MIN <= limit <= SEARCH_LIMIT_MAX:
+        raise ToolError(f"limit must be between {SEARCH_LIMIT_MIN} and {SEARCH_LIMIT_MAX} "
+                        f"(got {limit}).")
     res = _resources(ctx)
     me = _owner(res, ctx.headers, user)
     tenant, who = me.tenant, me.user
-    limit = max(1, min(limit, SEARCH_LIMIT_MAX))
     found = await res.store.list_memories(ListQuery(
         tenant=tenant, user=who, text=query.strip() or None, limit=limit))
     await res.store.audit([_event(res, tenant, who, "searched", tool="search_memories",
@@ -109,12 +117,15 @@ async def add_memory(content: str, ctx: Context, *, title: str = "",
     res = _resources(ctx)
     me = _owner(res, ctx.headers, user)
     tenant, who = me.tenant, me.user
+    arguments = {"content": content, "title": title, "category": category,
+                 "tags": tags or []}
     try:
-        new = NewMemory(content=content, title=title, category=category, tags=tags or [])
+        new = NewMemory.model_validate(arguments)
         memory = await add_manual(res, me, new, via="mcp")
     except ValidationError as exc:
         await _rejected(res, tenant, who, None, tool="add_memory", code="invalid_value")
-        raise ToolError(f"Invalid memory: {exc.errors()[0]['msg']}") from exc
+        # "tags: List should have at most 20 items …": the argument, then the rule.
+        raise ToolError(f"Invalid memory: {invalid_value(exc, arguments).message}") from exc
     except ProxyError as exc:
         await _rejected(res, tenant, who, None, tool="add_memory", code=exc.code)
         raise ToolError(exc.message) from exc
@@ -193,14 +204,21 @@ async def _edited(res: Resources, memory: Memory, *, content: str | None,
         text = strip_invisible(content).strip()
         if not text or len(text) > MAX_CONTENT_CHARS:
             raise InvalidRequestError(
-                f"content must be 1 to {MAX_CONTENT_CHARS} characters.", param="content")
+                f"content must be 1 to {MAX_CONTENT_CHARS} characters.", param="content",
+                code="invalid_value")
         changes["content"] = text
     if title is not None:
-        changes["title"] = strip_invisible(title).strip()[:MAX_TITLE_CHARS]
+        changes["title"] = strip_invisible(title).strip()
+        if len(changes["title"]) > MAX_TITLE_CHARS:
+            raise InvalidRequestError(f"title must be at most {MAX_TITLE_CHARS} characters.",
+                                      param="title", code="invalid_value")
     if category is not None:
         changes["category"] = category
     if tags is not None:
-        cleaned = (strip_invisible(t).strip() for t in tags[:20])
+        if len(tags) > MAX_TAGS:
+            raise InvalidRequestError(f"tags must be at most {MAX_TAGS} (got {len(tags)}).",
+                                      param="tags", code="invalid_value")
+        cleaned = (strip_invisible(t).strip() for t in tags)
         changes["tags"] = tuple(dict.fromkeys(t for t in cleaned if t))
     if not changes:
         raise InvalidRequestError("Give at least one of content, title, category, tags.")

@@ -135,7 +135,8 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     """Store a manual memory for the caller ``me`` — cleaned, checked
     (:func:`check_manual`), embedded when an embedder is configured — with a ``created``
     audit event (``detail.via``: the surface it came from when not the REST API, e.g.
-    ``mcp``). Raises :class:`InvalidRequestError`."""
+    ``mcp``); the user joins the tenant's users index (``Ledger.register_user``). Raises
+    :class:`InvalidRequestError`."""
     tenant, user = me.tenant, me.user
     for name in ("content", "title", "subcategory", "subject"):
         check_text(getattr(new, name), name)
@@ -165,6 +166,9 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
         memory = memory.with_changes(**vector_fields(res, embedding))
     audit = me.audit(res, "created", memory.id, reason="manual",
                      detail={"via": via} if via != "api" else None)
+    # In the tenant → users index (GET /v1/admin/users) like a user who chatted; first,
+    # so a failure leaves nothing half-done (the memory is not written either).
+    await res.ledger.register_user(tenant, user, now)
     await res.store.add(memory, audit=audit)
     return memory
 

@@ -13,7 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.requests import Request
 
-from proxy.errors import InvalidRequestError
+from proxy.errors import InvalidRequestError, invalid_value
 from proxy.http import read_body
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.routes.params import check_query
@@ -30,12 +30,10 @@ M = TypeVar("M", bound=BaseModel)
 
 # helpers ----------------------------------------------------------------------------
 
-def invalid(exc: ValidationError) -> InvalidRequestError:
-    """The first pydantic error as a 400 naming its parameter (OpenAI's envelope)."""
-    first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidRequestError(f"{param}: {first['msg']}" if param else first["msg"],
-                               param=param, code="invalid_value")
+def invalid(exc: ValidationError, data: Any) -> InvalidRequestError:
+    """The first pydantic error of validating ``data`` as a 400 whose ``param`` is the
+    dotted path of the bad value (:func:`proxy.errors.invalid_value`)."""
+    return invalid_value(exc, data)
 
 
 async def read_json(request: Request) -> Any:
@@ -58,7 +56,7 @@ def parse_query(request: Request, model: type[M]) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise invalid(exc) from exc
+        raise invalid(exc, raw) from exc
 
 
 def parse_body(raw: Any, model: type[M]) -> M:
@@ -69,7 +67,7 @@ def parse_body(raw: Any, model: type[M]) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise invalid(exc) from exc
+        raise invalid(exc, raw) from exc
 
 
 class _Query(BaseModel):
@@ -79,7 +77,9 @@ class _Query(BaseModel):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A JSON body: unknown fields refused, and no coercion — a boolean is true/false, a
+    # number a JSON number ("false", "3" or 1 for a boolean are 400s, not silent values).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # memories ---------------------------------------------------------------------------
@@ -299,7 +299,8 @@ class ExportedMemory(BaseModel):
     """One memory as exported (every SPEC §4 field but the embedding) and as imported
     (only ``content`` is required)."""
 
-    model_config = ConfigDict(extra="ignore")
+    # Strict: "false" or "3" is not a boolean or a count (the item is rejected).
+    model_config = ConfigDict(extra="ignore", strict=True)
     id: str | None = Field(default=None, max_length=64)
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)

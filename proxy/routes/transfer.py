@@ -14,11 +14,19 @@ an item whose normalised content equals one of the user's memories (active with 
 retired with retired) is merged as evidence (``hits`` added, last seen moved forward);
 every accepted item is written in one atomic :meth:`~proxy.memory.store.MemoryStore.apply`
 (nothing half-written), audited ``imported``.
+
+The retirement links must hold together, or the whole import is a 400 (``param``
+``memories.<index>.<field>``) and nothing is written: ``superseded_by`` names another item
+of the import (by its ``id``) or a memory the user already has — never the item itself,
+never a cycle (``a`` → ``b`` → ``a``, also one closed by two items merging into one), never
+an unknown id or another user's memory — and comes with a ``superseded_at`` that is not
+earlier than ``created_at``; ids are unique within the import. An item whose successor is
+rejected by the rules keeps its retirement without the link.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -125,13 +133,98 @@ def _from_mem0(item: Any) -> dict[str, Any]:
 
 
 def _time(value: str | None, field: str) -> datetime | None:
+    """``value`` (ISO 8601) as a UTC time. Raises :class:`InvalidRequestError` for text
+    that is not one, or a time UTC cannot hold (``0001-01-01T00:00:00+14:00``)."""
     if value is None:
         return None
     try:
-        return from_iso(value)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequestError(f"{field}: not an ISO 8601 time", param=field,
-                                  code="invalid_value") from exc
+        parsed = from_iso(value)
+        return parsed.astimezone(UTC) if parsed is not None else None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidRequestError(f"{field}: not an ISO 8601 time in UTC's range",
+                                  param=field, code="invalid_value") from exc
+
+
+def _link_error(field: str, index: int, name: str, message: str) -> InvalidRequestError:
+    """A 400 naming item ``index``'s ``name`` (``memories.3.superseded_by``)."""
+    param = f"{field}.{index}.{name}"
+    return InvalidRequestError(f"{param}: {message}", param=param, code="invalid_value")
+
+
+def _parsed_time(value: Any) -> datetime | None:
+    """``value`` as a time, ``None`` when absent or not an ISO 8601 time (such an item is
+    rejected by its own checks)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return _time(value, "")
+    except InvalidRequestError:
+        return None
+
+
+def _cycle(links: dict[str, str]) -> list[str] | None:
+    """The first cycle of ``links`` (id → successor id) in key order, as the ids on it
+    (``[a, b]`` for a → b → a), or ``None``."""
+    done: set[str] = set()
+    for start in links:
+        path: list[str] = []
+        on_path: set[str] = set()
+        node: str | None = start
+        while node is not None and node in links and node not in done:
+            if node in on_path:
+                return path[path.index(node):]
+            path.append(node)
+            on_path.add(node)
+            node = links[node]
+        done.update(path)
+    return None
+
+
+def check_links(items: list[Any], field: str, stored: set[str]) -> None:
+    """Refuse an import whose retirement links do not hold together (module docstring):
+    raises :class:`InvalidRequestError` naming the item and field. ``stored``: the ids of
+    the user's own memories."""
+    position: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            if item["id"] in position:
+                raise _link_error(field, index, "id",
+                                  f"the id is also item {position[item['id']]}'s; ids "
+                                  "must be unique within an import")
+            position[item["id"]] = index
+    links: dict[str, str] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        target, own = item.get("superseded_by"), item.get("id")
+        retired_at = _parsed_time(item.get("superseded_at"))
+        created_at = _parsed_time(item.get("created_at"))
+        if retired_at is not None and created_at is not None and retired_at < created_at:
+            raise _link_error(field, index, "superseded_at",
+                              f"{item['superseded_at']} is earlier than created_at "
+                              f"{item['created_at']}")
+        if not isinstance(target, str):
+            continue
+        if item.get("superseded_at") is None:
+            raise _link_error(field, index, "superseded_at",
+                              "an item with superseded_by must say when it was retired")
+        if target == own:
+            raise _link_error(field, index, "superseded_by",
+                              "an item cannot be superseded by itself")
+        if target not in position and target not in stored:
+            raise _link_error(field, index, "superseded_by",
+                              f"{target!r} is neither the id of an item of this import "
+                              "nor one of your memories")
+        if isinstance(own, str) and target in position:
+            links[own] = target
+    cycle = _cycle(links)
+    if cycle is not None:
+        first = min(cycle, key=lambda item_id: position[item_id])
+        start = cycle.index(first)
+        order = [position[i] for i in cycle[start:] + cycle[:start]]
+        chain = " → ".join(f"item {i}" for i in [*order, order[0]])
+        raise _link_error(field, position[first], "superseded_by",
+                          f"the superseded_by links form a cycle: {chain}")
 
 
 def _accept(res: Resources, me: Owner, raw: Any, now: datetime) -> Memory:
@@ -142,14 +235,19 @@ def _accept(res: Resources, me: Owner, raw: Any, now: datetime) -> Memory:
     try:
         item = ExportedMemory.model_validate(raw)
     except ValidationError as exc:
-        raise invalid(exc) from exc
+        raise invalid(exc, raw) from exc
     content, title = clean_text(item.content), clean_text(item.title)
     subject = clean_text(item.subject) or "user"
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
     check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(me.tenant))
-    created = _time(item.created_at, "created_at") or now
+    given = {name: _time(getattr(item, name), name)
+             for name in ("created_at", "updated_at", "last_seen_at", "superseded_at")}
+    # Without created_at: the earliest time the item gives (never after its own retirement
+    # or last sighting), else now.
+    created = given["created_at"] or min(
+        (t for t in given.values() if t is not None), default=now)
     return Memory(
         id=new_id(), tenant=me.tenant, user_id=me.user, content=content,
         title=title or content[:30], category=item.category,
@@ -159,29 +257,31 @@ def _accept(res: Resources, me: Owner, raw: Any, now: datetime) -> Memory:
         source_conversation_id=item.source_conversation_id,
         source_channel=item.source_channel, score=min(item.score, 1.0),
         enabled=item.enabled, hits=item.hits, created_at=created,
-        updated_at=_time(item.updated_at, "updated_at") or now,
-        last_seen_at=_time(item.last_seen_at, "last_seen_at") or created,
-        superseded_at=_time(item.superseded_at, "superseded_at"),
+        updated_at=given["updated_at"] or now,
+        last_seen_at=given["last_seen_at"] or created,
+        superseded_at=given["superseded_at"],
         superseded_by=item.superseded_by,  # the old id: remapped once all are read
         supersede_reason=item.supersede_reason,
     )
 
 
-def _items(body: ImportBody) -> list[Any]:
-    """The items to import, as our export's memory objects."""
+def _items(body: ImportBody) -> tuple[list[Any], str]:
+    """The items to import, as our export's memory objects, and the body field that holds
+    them (``memories`` or mem0's ``results``)."""
+    field = "memories"
     if body.memories is not None:
         items: list[Any] = list(body.memories)
     elif body.results is not None:
-        items = [_from_mem0(r) for r in body.results]
+        items, field = [_from_mem0(r) for r in body.results], "results"
     else:
         raise InvalidRequestError(
             "Send our export ({\"object\": \"memory.export\", \"memories\": [...]}) or "
             "mem0's get_all answer ({\"results\": [...]}).", param="memories",
             code="missing_required_parameter")
     if len(items) > MAX_IMPORT_ITEMS:
-        raise InvalidRequestError(f"memories: at most {MAX_IMPORT_ITEMS} items an import.",
-                                  param="memories", code="too_many_items")
-    return items
+        raise InvalidRequestError(f"{field}: at most {MAX_IMPORT_ITEMS} items an import.",
+                                  param=field, code="too_many_items")
+    return items, field
 
 
 async def import_memories(request: Request) -> Response:
@@ -189,17 +289,20 @@ async def import_memories(request: Request) -> Response:
     raw = await read_json(request)
     body = parse_body(raw, ImportBody)
     me = owner(request, res, {**request.query_params, **raw})
-    items = _items(body)
+    items, field = _items(body)
     now = res.clock()
     batch = f"import:{new_id()}"
     existing: dict[tuple[str, bool], Memory] = {}
-    for memory in await all_memories(res, me.tenant, me.user):
+    stored = await all_memories(res, me.tenant, me.user)
+    check_links(items, field, {memory.id for memory in stored})
+    for memory in stored:
         existing.setdefault((normalize(memory.content), memory.superseded_at is not None),
                             memory)
     rejected: list[dict[str, Any]] = []
     created: dict[str, Memory] = {}
     merged: dict[str, Memory] = {}
     old_ids: dict[str, str] = {}
+    indexes: dict[str, int] = {}  # new id → the item it was created from
     audit: list[AuditEvent] = []
     for index, item in enumerate(items):
         try:
@@ -223,20 +326,29 @@ async def import_memories(request: Request) -> Response:
             target = twin.id
         else:
             created[memory.id] = memory
+            indexes[memory.id] = index
             existing[key] = memory
             audit.append(me.audit(res, "imported", memory.id, reason="created"))
             target = memory.id
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             old_ids[item["id"]] = target
+    stored_ids = {memory.id for memory in stored}
     for memory_id, memory in created.items():
         if memory.superseded_by is not None:
-            created[memory_id] = memory.with_changes(
-                superseded_by=old_ids.get(memory.superseded_by))
+            # An item of the import (its new id, or the memory it merged into), else one of
+            # the user's stored memories (check_links); a rejected successor: no link.
+            successor = old_ids.get(memory.superseded_by) or (
+                memory.superseded_by if memory.superseded_by in stored_ids else None)
+            created[memory_id] = memory.with_changes(superseded_by=successor)
+    _check_merged_links(created, indexes, field)
     vectors = await embed_texts(res, [m.content for m in created.values() if m.active],
                                 tenant=me.tenant, user=me.user)
     upserts = [m.with_changes(**vector_fields(res, vectors.get(m.content))) if m.active else m
                for m in created.values()] + list(merged.values())
     if upserts:
+        # Listed by GET /v1/admin/users like a user who chatted (before the write: a
+        # failure here leaves nothing written).
+        await res.ledger.register_user(me.tenant, me.user, now)
         await res.store.apply(ChangeSet(
             tenant=me.tenant, user_id=me.user, batch_key=batch, upserts=tuple(upserts),
             audit=tuple(audit)))
@@ -245,6 +357,24 @@ async def import_memories(request: Request) -> Response:
         "merged": len(items) - len(created) - len(rejected),
         "rejected": rejected,
     })
+
+
+def _check_merged_links(created: dict[str, Memory], indexes: dict[str, int],
+                        field: str) -> None:
+    """Refuse links that close on themselves once duplicates are merged (item 0 superseded
+    by item 1 whose content is item 0's: both are one memory). Raises
+    :class:`InvalidRequestError` naming the first item on such a cycle."""
+    links = {m.id: m.superseded_by for m in created.values()
+             if m.superseded_by is not None and m.superseded_by in created}
+    cycle = _cycle(links)
+    if cycle is None:
+        return
+    first = min(cycle, key=lambda memory_id: indexes[memory_id])
+    param = f"{field}.{indexes[first]}.superseded_by"
+    raise InvalidRequestError(
+        f"{param}: once items with the same content are merged into one memory, the "
+        "superseded_by links form a cycle (a memory superseded by itself)", param=param,
+        code="invalid_value")
 
 
 openapi.register(

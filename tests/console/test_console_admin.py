@@ -129,7 +129,8 @@ async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
     page: Any, console_gateway: Gateway
 ) -> None:
     """An out-of-range score threshold is refused next to its field; a valid one is
-    stored and reported by the settings API."""
+    stored and reported by the settings API; a bad value inside a nested setting is shown
+    at that setting and not stored."""
     await sign_in(page, ADMIN_KEY)
     await page.get_by_role("tab", name="Settings").click()
     threshold = page.get_by_label("Score threshold (0–1)")
@@ -148,6 +149,13 @@ async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
     assert stored["overrides"] == {"learning.score_threshold": 0.7}
     assert await fits_width(page)
     await screenshot(page, "admin-settings")
+    # A nested value's error (param learning.batch_messages.private) shows at its setting.
+    batch = page.get_by_label("Messages per learning batch")
+    await batch.fill('{"private": "7", "group": 25}')
+    await page.get_by_role("button", name="Save").click()
+    await expect(batch).to_have_attribute("aria-invalid", "true")
+    stored = await admin_get(console_gateway, "/v1/admin/settings")
+    assert stored["overrides"] == {"learning.score_threshold": 0.7}
 
 
 async def dead_jobs(gateway: Gateway, count: int) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,34 @@ async def test_the_five_memory_tools_are_listed(gateway: Gateway) -> None:
     assert all(t.description for t in tools)
 
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+JSON_TYPES = {"string": "string", "integer": "integer", "array of string": "array"}
+
+
+def _schema_type(schema: dict[str, Any]) -> str:
+    """The JSON type of a tool argument (``X | None`` is X)."""
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") not in (None, "null"):
+            return str(option["type"])
+    raise AssertionError(schema)
+
+
+async def test_the_readme_lists_every_tool_with_its_arguments(gateway: Gateway) -> None:
+    """README's MCP table names every tool with each argument, its JSON type and whether
+    it is required, exactly as the server's input schemas say."""
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\| `(\w+)` \| (.*?) \| .*\|$", README.read_text(), re.MULTILINE)}
+    async with mcp_client(gateway, user="alice") as client:
+        tools = (await client.list_tools()).tools
+    for tool in tools:
+        assert tool.name in rows, tool.name
+        listed = {name: (JSON_TYPES[kind], star == "\\*") for name, kind, star in re.findall(
+            r"`(\w+): (string|integer|array of string)`(\\\*)?", rows[tool.name])}
+        schema = tool.input_schema
+        assert listed == {name: (_schema_type(prop), name in schema.get("required", []))
+                          for name, prop in schema["properties"].items()}, tool.name
+
+
 async def test_add_search_update_delete_round_trip_is_audited(gateway: Gateway) -> None:
     """A memory added over MCP is found, corrected and deleted there, and the memory API
     sees each state; every call leaves an audit event marked ``via: mcp``."""
@@ -102,6 +131,55 @@ async def test_manual_memory_rules_apply(gateway: Gateway, content: str,
     assert [(e.detail["tool"], e.memory_id) for e in refused] == \
         [("update_memory", added["id"]), ("add_memory", None)]  # newest first
     assert all(e.reason in ("instruction_not_allowed", "pii_not_allowed") for e in refused)
+
+
+@pytest.mark.parametrize("limit", [-1, 0, 51, 10**6])
+async def test_a_search_limit_out_of_bounds_is_a_tool_error(gateway: Gateway,
+                                                           limit: int) -> None:
+    """A negative, zero or over-maximum limit is a tool error naming the bounds (never
+    clamped into a result), and nothing is searched or audited."""
+    async with mcp_client(gateway, user="alice") as client:
+        await call(client, "add_memory", content="Enjoys hiking")
+        message = await failure(client, "search_memories", query="hiking", limit=limit)
+    assert "between 1 and 50" in message
+    assert f"got {limit}" in message
+    events = await gateway.res.store.audit_log("default", "alice")
+    assert "searched" not in {event.action for _, event in events}
+
+
+async def test_search_limits_at_the_bounds_are_taken_and_declared(gateway: Gateway) -> None:
+    """limit 1 returns one memory and 50 returns all; the tool's input schema declares
+    the bounds."""
+    async with mcp_client(gateway, user="alice") as client:
+        for content in ("Enjoys hiking", "Enjoys hiking trips"):
+            await call(client, "add_memory", content=content)
+        one = await call(client, "search_memories", query="hiking", limit=1)
+        every = await call(client, "search_memories", query="hiking", limit=50)
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert (len(one["data"]), len(every["data"])) == (1, 2)
+    schema = tools["search_memories"].input_schema["properties"]["limit"]
+    assert (schema["type"], schema["minimum"], schema["maximum"]) == ("integer", 1, 50)
+
+
+async def test_too_many_tags_or_a_long_title_are_tool_errors_not_truncated(
+    gateway: Gateway
+) -> None:
+    """add_memory and update_memory refuse 21 tags or a title past 200 characters with an
+    error naming the argument; the stored memory is unchanged."""
+    tags = [f"t{i}" for i in range(21)]
+    async with mcp_client(gateway, user="alice") as client:
+        assert "tags" in await failure(client, "add_memory", content="Enjoys hiking",
+                                       tags=tags)
+        added = await call(client, "add_memory", content="Enjoys hiking", tags=tags[:20])
+        assert "tags" in await failure(client, "update_memory", memory_id=added["id"],
+                                       tags=tags)
+        assert "title" in await failure(client, "update_memory", memory_id=added["id"],
+                                        title="x" * 201)
+        assert "title" in await failure(client, "add_memory", content="Enjoys sailing",
+                                        title="x" * 201)
+        found = await call(client, "search_memories", query="")
+    assert [(m["content"], len(m["tags"]), m["title"]) for m in found["data"]] == [
+        ("Enjoys hiking", 20, added["title"])]
 
 
 async def test_users_are_isolated(gateway: Gateway) -> None:

@@ -332,8 +332,8 @@ async def test_export_import_round_trip_into_another_user(gw: Gateway) -> None:
     assert stored is not None
     retired_at = datetime(2025, 3, 1, tzinfo=UTC)
     await gw.res.store.update(stored.with_changes(
-        superseded_at=retired_at, superseded_by=new["id"], supersede_reason="moved",
-        hits=4))
+        created_at=retired_at - timedelta(days=90), superseded_at=retired_at,
+        superseded_by=new["id"], supersede_reason="moved", hits=4))
     await call(gw, "PATCH", f"/v1/memories/{new['id']}", U1, json={"enabled": False})
     exported = (await call(gw, "GET", "/v1/memories/export", U1)).json()
     assert exported["object"] == "memory.export"
@@ -350,7 +350,7 @@ async def test_export_import_round_trip_into_another_user(gw: Gateway) -> None:
         ("home",), 4, retired_at, "moved")
     assert lisbon.superseded_by == porto.id
     assert (porto.category, porto.enabled) == ("domain", False)
-    assert lisbon.created_at.isoformat().startswith(old["created_at"][:19])
+    assert lisbon.created_at == retired_at - timedelta(days=90)
 
     again = (await call(gw, "POST", "/v1/memories/import", U2, json=exported)).json()
     assert (again["imported"], again["merged"]) == (0, 2)
@@ -373,12 +373,16 @@ async def test_import_mem0_and_reject_bad_items_without_half_writing(gw: Gateway
         {"id": "m5", "memory": ""},
         {"id": "m6", "memory": "Born 1990", "created_at": "yesterday"},
         "not an object",
+        # a time UTC cannot hold is refused like text that is no time
+        {"id": "m8", "memory": "Born 1991", "created_at": "0001-01-01T00:00:00+14:00"},
+        {"id": "m9", "memory": "Born 1992", "updated_at": "9999-12-31T23:00:00-05:00"},
     ]}
     result = (await call(gw, "POST", "/v1/memories/import", U1, json=body)).json()
     assert (result["imported"], result["merged"]) == (2, 0)
     assert [(r["index"], r["reason"]) for r in result["rejected"]] == [
         (2, "instruction_not_allowed"), (3, "pii_not_allowed"), (4, "invalid_value"),
-        (5, "invalid_value"), (6, "invalid_value")]
+        (5, "invalid_value"), (6, "invalid_value"), (7, "invalid_value"),
+        (8, "invalid_value")]
     listed = {m["content"]: m for m in
               (await call(gw, "GET", "/v1/memories", U1)).json()["data"]}
     assert set(listed) == {"Is vegetarian", "Prefers short answers"}
@@ -390,6 +394,108 @@ async def test_import_mem0_and_reject_bad_items_without_half_writing(gw: Gateway
         response = await call(gw, "POST", "/v1/memories/import", U2, json=bad)
         assert response.status_code == 400, response.text
     assert (await call(gw, "GET", "/v1/memories", U2)).json()["data"] == []
+
+
+def _retired(item_id: str, successor: str | None, content: str, **fields: Any
+             ) -> dict[str, Any]:
+    return {"id": item_id, "content": content, "created_at": "2025-01-01T00:00:00Z",
+            "superseded_at": "2025-02-01T00:00:00Z", "superseded_by": successor, **fields}
+
+
+def _current(item_id: str, content: str) -> dict[str, Any]:
+    return {"id": item_id, "content": content, "created_at": "2025-02-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(("memories", "param"), [
+    ([_retired("a", "a", "Lives in Lisbon")], "memories.0.superseded_by"),
+    ([_current("x", "Likes tea"), _retired("a", "b", "Lives in Lisbon"),
+      _retired("b", "c", "Lives in Porto"), _retired("c", "a", "Lives in Faro")],
+     "memories.1.superseded_by"),
+    ([_current("x", "Likes tea"), _retired("a", "nowhere", "Lives in Lisbon")],
+     "memories.1.superseded_by"),
+    ([_retired("a", "b", "Lives in Lisbon", created_at="2025-03-01T00:00:00Z"),
+      _current("b", "Lives in Porto")], "memories.0.superseded_at"),
+    ([{**_retired("a", None, "Lives in Lisbon"), "created_at": "2025-03-01T00:00:00+00:00"}],
+     "memories.0.superseded_at"),
+    ([{**_retired("a", "b", "Lives in Lisbon"), "superseded_at": None},
+      _current("b", "Lives in Porto")], "memories.0.superseded_at"),
+    ([_current("a", "Likes tea"), _current("a", "Likes coffee")], "memories.1.id"),
+    # Items 0 and 1 say the same and merge into one memory: 0 → 1 closes on itself.
+    ([_retired("a", "b", "Lives in Lisbon"), _retired("b", "c", "Lives in lisbon"),
+      _current("c", "Lives in Porto")], "memories.0.superseded_by"),
+])
+async def test_import_refuses_broken_retirement_links_and_writes_nothing(
+    gw: Gateway, memories: list[dict[str, Any]], param: str
+) -> None:
+    """A superseded_by naming the item itself, a cycle, an unknown id, a retirement before
+    the item's creation or without a date, a repeated id are a 400 naming the item index
+    and field, and nothing of the import is written (not even the good items)."""
+    body = {"object": "memory.export", "memories": memories}
+    response = await call(gw, "POST", "/v1/memories/import", U1, json=body)
+    assert error(response, 400)["param"] == param
+    assert response.json()["error"]["message"].startswith(param)
+    assert await gw.res.store.list_memories(ListQuery(
+        tenant="tenant-a", user="u1", include_retired=True)) == []
+    assert await audit_actions(gw, "u1") == []
+
+
+async def test_import_links_to_the_users_own_memories_only(gw: Gateway) -> None:
+    """superseded_by may name a memory the user already has (kept as is) or an item of
+    the import (remapped); another user's memory id is a 400 even in the same tenant."""
+    porto = await add(gw, "Lives in Porto")
+    theirs = await add(gw, "Lives in Faro", U2)
+    body = {"memories": [_retired("a", porto["id"], "Lives in Lisbon"),
+                         _retired("b", "c", "Lives in Braga"), _current("c", "Lives in Evora")]}
+    result = (await call(gw, "POST", "/v1/memories/import", U1, json=body)).json()
+    assert (result["imported"], result["rejected"]) == (3, [])
+    mine = {m.content: m for m in await gw.res.store.list_memories(ListQuery(
+        tenant="tenant-a", user="u1", include_retired=True))}
+    assert mine["Lives in Lisbon"].superseded_by == porto["id"]
+    assert mine["Lives in Braga"].superseded_by == mine["Lives in Evora"].id
+    assert mine["Lives in Lisbon"].superseded_at == datetime(2025, 2, 1, tzinfo=UTC)
+    foreign = {"memories": [_retired("x", theirs["id"], "Lives in Sintra")]}
+    response = await call(gw, "POST", "/v1/memories/import", U1, json=foreign)
+    assert error(response, 400)["param"] == "memories.0.superseded_by"
+    assert "Lives in Sintra" not in {m.content for m in await gw.res.store.list_memories(
+        ListQuery(tenant="tenant-a", user="u1", include_retired=True))}
+
+
+async def test_import_without_created_at_is_not_created_after_its_own_times(
+    gw: Gateway
+) -> None:
+    """An item without created_at is dated by the earliest time it gives (its retirement,
+    last sighting), so it is never created after it was retired or seen."""
+    body = {"results": [{"id": "m1", "memory": "Collects stamps",
+                         "updated_at": "2024-05-01T10:00:00Z"}],
+            }
+    assert (await call(gw, "POST", "/v1/memories/import", U1, json=body)).json()[
+        "imported"] == 1
+    memory = (await call(gw, "GET", "/v1/memories", U1)).json()["data"][0]
+    assert memory["created_at"] == memory["last_seen_at"]
+    assert memory["created_at"].startswith("2024-05-01T10:00:00")
+
+
+async def test_bodies_take_json_booleans_and_numbers_only(gw: Gateway) -> None:
+    """"false", 0 or "3" where the API takes a boolean or a count is a 400 naming the field
+    (an import item with one is rejected by index); JSON booleans and numbers are taken."""
+    memory = await add(gw, "Likes hiking")
+    path = f"/v1/memories/{memory['id']}"
+    for bad in ({"enabled": "false"}, {"enabled": 0}, {"enabled": "true"}):
+        assert error(await call(gw, "PATCH", path, U1, json=bad), 400)["param"] == "enabled"
+    assert (await call(gw, "GET", path, U1)).json()["enabled"] is True
+    assert (await call(gw, "PATCH", path, U1, json={"enabled": False})).json()[
+        "enabled"] is False
+    result = (await call(gw, "POST", "/v1/memories/import", U1, json={"memories": [
+        {"content": "Plays chess", "enabled": "false"},
+        {"content": "Plays go", "hits": "3"},
+        {"content": "Plays bridge", "score": "0.9"},
+        {"content": "Plays poker", "enabled": False, "hits": 3, "score": 1}]})).json()
+    assert [(r["index"], r["reason"]) for r in result["rejected"]] == [
+        (0, "invalid_value"), (1, "invalid_value"), (2, "invalid_value")]
+    assert result["rejected"][1]["message"].startswith("hits:")
+    poker = [m for m in await gw.res.store.list_memories(ListQuery(
+        tenant="tenant-a", user="u1")) if m.content == "Plays poker"]
+    assert [(m.enabled, m.hits) for m in poker] == [(False, 3)]
 
 
 async def test_markdown_export_groups_by_category_with_an_archive(gw: Gateway) -> None:

@@ -18,14 +18,18 @@ arrays: ``["u", user, model, metric]`` (metric ``requests`` / ``prompt`` / ``com
 for learning; ``user`` is ``null`` for records without one. ``<prefix>:days:{t…}`` lists
 the days that have such a hash, and :data:`DAY_TTL_SECONDS` bounds how long one is kept.
 The tenant → users index is ``<prefix>:users:{t…}`` (a sorted set of score 0, read in
-id order with ``ZRANGEBYLEX``) beside ``<prefix>:seen:{t…}`` (user → latest usage time).
+id order with ``ZRANGEBYLEX``) beside ``<prefix>:seen:{t…}`` (user → latest usage or
+memory-write time, only ever moved forward). It is filled by usage rows and
+:meth:`RedisLedger.register_user` from the time they were written: users who only wrote
+memories before that are not in it (SQLite's migration 11 adds them; Redis has no
+migrations) until they chat or write again.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -44,6 +48,16 @@ from proxy.ledger import (
 )
 from proxy.memory.records import from_iso, to_iso
 
+# Add a user to the tenant → users index and move their last-seen time forward, never
+# back (ISO strings of to_iso sort by time): KEYS users, seen; ARGV user, time.
+_SEEN_LUA = """
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+local current = redis.call('HGET', KEYS[2], ARGV[1])
+if (not current) or current < ARGV[2] then
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+return 1
+"""
 # Per-day counters are kept 400 days (a year of daily figures plus a month of slack).
 DAY_TTL_SECONDS = 400 * 86400
 _EPOCH = date(1970, 1, 1)
@@ -58,6 +72,7 @@ class RedisLedger:
         require_resp2_bytes(client)
         self._redis = client
         self._keys = KeyLayout(key_prefix)
+        self._seen = client.register_script(_SEEN_LUA)
 
     def _owners(self, tenant: str, user: str | None) -> list[str]:
         tokens = [tenant_token(tenant)]
@@ -82,8 +97,8 @@ class RedisLedger:
                           {day: (date.fromisoformat(day) - _EPOCH).days})
             for (tenant, user), at in (seen or {}).items():
                 tok = tenant_token(tenant)
-                pipe.zadd(self._keys.tenant_users(tok), {user: 0})
-                pipe.hset(self._keys.last_seen(tok), user, at)
+                await self._seen(keys=[self._keys.tenant_users(tok), self._keys.last_seen(tok)],
+                                 args=[user, at], client=pipe)
             await pipe.execute()
 
     async def record_usage(self, records: Sequence[UsageRecord]) -> None:
@@ -220,6 +235,12 @@ class RedisLedger:
             if at is not None:
                 out.append(KnownUser(user=_text(name), last_seen=at))
         return out
+
+    async def register_user(self, tenant: str, user: str, at: datetime) -> None:
+        tok = tenant_token(tenant)
+        with unavailable_on_redis_error("ledger write"):
+            await self._seen(keys=[self._keys.tenant_users(tok), self._keys.last_seen(tok)],
+                             args=[user, to_iso(at) or ""])
 
     async def user_count(self, tenant: str) -> int:
         with unavailable_on_redis_error("ledger read"):

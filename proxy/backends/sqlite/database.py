@@ -297,6 +297,14 @@ MIGRATIONS: tuple[str, ...] = (
         VALUES (NEW.tenant, coalesce(NEW.user_id, ''), 1)
         ON CONFLICT (tenant, owner) DO UPDATE SET accessed = accessed + 1; END;
     """,
+    # 11: users who only wrote memories (manual adds, imports) join the tenant → users
+    # index; from now on those writes register the user themselves (Ledger.register_user).
+    """
+    INSERT INTO tenant_users (tenant, user_id, last_seen)
+        SELECT tenant, user_id, max(updated_at) FROM memories WHERE user_id IS NOT NULL
+        GROUP BY tenant, user_id
+        ON CONFLICT(tenant, user_id) DO NOTHING;
+    """,
 )
 
 

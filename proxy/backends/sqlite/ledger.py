@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from proxy.backends.sqlite.database import SqliteDatabase
@@ -162,6 +162,13 @@ class SqliteLedger:
             assert at is not None
             out.append(KnownUser(user=user, last_seen=at))
         return out
+
+    async def register_user(self, tenant: str, user: str, at: datetime) -> None:
+        stamp = to_iso(at)
+        await self._db.write(lambda c: c.execute(
+            "INSERT INTO tenant_users (tenant, user_id, last_seen) VALUES (?, ?, ?) "
+            "ON CONFLICT(tenant, user_id) DO UPDATE SET "
+            "last_seen = max(last_seen, excluded.last_seen)", (tenant, user, stamp)))
 
     async def user_count(self, tenant: str) -> int:
         row = await self._db.read(lambda c: c.execute(
