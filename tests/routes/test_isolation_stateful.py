@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -81,6 +82,14 @@ def _machine(base_url: str, steps: Counter[str]) -> type[RuleBasedStateMachine]:
 
         def all_ids(self) -> list[str]:
             return sorted(i for held in self.model.values() for i in held)
+
+        @initialize()
+        def seed(self) -> None:
+            """One memory in each tenant before the random steps, so that acts on another
+            namespace's memory are possible from the first step (without it, a run of five
+            short examples sometimes had none to refuse)."""
+            for ns in (NAMESPACES[0], NAMESPACES[-1]):
+                self.add(ns, admin=False)
 
         @rule(ns=st.sampled_from(NAMESPACES), admin=st.booleans())
         def add(self, ns: Namespace, admin: bool) -> None:
