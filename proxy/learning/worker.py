@@ -485,7 +485,7 @@ class Worker:
         previous = await self._store.get_conversation(batch.tenant, batch.user,
                                                       batch.conversation)
         override = await self._prompt(batch.tenant, "extraction")
-        max_tokens = self._settings.max_output_tokens * (2 if job.attempts > 1 else 1)
+        max_tokens = self._settings.max_output_tokens
 
         def build(part: Batch) -> list[Message]:
             return extraction_messages(batch=part, known=known_text, language=language,
@@ -495,6 +495,15 @@ class Worker:
 
         shown, messages = self._fit(batch, build, max_tokens=max_tokens, vision=vision,
                                     model=model)
+        if job.attempts > 1:
+            # A retry may have failed on a reply cut at max_tokens: it gets twice the room
+            # to answer, but only while that room shows the model the same messages as the
+            # first attempt did — never a shorter (or empty) transcript.
+            wider = self._fit(batch, build, max_tokens=2 * max_tokens, vision=vision,
+                              model=model, quiet=True)
+            if len(wider[0].messages) == len(shown.messages):
+                max_tokens = 2 * max_tokens
+                shown, messages = wider
         extraction = parse_extraction(await model.call(
             purpose="extract", request_model=batch.model, tenant=batch.tenant,
             user=batch.user, job_id=job.id, max_tokens=max_tokens, schema=EXTRACTION_SCHEMA,
@@ -504,17 +513,19 @@ class Worker:
 
     def _fit(self, batch: Batch, build: Callable[[Batch], list[Message]], *,
              max_tokens: int, vision: bool = False,
-             model: LearningModel | None = None) -> tuple[Batch, list[Message]]:
+             model: LearningModel | None = None,
+             quiet: bool = False) -> tuple[Batch, list[Message]]:
         """The part of ``batch`` a learning call shows and the call's messages (``build``):
         the newest messages that fit the learning model's context window once the prompt
-        without them and a reply of ``max_tokens`` are counted (:func:`fit_batch`)."""
+        without them and a reply of ``max_tokens`` are counted (:func:`fit_batch`).
+        ``quiet``: a trial fit, neither counted nor logged."""
         model = model or self.model
         room = model.room(batch.model, build(replace(batch, messages=())),
                           max_tokens=max_tokens)
         shown = fit_batch(batch, budget=room,
                           count=lambda text: model.count(batch.model, text),
                           image_tokens=IMAGE_TOKENS if vision else 0)
-        if shown is not batch:
+        if shown is not batch and not quiet:
             self._count("transcript_cut", "window")
             log.info("learning_transcript_cut", batch=batch.key, room_tokens=room,
                      messages=len(batch.messages), shown=len(shown.messages))

@@ -201,6 +201,42 @@ async def test_truncated_extraction_is_retried_with_more_tokens(
     assert await memories(faulty) == [("Sails a small dinghy", 1)]
 
 
+@pytest.mark.parametrize("window", [4096, 64000])
+async def test_a_retry_never_shows_the_model_less_of_the_conversation(
+    tmp_path: Path, upstream: FakeUpstream, window: int
+) -> None:
+    """A retried extraction asks for twice the reply tokens only while the transcript still
+    fits beside them: with the shipped local model's 4096-token window and 2048 reply
+    tokens, doubling would leave no room for the conversation, so the retry keeps 2048 and
+    still sees (and learns) what the user said; with a large window it doubles."""
+    settings = make_settings(
+        tmp_path,
+        model_list=[{"model_name": "m", "litellm_params": {
+            "model": "openai/up-model", "api_base": "http://upstream.test/v1",
+            "api_key": "sk-upstream"}, "model_info": {"max_input_tokens": window}}],
+        learning={"enabled": True, "batch_messages": 1, "max_attempts": 3,
+                  "retry_base_seconds": 0.01, "max_output_tokens": 2048})
+    failures = {"left": 1}
+
+    async def flaky(request: httpx.Request) -> httpx.Response:
+        if b"NEW messages" in request.content and failures["left"] > 0:
+            failures["left"] -= 1
+            raise httpx.ConnectError("upstream down", request=request)
+        return await upstream.respond(request)
+
+    upstream.extract = lambda body: (fact("Lives in Porto") if "Porto" in str(body["messages"])
+                                     else {"memories": [], "profile": None})
+    async with running_gateway(settings, upstream) as gateway:
+        await say(gateway, "I moved to Porto last year.")
+        upstream.intercept = flaky
+        await drain_with_waits(gateway)
+        assert await memories(gateway) == [("Lives in Porto", 1)]
+    assert failures["left"] == 0
+    extracts = [body for kind, body in upstream.learning_calls if kind == "extract"]
+    assert len(extracts) == 1  # the failed attempt never reached the fake
+    assert extracts[0]["max_tokens"] == (2048 if window == 4096 else 4096)
+
+
 async def test_garbage_forever_ends_in_the_dead_letter_list(
     faulty: Gateway, upstream: FakeUpstream
 ) -> None:
