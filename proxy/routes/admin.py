@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -39,6 +38,7 @@ from proxy.routes.shapes import (
     PromptOut,
     PromptSaved,
     Requeued,
+    read_json,
 )
 
 MAX_PROMPT_CHARS = 20_000
@@ -82,11 +82,7 @@ async def get_prompt(request: Request) -> Response:
 async def put_prompt(request: Request) -> Response:
     res, tenant, actor = _admin(request)
     kind = _kind(request)
-    try:
-        body = orjson.loads(await request.body() or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    body = await read_json(request)
     text = body.get("text") if isinstance(body, dict) else None
     if not isinstance(text, str) or len(text) > MAX_PROMPT_CHARS:
         raise InvalidRequestError(

@@ -116,11 +116,7 @@ async def list_memories(request: Request) -> Response:
 
 async def create_memory(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    try:
-        raw = orjson.loads(await request.body() or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    raw = await read_json(request)
     if not isinstance(raw, dict):
         raise InvalidRequestError("The request body must be a JSON object with 'content'.",
                                   code="invalid_json")
@@ -203,12 +199,9 @@ async def flush_learning(request: Request) -> Response:
     """``POST /v1/memories/flush``: learn now from whatever the user's conversations have
     buffered, instead of waiting for the batch size or the idle timeout. 202: queued."""
     res: Resources = request.app.state.resources
-    raw = await request.body()
-    try:
-        body = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    body = await read_json(request)
+    if body is None:
+        body = {}
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object (or empty).",
                                   code="invalid_type")

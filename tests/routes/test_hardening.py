@@ -215,3 +215,46 @@ def test_key_digest_config_round_trip() -> None:
     ring = KeyRing(AuthSettings(keys=[{  # type: ignore[list-item]
         "key_sha256": hashlib.sha256(b"s3cret").hexdigest(), "tenant": "t"}]))
     assert ring.authenticate({"authorization": "Bearer s3cret"}).tenant == "t"
+
+
+async def test_every_route_with_a_body_stops_reading_at_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    """Every POST / PUT / PATCH route of the app answers 413 to a JSON body over
+    server.max_request_bytes, or refuses before reading it (404 for an unknown id) — never a
+    400 or 2xx that means the whole body was read and parsed (a newcomer's 300 MiB memory
+    was read in full: 6 s and +700 MB RSS). A body under the limit is read as usual."""
+    from starlette.routing import Route
+
+    from proxy.app import create_app
+
+    monkeypatch.setenv("ADMIN_KEY", "admin-secret")
+    monkeypatch.setenv("APP_KEY", "app-secret")
+    settings = make_settings(tmp_path, server={"max_request_bytes": 4096},
+                             auth={"keys": [{"key": "os.environ/APP_KEY", "tenant": "acme"}],
+                                   "admin_keys": [{"key": "os.environ/ADMIN_KEY",
+                                                   "tenant": "acme"}]})
+    routes = [(method, route.path) for route in create_app(settings).routes
+              if isinstance(route, Route) and route.path != "/mcp"
+              for method in sorted(route.methods or ()) if method in {"POST", "PUT", "PATCH"}]
+    assert len(routes) >= 15
+    big = {"content": "x" * 10_000, "text": "x" * 10_000, "model": "m",
+           "messages": [{"role": "user", "content": "x" * 10_000}]}
+    answers = {}
+    async with (running_gateway(settings, upstream) as gateway,
+                gateway.client(headers={"X-User-Id": "u1"}) as client):
+            for method, path in routes:
+                url = path.replace("{job_id:path}", "job-1").replace("{kind}", "extraction")
+                url = url.replace("{memory_id}", "mem-1").replace("{version}", "1")
+                key = "admin-secret" if "/admin/" in path else "app-secret"
+                response = await client.request(method, url, json=big,
+                                                headers={"Authorization": f"Bearer {key}"})
+                answers[f"{method} {path}"] = response.status_code
+            small = await client.post("/v1/memories", json={"content": "Likes tea"},
+                                      headers={"Authorization": "Bearer app-secret"})
+    assert small.status_code == 201, small.text
+    assert {k: v for k, v in answers.items() if v not in (413, 404)} == {}
+    for route in ("POST /v1/memories", "POST /v1/memories/flush",
+                  "PUT /v1/admin/prompts/{kind}", "POST /v1/chat/completions"):
+        assert answers[route] == 413, route
+    assert upstream.requests == []
