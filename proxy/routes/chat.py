@@ -161,6 +161,9 @@ def _without_memory(call: _Call) -> bool:
         return False
     call.injection = call.res.memory.passthrough(call.chat, call.route, "degraded",
                                                  "context_overflow")
+    # Counted again as what it became: the block was counted injected at begin(), and an
+    # operator alerting on ``degraded`` must see these requests too.
+    call.res.metrics.memory_outcomes.labels("degraded", "context_overflow").inc()
     return True
 
 

@@ -258,3 +258,31 @@ async def test_every_route_with_a_body_stops_reading_at_the_limit(
                   "PUT /v1/admin/prompts/{kind}", "POST /v1/chat/completions"):
         assert answers[route] == 413, route
     assert upstream.requests == []
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_overflow_caused_by_memory_is_retried_without_it_and_counted_degraded(
+    gateway: Gateway, upstream: FakeUpstream, streamed: bool
+) -> None:
+    """When the upstream refuses the request with its memory block as too long (case B04),
+    the gateway retries once without the block: the reply is 200, says
+    ``degraded``/``context_overflow``, the retry carries no memory, and the outcome counter
+    an operator alerts on counts the request as degraded (it counted it injected only)."""
+    async with gateway.client(headers={"X-User-Id": "u"}) as client:
+        added = await client.post("/v1/memories", json={"content": "Keeps bees on the roof"})
+        assert added.status_code == 201, added.text
+    degraded = gateway.res.metrics.memory_outcomes.labels("degraded", "context_overflow")
+    before = degraded._value.get()
+    upstream.push(Reply(status=400, json={"error": {
+        "message": "This model's maximum context length is 8192 tokens.",
+        "type": "invalid_request_error", "code": "context_length_exceeded"}}))
+    response = await post(gateway, {"model": "m", "stream": streamed, "messages": [
+        {"role": "user", "content": "What do I keep on the roof? Bees?"}]},
+        **{"X-User-Id": "u"})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-memory-status"] == "degraded"
+    assert response.headers["x-memory-reason"] == "context_overflow"
+    first, retry = upstream.chat_requests[-2:]
+    assert "Keeps bees" in str(first["messages"])
+    assert "Keeps bees" not in str(retry["messages"])
+    assert degraded._value.get() == before + 1
