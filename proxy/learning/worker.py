@@ -96,6 +96,13 @@ BUDGET_RECHECK_SECONDS = 300.0
 NEVER_SEAL = 1 << 30
 
 
+class LearningWindowTooSmall(Exception):
+    """The learning prompt and its reply fill the learning model's context window: the
+    model would see none of the conversation. The attempt fails (retried, then
+    dead-lettered with the transcript kept for a requeue once ``learning.model`` or
+    ``learning.max_output_tokens`` is fixed) instead of a call that cannot learn."""
+
+
 def backoff(attempt: int, *, base: float, retry_after: float | None = None) -> float:
     """Seconds before the next attempt: Retry-After when the upstream gave one, else
     ``base × 2^(attempt-1)`` with ±20 % jitter, capped at 5 minutes."""
@@ -262,7 +269,8 @@ class Worker:
 
     async def _failed(self, job: Job, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, ProxyError | ParseError | StoreUnavailableError):
+        if not isinstance(exc, ProxyError | ParseError | StoreUnavailableError
+                          | LearningWindowTooSmall):
             log.exception("learning_job_crashed", job=job.id, kind=job.kind)
         if job.attempts >= self._settings.max_attempts:
             await self.queue.bury(job, error=error)
@@ -518,7 +526,8 @@ class Worker:
         """The part of ``batch`` a learning call shows and the call's messages (``build``):
         the newest messages that fit the learning model's context window once the prompt
         without them and a reply of ``max_tokens`` are counted (:func:`fit_batch`).
-        ``quiet``: a trial fit, neither counted nor logged."""
+        ``quiet``: a trial fit, neither counted, logged nor raised. Raises
+        :class:`LearningWindowTooSmall` when none of a non-empty batch fits."""
         model = model or self.model
         room = model.room(batch.model, build(replace(batch, messages=())),
                           max_tokens=max_tokens)
@@ -539,6 +548,11 @@ class Worker:
                             detail="the learning model's context window leaves no room for "
                                    "the conversation: pick a larger learning.model or lower "
                                    "learning.max_output_tokens")
+                raise LearningWindowTooSmall(
+                    f"the learning model {model.model_for(batch.model)!r} has room for none "
+                    f"of the conversation ({room} tokens left beside the prompt and a "
+                    f"{max_tokens}-token reply): pick a larger learning.model or lower "
+                    "learning.max_output_tokens, then requeue")
         return shown, build(shown)
 
     async def _known(

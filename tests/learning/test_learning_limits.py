@@ -230,11 +230,12 @@ async def test_a_window_too_small_for_any_of_the_conversation_is_reported(
     tmp_path: Path, upstream: FakeUpstream
 ) -> None:
     """When the learning prompt and its reply fill the learning model's window at run time
-    (here: the user's related memories listed in the prompt), the model is shown no
-    conversation at all:
-    counted (``window_too_small``) so an operator can see the configuration problem; a
-    window with room counts nothing of the kind. (A window too small on the first attempt
-    already stops startup: tests/learning/test_learning_model.py.)"""
+    (here: the user's related memories listed in the prompt), no learning call is made
+    with an empty transcript: the job fails, is dead-lettered with the reason (kept for a
+    requeue once the model is fixed) and counted (``window_too_small``) so an operator can
+    see the configuration problem; a window with room counts nothing of the kind and
+    learns. (A window too small on the first attempt already stops startup:
+    tests/learning/test_learning_model.py.)"""
     def setup(window: int) -> Any:
         return make_settings(
             tmp_path / str(window),
@@ -243,10 +244,11 @@ async def test_a_window_too_small_for_any_of_the_conversation_is_reported(
                                                        "api_base": "http://upstream.test/v1",
                                                        "api_key": "sk-upstream"},
                  "model_info": {"max_input_tokens": window}}],
-            learning={"enabled": True, "batch_messages": 1, "max_output_tokens": 1024},
+            learning={"enabled": True, "batch_messages": 1, "max_output_tokens": 1024,
+                      "max_attempts": 1},
         )
 
-    counts = {}
+    counts, dead, calls = {}, {}, {}
     for window in (2600, 64000):
         async with running_gateway(setup(window), upstream) as gateway:
             async with gateway.client(headers={"X-User-Id": "u1"}) as client:
@@ -260,5 +262,14 @@ async def test_a_window_too_small_for_any_of_the_conversation_is_reported(
             counter = gateway.res.metrics.learning_events.labels(
                 event="transcript_cut", label="window_too_small")
             counts[window] = counter._value.get()
+            assert gateway.res.queue is not None
+            dead[window] = [d.last_error for d in await gateway.res.queue.dead_letters()]
+            calls[window] = [kind for kind, _ in upstream.learning_calls]
+            upstream.learning_calls.clear()
     assert counts[2600] >= 1
+    assert len(dead[2600]) == 1
+    assert "room for none of the conversation" in dead[2600][0]
+    assert "extract" not in calls[2600]  # never a call that shows the model nothing
     assert counts[64000] == 0
+    assert dead[64000] == []
+    assert "extract" in calls[64000]
