@@ -883,6 +883,8 @@ class Worker:
         budget = config.budget
         if self._budgets is None or (budget.tokens_per_day is None
                                      and budget.tokens_per_month is None):
+            if self._metrics is not None:  # a cap removed while paused: not paused now
+                self._metrics.learning_budget_paused.labels(tenant=tenant).set(0)
             return False
         state = await self._budgets.state(tenant, budget)
         if self._metrics is not None:

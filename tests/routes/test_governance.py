@@ -478,6 +478,32 @@ async def test_budget_pauses_and_resumes_learning(build: Build, upstream: FakeUp
         assert stats["learning"]["budget"]["state"] in ("active", "paused")
 
 
+async def test_removing_a_spent_budget_clears_the_paused_gauge(build: Build,
+                                                              upstream: FakeUpstream) -> None:
+    """A tenant paused by its budget whose admin removes the cap is no longer reported
+    paused once the worker looks again (the gauge stayed at 1 with learning running)."""
+    async with running_gateway(build(), upstream) as gw:
+        async with gw.client(headers=ACME_ADMIN) as client:
+            await client.patch("/v1/admin/settings",
+                               json={"learning.budget": {"tokens_per_day": 1}})
+        upstream.extract = fact("Collects stamps")
+        await say(gw, "I collect stamps.")
+        await gw.settle()  # spends the day's budget
+        await say(gw, "I play chess.", user="u2")
+        assert gw.res.worker is not None
+        await gw.res.sink.flush()
+        await gw.res.worker.drain()
+        paused = 'memory_proxy_learning_budget_paused{tenant="acme"}'
+        assert f"{paused} 1.0" in (await get(gw, "/metrics", {})).text
+        async with gw.client(headers=ACME_ADMIN) as client:
+            removed = await client.patch("/v1/admin/settings", json={"learning.budget": None})
+            assert removed.status_code == 200, removed.text
+        await say(gw, "I also play go.", user="u2")
+        await gw.res.sink.flush()
+        await gw.res.worker.drain()
+        assert f"{paused} 0.0" in (await get(gw, "/metrics", {})).text
+
+
 async def eventually_learned(gw: Gateway) -> None:
     """Drain the worker until the postponed job (due within ~1 s) has run."""
     import asyncio
