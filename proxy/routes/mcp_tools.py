@@ -31,13 +31,14 @@ from pydantic import Field, ValidationError
 
 from proxy.errors import InvalidRequestError, ProxyError, invalid_value
 from proxy.identity import resolve_user
-from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory, Profile
+from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.resources import Resources
 from proxy.routes.memories import add_manual, check_manual, embed_manual, vector_fields
 from proxy.routes.owner import Owner
 from proxy.routes.shapes import MAX_TAGS, NewMemory
+from proxy.routes.users import user_profile
 
 Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 SEARCH_LIMIT_MIN, SEARCH_LIMIT_MAX = 1, 50  # results per search_memories call
@@ -173,13 +174,13 @@ async def delete_memory(memory_id: str, ctx: Context,
 
 
 async def get_profile(ctx: Context, user: str | None = None) -> dict[str, Any]:
-    """The user's profile: summary, traits and interests learned over time."""
+    """The user's profile: summary, traits and interests learned over time, and the
+    facts always in their context (the same object as ``GET /v1/profile``)."""
     res = _resources(ctx)
     me = _owner(res, ctx.headers, user)
-    tenant, who = me.tenant, me.user
-    profile = await res.store.get_profile(tenant, who)
-    await res.store.audit([_event(res, tenant, who, "viewed", tool="get_profile")])
-    return (profile or Profile(tenant=tenant, user_id=who)).to_api(res.clock())
+    found = await user_profile(res, me)
+    await res.store.audit([_event(res, me.tenant, me.user, "viewed", tool="get_profile")])
+    return found
 
 
 TOOL_FUNCTIONS = (search_memories, add_memory, update_memory, delete_memory, get_profile)

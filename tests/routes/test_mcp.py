@@ -207,7 +207,8 @@ async def test_a_user_is_required(gateway: Gateway) -> None:
 
 
 async def test_profile_is_the_users_own(gateway: Gateway) -> None:
-    """get_profile returns the user's learned profile, and an empty one for a new user."""
+    """get_profile returns the user's learned profile — the same object as
+    ``GET /v1/profile`` — and an empty one for a new user."""
     now = datetime.now(UTC)
     await gateway.res.store.put_profile(Profile(
         tenant="default", user_id="alice", style="Brief and direct",
@@ -218,7 +219,9 @@ async def test_profile_is_the_users_own(gateway: Gateway) -> None:
         theirs = await call(client, "get_profile")
     assert mine["style"] == "Brief and direct"
     assert [t["text"] for t in mine["traits"]] == ["curious"]
-    assert (theirs["user_id"], theirs["style"], theirs["traits"]) == ("bob", "", [])
+    assert (theirs["user"], theirs["style"], theirs["traits"]) == ("bob", "", [])
+    async with gateway.client(headers={"X-User-Id": "alice"}) as client:
+        assert (await client.get("/v1/profile")).json() == mine
 
 
 async def test_gateway_keys_guard_the_endpoint(tmp_path: Path,
