@@ -82,7 +82,7 @@ def resolve_user(
     """The end user id and where it came from (``key``/``header``/``body``/``metadata``).
 
     Raises :class:`InvalidRequestError` for an id that is empty, longer than 256 characters
-    or contains control characters.
+    or contains control characters, and for a ``metadata.user_id`` that is not a string.
     """
     if principal.bound_user is not None:
         return principal.bound_user, "key"
@@ -97,6 +97,11 @@ def resolve_user(
     metadata = body.get("metadata")
     if isinstance(metadata, dict):
         meta_user = metadata.get("user_id")
+        if meta_user is not None and not isinstance(meta_user, str):
+            # OpenAI's metadata values are strings; a number here is a caller's mistake that
+            # would otherwise lose the user's memory without a word.
+            raise InvalidRequestError("metadata.user_id must be a string.",
+                                      param="metadata.user_id", code="invalid_type")
         if isinstance(meta_user, str) and meta_user.strip():
             return _check_id(meta_user.strip(), "metadata.user_id"), "metadata"
     safety = body.get("safety_identifier")
