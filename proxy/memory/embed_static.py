@@ -27,6 +27,7 @@ Install with the ``static`` extra (model2vec with its ``distill`` extra).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -43,6 +44,9 @@ from proxy.memory.embed_local import BUNDLED_MODEL, resolve_model_dir
 from proxy.settings import ConfigError
 
 log = structlog.get_logger("proxy.embed")
+# Texts one embed call encodes on the event loop; more go to a worker thread (an import
+# embeds up to 2,000 memories at once: ~0.2 ms per short text, more for long ones).
+_INLINE_TEXTS = 32
 
 EXTRA_HINT = "pip install 'memory-proxy[static]'"
 # model2vec's default PCA size (model2vec.distill.distill, pca_dims=256): measured by
@@ -174,5 +178,9 @@ class StaticEmbeddings:
                     urgent: bool = False) -> RawEmbeddings:  # noqa: ARG002 (no queue here)
         if self._static is None:
             raise EmbedderError("the static embedding model is not loaded (start() first)")
-        matrix = self._static.encode(list(texts), use_multiprocessing=False)
+        if len(texts) <= _INLINE_TEXTS:  # a query or a few facts: cheaper than a thread hop
+            matrix = self._static.encode(list(texts), use_multiprocessing=False)
+        else:  # an import's hundreds of texts: seconds of CPU, kept off the event loop
+            matrix = await asyncio.to_thread(self._static.encode, list(texts),
+                                             use_multiprocessing=False)
         return RawEmbeddings(rows=matrix.tolist(), tokens=0)
