@@ -244,9 +244,11 @@ def check_links(items: list[Any], field: str, stored: set[str]) -> None:
                           f"the superseded_by links form a cycle: {chain}")
 
 
-def _accept(res: Resources, me: Owner, raw: Any, now: datetime) -> Memory:
-    """Our memory for one import item (new id). Raises :class:`InvalidRequestError` with
-    the rule it breaks."""
+def _accept(me: Owner, raw: Any, now: datetime) -> tuple[Memory, str]:
+    """Our memory for one import item (new id), its fields validated and cleaned, and the
+    text the manual-memory rules judge (title, content and subject as given; checked by
+    the caller, :func:`_check`). Raises :class:`InvalidRequestError` with the rule it
+    breaks."""
     if not isinstance(raw, dict):
         raise InvalidRequestError("an item must be an object", code="invalid_type")
     try:
@@ -258,7 +260,6 @@ def _accept(res: Resources, me: Owner, raw: Any, now: datetime) -> Memory:
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
-    check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(me.tenant))
     given = {name: _time(getattr(item, name), name)
              for name in ("created_at", "updated_at", "last_seen_at", "superseded_at")}
     # Without created_at: the earliest time the item gives (never after its own retirement
@@ -279,7 +280,13 @@ def _accept(res: Resources, me: Owner, raw: Any, now: datetime) -> Memory:
         superseded_at=given["superseded_at"],
         superseded_by=item.superseded_by,  # the old id: remapped once all are read
         supersede_reason=item.supersede_reason,
-    )
+    ), f"{title}\n{content}\n{subject}"
+
+
+def _check(res: Resources, me: Owner, text: str) -> None:
+    """The manual-memory rules (:func:`~proxy.routes.memories.check_manual`) on the text an
+    item would store. Raises :class:`InvalidRequestError`."""
+    check_manual(text, res.scrubbers.for_tenant(me.tenant))
 
 
 def _items(body: ImportBody) -> tuple[list[Any], str]:
@@ -328,13 +335,18 @@ def _prepare(res: Resources, me: Owner, items: list[Any], *, field_name: str,
     old_ids: dict[str, str] = {}
     for index, item in enumerate(items):
         try:
-            memory = _accept(res, me, item, now)
+            memory, text = _accept(me, item, now)
+            key = (normalize(memory.content), memory.superseded_at is not None)
+            twin = existing.get(key)
+            if twin is None:
+                # Only text that will be stored is checked: an item that merges into a
+                # memory the user has (or an earlier item) adds to its hits, its own text
+                # is not kept — so re-importing an export costs no text scan.
+                _check(res, me, text)
         except InvalidRequestError as exc:
             out.rejected.append({"index": index, "reason": exc.code or exc.message,
                                  "message": exc.message})
             continue
-        key = (normalize(memory.content), memory.superseded_at is not None)
-        twin = existing.get(key)
         if twin is not None:
             twin = merged.get(twin.id) or created.get(twin.id) or twin
             grown = twin.with_changes(hits=twin.hits + memory.hits,
