@@ -17,7 +17,9 @@ parameter).
 - ``GET /v1/memories/stats`` → counts and learning switches (:func:`memory_stats`)
 - ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
   → 201 with the memory (``source: "manual"``; embedded when an embedder is configured,
-  stored without a vector when it fails — ``has_embedding`` says which)
+  stored without a vector when it fails — ``has_embedding`` says which); at the per-user
+  quota it makes room from retired, then learned memories, else 409
+  ``memory_quota_exceeded`` (:func:`room_for`)
 - ``GET /v1/memories/{id}`` → the memory
 - ``DELETE /v1/memories/{id}`` → ``{"id", "object": "memory.deleted", "deleted": true}``
 - ``DELETE /v1/memories?confirm=true`` → deletes all of the user's memories and profile
@@ -157,8 +159,10 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     """Store a manual memory for the caller ``me`` — cleaned, checked
     (:func:`check_manual`), embedded when an embedder is configured — with a ``created``
     audit event (``detail.via``: the surface it came from when not the REST API, e.g.
-    ``mcp``); the user joins the tenant's users index (``Ledger.register_user``). Raises
-    :class:`InvalidRequestError`."""
+    ``mcp``); the user joins the tenant's users index (``Ledger.register_user``). At the
+    per-user quota, retired then learned memories are evicted in the same write
+    (:func:`room_for`). Raises :class:`InvalidRequestError`, and :class:`ConflictError`
+    when only the user's own manual memories fill the quota."""
     tenant, user = me.tenant, me.user
     for name in ("content", "title", "subcategory", "subject"):
         check_text(getattr(new, name), name)
@@ -413,7 +417,7 @@ openapi.register(
     openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first)",
                       query=ListParams, response=MemoryList, tags=("memories",)),
     openapi.Operation("POST", "/v1/memories", "Add a memory by hand", body=NewMemory,
-                      response=MemoryOut, status=201, tags=("memories",)),
+                      response=MemoryOut, status=201, errors=(409,), tags=("memories",)),
     openapi.Operation("DELETE", "/v1/memories", "Delete all of the user's memories and "
                       "profile (needs confirm=true)", query=ConfirmParams,
                       response=MemoriesCleared, tags=("memories",)),

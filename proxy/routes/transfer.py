@@ -13,7 +13,12 @@ reason, the others go on); ids are new, ``superseded_by`` is remapped within the
 an item whose normalised content equals one of the user's memories (active with active,
 retired with retired) is merged as evidence (``hits`` added, last seen moved forward);
 every accepted item is written in one atomic :meth:`~proxy.memory.store.MemoryStore.apply`
-(nothing half-written), audited ``imported``.
+(nothing half-written), audited ``imported``. The per-item checks run in a worker thread
+(:func:`_prepare`), so the event loop serves other requests meanwhile. Under the per-user
+quota (``learning.max_memory_per_user``), the same write evicts retired, then learned
+memories to make room; an import bringing more new memories than the quota is a 400, one
+that only the user's own manual memories block a 409, both ``memory_quota_exceeded``
+with nothing written (:func:`~proxy.routes.memories.room_for`).
 
 The retirement links must hold together, or the whole import is a 400 (``param``
 ``memories.<index>.<field>``) and nothing is written: ``superseded_by`` names another item
@@ -439,5 +444,6 @@ openapi.register(
                       response=ExportOut, alternative_media=("text/markdown",),
                       tags=("memories",)),
     openapi.Operation("POST", "/v1/memories/import", "Import our export or mem0's get_all "
-                      "JSON", body=ImportBody, response=ImportResult, tags=("memories",)),
+                      "JSON", body=ImportBody, response=ImportResult, errors=(409,),
+                      tags=("memories",)),
 )
