@@ -45,6 +45,20 @@ def over_quota(memories: Sequence[Memory], *, limit: int, now: datetime) -> list
     return _victim_order(memories, now)[:excess] if excess > 0 else []
 
 
+def make_room(memories: Sequence[Memory], *, adding: int, limit: int,
+              now: datetime) -> list[Memory] | None:
+    """The memories to evict so that ``adding`` new ones written on the user's request
+    (manual add, import) fit beside ``memories`` within ``limit``: only what the gateway
+    chose to keep may go — retired memories first, then learned (``source: auto``) ones by
+    lowest value (:func:`over_quota`'s order); never a memory the user wrote or imported by
+    hand. ``None`` when that is not enough room."""
+    excess = len(memories) + adding - limit
+    if excess <= 0:
+        return []
+    evictable = [m for m in _victim_order(memories, now) if not m.active or m.source == "auto"]
+    return evictable[:excess] if len(evictable) >= excess else None
+
+
 def per_person(memories: Sequence[Memory], *, limit: int, now: datetime) -> list[Memory]:
     """Evictions so that no other person has more than ``limit`` facts about them."""
     by_subject: dict[str, list[Memory]] = defaultdict(list)

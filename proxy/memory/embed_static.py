@@ -27,6 +27,7 @@ Install with the ``static`` extra (model2vec with its ``distill`` extra).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -43,6 +44,10 @@ from proxy.memory.embed_local import BUNDLED_MODEL, resolve_model_dir
 from proxy.settings import ConfigError
 
 log = structlog.get_logger("proxy.embed")
+# Texts one embed call encodes on the event loop (a query: ~0.2 ms); a larger batch (an
+# import's memories reach it ``memory.embedder.batch_size`` = 32 at a time, up to 2,000
+# long texts in all) is encoded in a worker thread, so the loop serves other requests.
+_INLINE_TEXTS = 4
 
 EXTRA_HINT = "pip install 'memory-proxy[static]'"
 # model2vec's default PCA size (model2vec.distill.distill, pca_dims=256): measured by
@@ -174,5 +179,9 @@ class StaticEmbeddings:
                     urgent: bool = False) -> RawEmbeddings:  # noqa: ARG002 (no queue here)
         if self._static is None:
             raise EmbedderError("the static embedding model is not loaded (start() first)")
-        matrix = self._static.encode(list(texts), use_multiprocessing=False)
+        if len(texts) <= _INLINE_TEXTS:  # a query, a few facts: cheaper than a thread hop
+            matrix = self._static.encode(list(texts), use_multiprocessing=False)
+        else:  # batches of an import: seconds of CPU in all, kept off the event loop
+            matrix = await asyncio.to_thread(self._static.encode, list(texts),
+                                             use_multiprocessing=False)
         return RawEmbeddings(rows=matrix.tolist(), tokens=0)

@@ -17,7 +17,9 @@ parameter).
 - ``GET /v1/memories/stats`` → counts and learning switches (:func:`memory_stats`)
 - ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
   → 201 with the memory (``source: "manual"``; embedded when an embedder is configured,
-  stored without a vector when it fails — ``has_embedding`` says which)
+  stored without a vector when it fails — ``has_embedding`` says which); at the per-user
+  quota it makes room from retired, then learned memories, else 409
+  ``memory_quota_exceeded`` (:func:`room_for`)
 - ``GET /v1/memories/{id}`` → the memory
 - ``DELETE /v1/memories/{id}`` → ``{"id", "object": "memory.deleted", "deleted": true}``
 - ``DELETE /v1/memories?confirm=true`` → deletes all of the user's memories and profile
@@ -27,6 +29,7 @@ parameter).
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -35,10 +38,11 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
+from proxy.learning import quotas
 from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id, to_iso
-from proxy.memory.store import ListQuery
+from proxy.memory.store import ChangeSet, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
@@ -83,6 +87,30 @@ def check_manual(text: str, scrubber: Scrubber) -> None:
             f"The memory contains personal data or a secret ({', '.join(sorted(found))}); "
             "memories never store it.", param="content", code="pii_not_allowed",
         )
+
+
+def room_for(stored: list[Memory], adding: int, *, limit: int, now: datetime,
+             param: str = "content") -> list[Memory]:
+    """The memories to evict so that ``adding`` memories the user asks for fit within the
+    per-user quota ``limit`` (``learning.max_memory_per_user``, seed 000 §6: 500) beside the
+    user's ``stored`` ones (retired and disabled included): retired, then learned ones
+    (:func:`~proxy.learning.quotas.make_room`). Raises :class:`InvalidRequestError` (400
+    ``memory_quota_exceeded``) when ``adding`` alone exceeds the quota, and
+    :class:`ConflictError` (409 ``memory_quota_exceeded``) when the user's own manual or
+    imported memories leave no room."""
+    if adding > limit:
+        raise InvalidRequestError(
+            f"{param}: {adding} new memories exceed the quota of {limit} memories per user "
+            "(learning.max_memory_per_user); nothing was written.", param=param,
+            code="memory_quota_exceeded")
+    victims = quotas.make_room(stored, adding=adding, limit=limit, now=now)
+    if victims is None:
+        raise ConflictError(
+            f"The quota of {limit} memories per user (learning.max_memory_per_user) is "
+            f"reached: you have {len(stored)}, and {adding} more would not fit even after "
+            "retired and learned memories make room. Delete some memories first; nothing "
+            "was written.", param=param, code="memory_quota_exceeded")
+    return victims
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -131,8 +159,10 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     """Store a manual memory for the caller ``me`` — cleaned, checked
     (:func:`check_manual`), embedded when an embedder is configured — with a ``created``
     audit event (``detail.via``: the surface it came from when not the REST API, e.g.
-    ``mcp``); the user joins the tenant's users index (``Ledger.register_user``). Raises
-    :class:`InvalidRequestError`."""
+    ``mcp``); the user joins the tenant's users index (``Ledger.register_user``). At the
+    per-user quota, retired then learned memories are evicted in the same write
+    (:func:`room_for`). Raises :class:`InvalidRequestError`, and :class:`ConflictError`
+    when only the user's own manual memories fill the quota."""
     tenant, user = me.tenant, me.user
     for name in ("content", "title", "subcategory", "subject"):
         check_text(getattr(new, name), name)
@@ -157,6 +187,7 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
         subject=subject, source="manual", score=1.0,
         created_at=now, updated_at=now, last_seen_at=now,
     )
+    evicted = await _make_room(res, tenant, user, now)
     embedding = await embed_manual(res, tenant, user, memory.content)
     if embedding is not None:  # no vector (embedder down) → stored all the same
         memory = memory.with_changes(**vector_fields(res, embedding))
@@ -165,8 +196,28 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     # In the tenant → users index (GET /v1/admin/users) like a user who chatted; first,
     # so a failure leaves nothing half-done (the memory is not written either).
     await res.ledger.register_user(tenant, user, now)
-    await res.store.add(memory, audit=audit)
+    if not evicted:
+        await res.store.add(memory, audit=audit)
+        return memory
+    # Over quota: the memory and the evictions that make room for it in one write.
+    await res.store.apply(ChangeSet(
+        tenant=tenant, user_id=user, batch_key=f"manual:{memory.id}", upserts=(memory,),
+        deletes=tuple(m.id for m in evicted),
+        audit=(audit, *(me.audit(res, "evicted", m.id, reason="over quota")
+                        for m in evicted))))
     return memory
+
+
+async def _make_room(res: Resources, tenant: str, user: str, now: datetime) -> list[Memory]:
+    """The evictions one more manual memory needs under the per-user quota
+    (:func:`room_for`; the tenant's ``learning.max_memory_per_user``). Raises
+    :class:`ConflictError` when only the user's own manual memories fill the quota."""
+    limit = (await res.tenants.get(tenant)).learning.max_memory_per_user
+    counts = await res.store.count(tenant, user)
+    held = counts.get("total", 0) + counts.get("retired", 0) + counts.get("disabled", 0)
+    if held + 1 <= limit:  # the usual case: no listing needed
+        return []
+    return room_for(await all_memories(res, tenant, user), 1, limit=limit, now=now)
 
 
 async def embed_manual(res: Resources, tenant: str, user: str,
@@ -366,7 +417,7 @@ openapi.register(
     openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first)",
                       query=ListParams, response=MemoryList, tags=("memories",)),
     openapi.Operation("POST", "/v1/memories", "Add a memory by hand", body=NewMemory,
-                      response=MemoryOut, status=201, tags=("memories",)),
+                      response=MemoryOut, status=201, errors=(409,), tags=("memories",)),
     openapi.Operation("DELETE", "/v1/memories", "Delete all of the user's memories and "
                       "profile (needs confirm=true)", query=ConfirmParams,
                       response=MemoriesCleared, tags=("memories",)),

@@ -35,6 +35,22 @@ def test_retired_go_first_then_lowest_value_and_manual_last() -> None:
     assert quotas.over_quota([strong, manual], limit=5, now=NOW) == []
 
 
+def test_room_for_written_memories_comes_from_retired_then_learned_only() -> None:
+    """Room for memories the user writes is made from retired, then learned ones of least
+    value — never a manual one: ``None`` when those are not enough, ``[]`` under quota."""
+    retired = mem(1, enabled=False, superseded_at=NOW)
+    weak = mem(2, score=0.1, last_seen_at=NOW - timedelta(days=300))
+    strong = mem(3, score=0.9, hits=8)
+    manual = mem(4, source="manual", score=0.0, last_seen_at=NOW - timedelta(days=900))
+    held = [strong, manual, weak, retired]
+    assert quotas.make_room(held, adding=1, limit=5, now=NOW) == []
+    room = quotas.make_room(held, adding=2, limit=4, now=NOW)
+    assert [v.id for v in room or []] == [retired.id, weak.id]
+    room = quotas.make_room(held, adding=2, limit=3, now=NOW)
+    assert [v.id for v in room or []] == [retired.id, weak.id, strong.id]
+    assert quotas.make_room(held, adding=1, limit=1, now=NOW) is None
+
+
 def test_facts_about_one_person_are_capped() -> None:
     """No other person gets more than 40 facts; facts about the user are not affected."""
     about_bob = [mem(i, subject="Bob", score=i / 100) for i in range(45)]

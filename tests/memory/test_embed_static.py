@@ -45,6 +45,27 @@ async def test_a_model2vec_directory_is_loaded_as_is(tiny_static: Path) -> None:
         await embedder.aclose()
 
 
+async def test_a_large_batch_embeds_like_the_same_texts_one_by_one(
+        tiny_static: Path) -> None:
+    """An import-sized batch (encoded in a worker thread) gives each text the vector it
+    gets alone (encoded on the loop), in order."""
+    embedder = build_embedder(EmbedderSettings(provider="static", model=str(tiny_static),
+                                               cache_size=0))
+    assert embedder is not None
+    await embedder.start()
+    try:
+        texts = [f"fact number {i} about the park" if i % 2 else f"tax form {i}"
+                 for i in range(100)]
+        batch = await embedder.embed_documents(texts)
+        assert len(batch.vectors) == len(texts)
+        for index in (0, 1, 57, 99):
+            alone = await embedder.embed_documents([texts[index]])
+            assert batch.vectors[index] == pytest.approx(alone.vectors[0], abs=1e-6)
+        assert batch.vectors[0] != pytest.approx(batch.vectors[1], abs=1e-3)
+    finally:
+        await embedder.aclose()
+
+
 async def test_a_distilled_model_in_the_cache_is_reused(tiny_static: Path,
                                                         tmp_path: Path) -> None:
     """The bundled model's static version found in ``cache_dir`` is loaded, not distilled
