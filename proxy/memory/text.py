@@ -229,7 +229,6 @@ RULE_WORDS = (
     "roleplay", "behave", "always", "never", "must", "should", "answer", "reply",
     "respond", "from", "now", "you", "are", "act", "all", "any", "your", "the", "new",
 )
-_RULE_WORD_SET = frozenset(RULE_WORDS)
 _RULE_WORD_SPLIT = re.compile("|".join(sorted(RULE_WORDS, key=len, reverse=True)))
 
 
@@ -238,33 +237,23 @@ def _spelled_out(match: re.Match[str]) -> str:
     return _SPACE.sub(" ", _RULE_WORD_SPLIT.sub(r" \g<0> ", letters)).strip()
 
 
+# A rule word of four letters or more with 1–3 spaces or punctuation marks between any of
+# its letters ("ign ore", "in-structions", "s.y.s.t.e.m"), as a whole word.
+_SPLIT_RULE_WORD = re.compile(r"(?<!\w)(?:" + "|".join(
+    f"(?:{_SEPARATOR})?".join(word)
+    for word in sorted((w for w in RULE_WORDS if len(w) >= 4), key=len, reverse=True)
+) + r")(?!\w)")
+_NOT_LETTER = re.compile(r"[^a-z]+")
+
+
+def _rejoined(match: re.Match[str]) -> str:
+    return _NOT_LETTER.sub("", match.group())
+
+
 def _rejoin_split_words(form: str) -> str:
-    """``form`` with two or three neighbouring words joined when together they spell one
-    of :data:`RULE_WORDS` and stand 1–3 separator characters apart on one line."""
-    words = list(_WORD.finditer(form))
-    out: list[str] = []
-    last = 0
-    i = 0
-    while i < len(words):
-        for size in (3, 2):
-            group = words[i:i + size]
-            if len(group) < size or any(
-                    "\n" in form[x.end():y.start()] or y.start() - x.end() > 3
-                    for x, y in zip(group, group[1:], strict=False)):
-                continue
-            joined = "".join(w.group() for w in group)
-            if joined in _RULE_WORD_SET:
-                out.append(form[last:group[0].start()])
-                out.append(joined)
-                last = group[-1].end()
-                i += size
-                break
-        else:
-            i += 1
-    if not out:
-        return form
-    out.append(form[last:])
-    return "".join(out)
+    """``form`` with each rule word of four letters or more that is split by 1–3 spaces or
+    punctuation marks between its letters (``ign ore``) joined back (``ignore``)."""
+    return _SPLIT_RULE_WORD.sub(_rejoined, form)
 
 
 def _transliterate_mixed(folded: str) -> str:
@@ -302,8 +291,7 @@ def detection_forms(text: str) -> tuple[str, ...]:
                 _latin_skeletons(keep_case=False))).strip())
     forms = list(bases)
     for base in bases:
-        joined = _rejoin_split_words(_SPACE.sub(
-            _collapse_space, _SPELLED.sub(_spelled_out, base)).strip())
+        joined = _rejoin_split_words(_SPELLED.sub(_spelled_out, base))
         if joined not in forms:
             forms.append(joined)
     return tuple(forms)
