@@ -215,7 +215,9 @@ def detection_form(text: str, *, keep_case: bool = False) -> str:
 _WORD = re.compile(r"\w+")
 _SEPARATOR = r"[^\w\n]{1,3}"  # 1–3 spaces or punctuation marks on one line
 # Three or more single letters, each standing alone, separated: "i g n o r e",
-# "i.g.n.o.r.e", "i - g - n".
+# "i.g.n.o.r.e", "i - g - n". Joined when four or more, or when the three spell "you" (the
+# one short word that opens an order or persona switch, "y o u are now …"): other runs of
+# three are initials and abbreviations ("J. R. R.", "U.S.A.", "A, C, T and G") and stay.
 _SPELLED = re.compile(rf"(?<!\w)[a-z](?:{_SEPARATOR}[a-z](?!\w)){{2,}}")
 # The words the English rules are written with (proxy/memory/directives.py). A word split
 # by spaces or punctuation ("ign ore", "in-structions") is joined back when the pieces spell
@@ -234,6 +236,8 @@ _RULE_WORD_SPLIT = re.compile("|".join(sorted(RULE_WORDS, key=len, reverse=True)
 
 def _spelled_out(match: re.Match[str]) -> str:
     letters = "".join(ch for ch in match.group() if ch.isalpha())
+    if len(letters) < 4 and letters != "you":
+        return match.group()
     return _SPACE.sub(" ", _RULE_WORD_SPLIT.sub(r" \g<0> ", letters)).strip()
 
 

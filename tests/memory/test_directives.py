@@ -108,6 +108,8 @@ TABLE: list[tuple[str, bool]] = [
     ("Works at I B M in New York", True),
     ("Grades on the A/B/C scale", True),
     ("Spells her name A-N-N-A", True),
+    ("A, C, T and G are the four DNA bases", True),
+    ("Moved to the U.S.A. in 2019", True),
 ]
 
 
