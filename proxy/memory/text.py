@@ -155,6 +155,13 @@ def _latin_skeletons(*, keep_case: bool) -> dict[int, str]:
     return table
 
 
+def load_confusables() -> None:
+    """Build the confusables tables now (~50–80 ms of CPU, blocking: call it off the event
+    loop at startup; otherwise the first text that is not ASCII pays for it)."""
+    _latin_skeletons(keep_case=False)
+    _latin_skeletons(keep_case=True)
+
+
 _LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 
 
