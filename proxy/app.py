@@ -29,6 +29,7 @@ from proxy.alerts import alert_monitor
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.store import StoreUnavailableError
+from proxy.memory.text import load_confusables
 from proxy.resources import Resources, open_resources
 from proxy.routes import (
     admin,
@@ -139,6 +140,8 @@ async def _warm_up(res: Resources) -> None:
     tokenizers = {route.tokenizer for name in res.registry.names
                   for route in res.registry.routes(name)}
     # jieba is not loaded here: only when CJK text first appears (see proxy.memory.text).
+    # The confusables tables every memory text check reads (proxy.memory.text).
+    await asyncio.to_thread(load_confusables)
     for name in tokenizers:
         await asyncio.to_thread(res.counter.encoder, name)
     warm = getattr(res.upstream, "warm_up", None)

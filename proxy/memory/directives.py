@@ -3,8 +3,10 @@
 One set of rules decides, for learned facts (:mod:`proxy.learning.filters`), manual
 memories (``POST /v1/memories``) and every line of the injected block
 (:func:`injectable`), whether a text may be kept as memory. Each rule is decided on
-:func:`~proxy.memory.text.detection_form`, so full-width, look-alike or invisible-character
-spellings are judged like their plain ASCII reading. A text is refused when:
+the forms of :func:`~proxy.memory.text.detection_forms`, so full-width, mathematical,
+look-alike (every Unicode confusable of a Latin letter), mixed-script, invisible-character,
+spelled-out (``i g n o r e``, ``i.g.n.o.r.e``) and split (``ign ore``) spellings are judged
+like their plain ASCII reading. A text is refused when:
 
 - it carries a **link** — a URL with a scheme (``https://``, ``ftp://``), ``www.``, or a
   host whose last labels are a public suffix (Mozilla's Public Suffix List, bundled by the
@@ -37,7 +39,7 @@ from typing import Literal
 
 from publicsuffixlist import PublicSuffixList
 
-from proxy.memory.text import detection_form
+from proxy.memory.text import detection_form, detection_forms
 
 # A scheme (http://, ftp://, javascript:// …) or www. anywhere.
 _SCHEME = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://|\bwww\d?\.[^\s.]")
@@ -199,7 +201,14 @@ def directive_rule(text: str) -> str | None:
     """The rule ``text`` breaks — ``"link"``, ``"role"``, ``"override"`` or ``"order"`` —
     or ``None`` when it may be kept as memory (see the module docstring). Memoised: the
     same memory lines come back on every request of a user."""
-    form = detection_form(text)
+    for form in detection_forms(text):
+        rule = _rule_on(form)
+        if rule is not None:
+            return rule
+    return None
+
+
+def _rule_on(form: str) -> str | None:
     if not form:
         return None
     if has_link(form):

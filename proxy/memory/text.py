@@ -92,15 +92,76 @@ _HIDDEN_CATEGORIES = frozenset(("Cf", "Cc"))
 # fillers, variation selectors (dropped only in the detection form).
 _HIDDEN_EXTRA = frozenset("\u034f\u115f\u1160\u3164\uffa0") | frozenset(
     chr(c) for c in range(0xFE00, 0xFE10))
-# Latin look-alikes from other scripts (Cyrillic, Greek, IPA) that NFKC leaves alone, so
-# "іgnоre" (Cyrillic і, о) reads as "ignore" to the filters. Detection form only.
-_CONFUSABLES = str.maketrans({
+# Latin look-alikes NFKC leaves alone that the Unicode confusables data maps to a letter
+# other than the one they are read as in an injection (Cyrillic і: "l" by TS #39's
+# prototype of the capital, read "i"), or that it lacks. Applied over the data's table.
+_CONFUSABLES_EXTRA = {
     "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o",
     "р": "p", "с": "c", "т": "t", "у": "y", "х": "x", "і": "i", "ї": "i", "ј": "j",
     "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "һ": "h", "ӏ": "l", "α": "a", "ε": "e",
     "β": "b", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x",
     "ı": "i", "ɡ": "g", "ɑ": "a", "ɩ": "i", "ʀ": "r",
-})
+}
+# Sources never mapped: CJK ideographs, kana, Hangul and CJK symbols (〇 is a Chinese zero,
+# 丨 a stroke), so Chinese rules and text see Chinese as written.
+_NOT_MAPPED = re.compile(rf"[{_CJK}\u2e80-\u2fff\u3000-\u303f\u3100-\u31ff]")
+
+
+@lru_cache(maxsize=2)
+def _latin_skeletons(*, keep_case: bool) -> dict[int, str]:
+    """``str.translate`` table: every non-ASCII character that Unicode's confusables data
+    (TS #39 ``confusables.txt``, as bundled by the ``confusable-homoglyphs`` package — no
+    download) links to an ASCII letter, mapped to that letter; lower-cased unless
+    ``keep_case`` (a capital-I look-alike whose prototype is ``l`` then stays ``I``).
+    Decimal digits of other scripts stay digits (PII detectors read them), CJK is never
+    mapped, ASCII is never mapped (TS #39 would turn ``m`` into ``rn``). ~1,200 entries,
+    built in ~20 ms on the first text that is not ASCII."""
+    from confusable_homoglyphs.utils import load
+
+    pairs: dict[str, set[str]] = {}
+    for source, entries in load("confusables.json").items():
+        for entry in entries:
+            target = entry["c"]
+            if len(source) == 1 and len(target) == 1:
+                pairs.setdefault(source, set()).add(target)
+                pairs.setdefault(target, set()).add(source)
+    table: dict[int, str] = {}
+    for source in pairs:
+        if source.isascii() or _NOT_MAPPED.match(source) or \
+                unicodedata.category(source) == "Nd":
+            continue
+        # The nearest ASCII letters in the confusables graph (a source may reach its
+        # prototype through another look-alike: н → ʜ → H).
+        seen, frontier, letters = {source}, [source], set[str]()
+        for _ in range(3):
+            frontier = [n for ch in frontier for n in pairs[ch] if n not in seen]
+            seen.update(frontier)
+            letters = {n for n in frontier if n.isascii() and n.isalpha()}
+            if letters or not frontier:
+                break
+        if len(letters) == 1:
+            letter = letters.pop()
+            if keep_case:
+                if letter == "l" and unicodedata.category(source) == "Lu":
+                    letter = "I"
+            else:
+                letter = letter.lower()
+            table[ord(source)] = letter
+    for source, letter in _CONFUSABLES_EXTRA.items():
+        table[ord(source)] = letter
+        if keep_case and source.upper() != source and len(source.upper()) == 1 \
+                and ord(source.upper()) not in table:
+            table[ord(source.upper())] = letter.upper()
+    return table
+
+
+def load_confusables() -> None:
+    """Build the confusables tables now (~50–80 ms of CPU, blocking: call it off the event
+    loop at startup; otherwise the first text that is not ASCII pays for it)."""
+    _latin_skeletons(keep_case=False)
+    _latin_skeletons(keep_case=True)
+
+
 _LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 
 
@@ -120,20 +181,9 @@ def _collapse_space(match: re.Match[str]) -> str:
     return "\n" if any(ch in _LINE_BREAKS for ch in match.group()) else " "
 
 
-def detection_form(text: str, *, keep_case: bool = False) -> str:
-    """The one canonical form every memory text rule (directive, link, JSON, placeholder,
-    subject checks; learned and manual memories alike) is decided on, so no spelling the
-    model reads the same way slips past a rule written for plain ASCII:
-
-    NFKC (full-width and other compatibility forms → ASCII: ``Ｉｇｎｏｒｅ`` → ``Ignore``,
-    ``：／／`` → ``://``); invisible characters removed (:func:`strip_invisible`, plus
-    variation selectors, the combining grapheme joiner and Hangul fillers); combining marks
-    removed (``ignóre`` → ``ignore``); common Cyrillic/Greek look-alikes of Latin letters
-    mapped to them; case-folded (unless ``keep_case``, for detectors whose patterns are
-    case-sensitive, such as API key formats); whitespace collapsed: a run holding a line
-    break becomes ``"\\n"`` (so rules anchored at a line start still see lines), any other
-    run one space; trimmed. Never stored or shown: it exists to be matched against.
-    """
+def _unmarked(text: str, *, keep_case: bool) -> tuple[str, bool]:
+    """NFKC, invisible characters and combining marks removed, case-folded unless
+    ``keep_case``; and whether the text is plain ASCII (nothing left to map)."""
     folded = unicodedata.normalize("NFKC", strip_invisible(text))
     plain = folded.isascii()
     if not plain:
@@ -144,9 +194,118 @@ def detection_form(text: str, *, keep_case: bool = False) -> str:
         ))
     if not keep_case:
         folded = folded.casefold()
+    return folded, plain
+
+
+def detection_form(text: str, *, keep_case: bool = False) -> str:
+    """The one canonical form every memory text rule (directive, link, JSON, placeholder,
+    subject checks; learned and manual memories alike) is decided on, so no spelling the
+    model reads the same way slips past a rule written for plain ASCII:
+
+    NFKC (full-width, mathematical alphanumerics and other compatibility forms → ASCII:
+    ``Ｉｇｎｏｒｅ``, ``𝐢𝐠𝐧𝐨𝐫𝐞`` → ``ignore``, ``：／／`` → ``://``); invisible characters
+    removed (:func:`strip_invisible`: zero-width, soft hyphen, bidi overrides; plus
+    variation selectors, the combining grapheme joiner and Hangul fillers); combining marks
+    removed (``ignóre`` → ``ignore``); case-folded (unless ``keep_case``, for detectors
+    whose patterns are case-sensitive, such as API key formats); every Unicode confusable
+    of a Latin letter mapped to that letter (Cyrillic, Greek, Armenian, Cherokee, IPA …:
+    :func:`_latin_skeletons`; CJK and ASCII untouched); whitespace collapsed: a run holding
+    a line break becomes ``"\\n"`` (so rules anchored at a line start still see lines), any
+    other run one space; trimmed. Never stored or shown: it exists to be matched against.
+    """
+    folded, plain = _unmarked(text, keep_case=keep_case)
     if not plain:
-        folded = folded.translate(_CONFUSABLES)
+        folded = folded.translate(_latin_skeletons(keep_case=keep_case))
     return _SPACE.sub(_collapse_space, folded).strip()
+
+
+_WORD = re.compile(r"\w+")
+_SEPARATOR = r"[^\w\n]{1,3}"  # 1–3 spaces or punctuation marks on one line
+# Three or more single letters, each standing alone, separated: "i g n o r e",
+# "i.g.n.o.r.e", "i - g - n". Joined when four or more, or when the three spell "you" (the
+# one short word that opens an order or persona switch, "y o u are now …"): other runs of
+# three are initials and abbreviations ("J. R. R.", "U.S.A.", "A, C, T and G") and stay.
+_SPELLED = re.compile(rf"(?<!\w)[a-z](?:{_SEPARATOR}[a-z](?!\w)){{2,}}")
+# The words the English rules are written with (proxy/memory/directives.py). A word split
+# by spaces or punctuation ("ign ore", "in-structions") is joined back when the pieces spell
+# one of them, and a run of spelled letters is split back into them
+# ("ignorepreviousinstructions" → "ignore previous instructions"), longest first.
+RULE_WORDS = (
+    "ignore", "disregard", "forget", "override", "bypass", "overrule", "abandon", "discard",
+    "previous", "prior", "earlier", "preceding", "above", "everything", "instructions",
+    "instruction", "rules", "rule", "prompts", "prompt", "guidelines", "guidance",
+    "directives", "policy", "policies", "system", "assistant", "developer", "pretend",
+    "roleplay", "behave", "always", "never", "must", "should", "answer", "reply",
+    "respond", "from", "now", "you", "are", "act", "all", "any", "your", "the", "new",
+)
+_RULE_WORD_SPLIT = re.compile("|".join(sorted(RULE_WORDS, key=len, reverse=True)))
+
+
+def _spelled_out(match: re.Match[str]) -> str:
+    letters = "".join(ch for ch in match.group() if ch.isalpha())
+    if len(letters) < 4 and letters != "you":
+        return match.group()
+    return _SPACE.sub(" ", _RULE_WORD_SPLIT.sub(r" \g<0> ", letters)).strip()
+
+
+# A rule word of four letters or more with 1–3 spaces or punctuation marks between any of
+# its letters ("ign ore", "in-structions", "s.y.s.t.e.m"), as a whole word.
+_SPLIT_RULE_WORD = re.compile(r"(?<!\w)(?:" + "|".join(
+    f"(?:{_SEPARATOR})?".join(word)
+    for word in sorted((w for w in RULE_WORDS if len(w) >= 4), key=len, reverse=True)
+) + r")(?!\w)")
+_NOT_LETTER = re.compile(r"[^a-z]+")
+
+
+def _rejoined(match: re.Match[str]) -> str:
+    return _NOT_LETTER.sub("", match.group())
+
+
+def _rejoin_split_words(form: str) -> str:
+    """``form`` with each rule word of four letters or more that is split by 1–3 spaces or
+    punctuation marks between its letters (``ign ore``) joined back (``ignore``)."""
+    return _SPLIT_RULE_WORD.sub(_rejoined, form)
+
+
+def _transliterate_mixed(folded: str) -> str:
+    """``folded`` with each word that mixes ASCII letters with letters of another script
+    (``iгnore``) transliterated to ASCII (the ``anyascii`` package's tables, no download):
+    such a word is read by its sound (г → g) as much as by its look (г → r). Words wholly
+    in one script, and CJK characters, are left as they are."""
+    def fix(match: re.Match[str]) -> str:
+        word = match.group()
+        if word.isascii() or not any("a" <= ch <= "z" for ch in word):
+            return word
+        from anyascii import anyascii
+
+        return "".join(
+            anyascii(ch).lower() if not ch.isascii() and not _NOT_MAPPED.match(ch) else ch
+            for ch in word
+        )
+
+    return _WORD.sub(fix, folded)
+
+
+def detection_forms(text: str) -> tuple[str, ...]:
+    """The distinct forms the directive rules are checked on, :func:`detection_form` first:
+    that form with words mixing Latin and other letters transliterated (``Iгnore`` →
+    ``ignore``), and each of those with spelled-out letters and split words joined back
+    (``i g n o r e``, ``i.g.n.o.r.e``, ``ign ore`` → ``ignore``). One to four strings; a
+    text breaks a rule when any of them does."""
+    folded, plain = _unmarked(text, keep_case=False)
+    bases = [_SPACE.sub(_collapse_space, folded.translate(
+        _latin_skeletons(keep_case=False)) if not plain else folded).strip()]
+    if not plain:
+        mixed = _transliterate_mixed(folded)
+        if mixed != folded:
+            bases.append(_SPACE.sub(_collapse_space, mixed.translate(
+                _latin_skeletons(keep_case=False))).strip())
+    forms = list(bases)
+    for base in bases:
+        joined = _rejoin_split_words(_SPELLED.sub(_spelled_out, base))
+        if joined not in forms:
+            forms.append(joined)
+    return tuple(forms)
 
 
 @lru_cache(maxsize=8192)
@@ -158,7 +317,8 @@ def fold_char(ch: str) -> str:
     if ch in _HIDDEN_EXTRA or unicodedata.combining(ch) or (
             not ch.isspace() and unicodedata.category(ch) in _HIDDEN_CATEGORIES):
         return ""
-    return unicodedata.normalize("NFKC", ch).casefold().translate(_CONFUSABLES)
+    return unicodedata.normalize("NFKC", ch).casefold().translate(
+        _latin_skeletons(keep_case=False))
 
 
 def normalize(text: str) -> str:

@@ -53,6 +53,38 @@ def test_detection_form(raw: str, form: str) -> None:
 def test_detection_form_can_keep_case() -> None:
     """``keep_case`` keeps letter case for case-sensitive detectors (API key formats)."""
     assert text.detection_form("ＡＫＩＡ\u200bKey", keep_case=True) == "AKIAKey"
+    assert text.detection_form("AKΙA ᎪᏴ", keep_case=True) == "AKIA AB"  # Greek, Cherokee
+
+
+@pytest.mark.parametrize(("raw", "form"), [
+    ("Ꭵgnօre", "ignore"),  # Cherokee, Armenian
+    ("ⅰgnore 𝐢𝐠𝐧𝐨𝐫𝐞", "ignore ignore"),  # Roman numeral, mathematical bold
+    ("Любит борщ", "любиt бopщ"),  # only the look-alikes of Latin letters are mapped
+    ("二〇二六年 丨", "二〇二六年 丨"),  # CJK is never mapped
+    ("٣ ০", "٣ ০"),  # digits of other scripts stay digits
+])
+def test_every_confusable_of_a_latin_letter_is_mapped(raw: str, form: str) -> None:
+    """The detection form maps Unicode's confusables of Latin letters to them, and leaves
+    CJK, digits and other letters alone."""
+    assert text.detection_form(raw) == form
+
+
+@pytest.mark.parametrize(("raw", "forms"), [
+    ("Iгnore it", ("irnore it", "ignore it")),  # by look (г → r) and by sound (г → g)
+    ("i g n o r e it", ("i g n o r e it", "ignore it")),
+    ("i.g.n.o.r.e it", ("i.g.n.o.r.e it", "ignore it")),
+    ("ign ore it", ("ign ore it", "ignore it")),
+    ("I G N O R E P R E V I O U S", ("i g n o r e p r e v i o u s", "ignore previous")),
+    ("A B testing", ("a b testing",)),
+    ("Любит борщ", ("любиt бopщ",)),
+    ("plain words", ("plain words",)),
+])
+def test_detection_forms_add_transliterated_and_joined_readings(
+    raw: str, forms: tuple[str, ...]
+) -> None:
+    """Mixed-script words are also read transliterated, spelled-out letters and split rule
+    words also joined; a text with neither has the one detection form."""
+    assert text.detection_forms(raw) == forms
 
 
 @pytest.mark.parametrize(("raw", "kept"), [
