@@ -283,6 +283,16 @@ def redis_storage(tmp_path: Any, url: str, prefix: str) -> dict[str, object]:
             "path": str(tmp_path / "memory.db")}
 
 
+def backend_overrides(request: Any, tmp_path: Any) -> dict[str, Any]:
+    """``make_settings`` overrides for the backend a parametrised fixture's
+    ``request.param`` names: ``{}`` for ``"sqlite"``, ``{"storage": …}`` on the test Redis
+    (the ``redis_url`` / ``redis_prefix`` fixtures) for ``"redis"``."""
+    if request.param != "redis":
+        return {}
+    return {"storage": redis_storage(tmp_path, request.getfixturevalue("redis_url"),
+                                     request.getfixturevalue("redis_prefix"))}
+
+
 @dataclass
 class Gateway:
     """A gateway served by uvicorn on 127.0.0.1 with a fake upstream behind it."""

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from proxy.memory.store import ListQuery
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 GROUP = {"X-Memory-Channel": "group", "X-Memory-Group-Id": "hikers"}
 APP = {"Authorization": "Bearer app-key"}
@@ -29,10 +35,7 @@ def _sha(key: str) -> str:
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def gw(request: pytest.FixtureRequest, tmp_path: Path,
              upstream: FakeUpstream) -> AsyncIterator[Gateway]:
-    extra: dict[str, Any] = {}
-    if request.param == "redis":
-        extra["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                         request.getfixturevalue("redis_prefix"))
+    extra = backend_overrides(request, tmp_path)
     settings = make_settings(
         tmp_path, learning={"enabled": True, "batch_messages": {"private": 50, "group": 50}},
         auth={"keys": [{"key_sha256": _sha("app-key"), "tenant": "t"},

@@ -52,6 +52,22 @@ async def say(gateway: Gateway, text: str) -> None:
     assert response.status_code == 200
 
 
+def fail_extractions(upstream: FakeUpstream, times: int,
+                     error: type[httpx.TransportError]) -> dict[str, int]:
+    """Make the next ``times`` extraction calls fail with ``error`` (a transport error,
+    raised before the fake sees them); the returned ``{"left": n}`` counts down."""
+    failures = {"left": times}
+
+    async def flaky(request: httpx.Request) -> httpx.Response:
+        if b"NEW messages" in request.content and failures["left"] > 0:
+            failures["left"] -= 1
+            raise error("upstream failed", request=request)
+        return await upstream.respond(request)
+
+    upstream.intercept = flaky
+    return failures
+
+
 async def memories(gateway: Gateway) -> list[tuple[str, int]]:
     found = await gateway.res.store.list_memories(ListQuery(tenant="default", user="u1"))
     return [(m.content, m.hits) for m in found]
@@ -110,16 +126,8 @@ async def test_job_of_a_dead_worker_is_redelivered_after_its_lease(
 async def test_timeouts_are_retried_then_succeed(faulty: Gateway, upstream: FakeUpstream) -> None:
     """A learning call that times out is retried with backoff and then learned once."""
     upstream.extract = lambda body: fact("Speaks Basque")
-    failures = {"left": 2}
-
-    async def flaky(request: httpx.Request) -> httpx.Response:
-        if b"NEW messages" in request.content and failures["left"] > 0:
-            failures["left"] -= 1
-            raise httpx.ReadTimeout("slow", request=request)
-        return await upstream.respond(request)
-
     await say(faulty, "I speak Basque.")
-    upstream.intercept = flaky
+    failures = fail_extractions(upstream, 2, httpx.ReadTimeout)
     await drain_with_waits(faulty)
     assert await memories(faulty) == [("Speaks Basque", 1)]
     assert failures["left"] == 0
@@ -216,19 +224,11 @@ async def test_a_retry_never_shows_the_model_less_of_the_conversation(
             "api_key": "sk-upstream"}, "model_info": {"max_input_tokens": window}}],
         learning={"enabled": True, "batch_messages": 1, "max_attempts": 3,
                   "retry_base_seconds": 0.01, "max_output_tokens": 2048})
-    failures = {"left": 1}
-
-    async def flaky(request: httpx.Request) -> httpx.Response:
-        if b"NEW messages" in request.content and failures["left"] > 0:
-            failures["left"] -= 1
-            raise httpx.ConnectError("upstream down", request=request)
-        return await upstream.respond(request)
-
     upstream.extract = lambda body: (fact("Lives in Porto") if "Porto" in str(body["messages"])
                                      else {"memories": [], "profile": None})
     async with running_gateway(settings, upstream) as gateway:
         await say(gateway, "I moved to Porto last year.")
-        upstream.intercept = flaky
+        failures = fail_extractions(upstream, 1, httpx.ConnectError)
         await drain_with_waits(gateway)
         assert await memories(gateway) == [("Lives in Porto", 1)]
     assert failures["left"] == 0

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 REQUESTS_PER_BACKEND = 400
 SEED = 10
@@ -138,10 +144,7 @@ ADMIN = {"Authorization": "Bearer fuzz-admin", "X-User-Id": "u1"}
 async def fuzz_gateway(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstream,
                        monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
     monkeypatch.setenv("FUZZ_ADMIN", "fuzz-admin")
-    extra: dict[str, Any] = {}
-    if request.param == "redis":
-        extra["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                         request.getfixturevalue("redis_prefix"))
+    extra = backend_overrides(request, tmp_path)
     settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1},
                              auth={"admin_keys": [{"key": "os.environ/FUZZ_ADMIN",
                                                    "tenant": "default"}]}, **extra)

@@ -13,7 +13,13 @@ import pytest
 
 from proxy.errors import InvalidRequestError
 from proxy.routes.params import check_text, flag_param, int_param, text_param
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 USER = {"X-User-Id": "u1"}
 ADMIN = {"Authorization": "Bearer v-admin"}
@@ -23,10 +29,7 @@ ADMIN = {"Authorization": "Bearer v-admin"}
 async def gw(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstream,
              monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
     monkeypatch.setenv("V_ADMIN", "v-admin")
-    extra: dict[str, Any] = {}
-    if request.param == "redis":
-        extra["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                         request.getfixturevalue("redis_prefix"))
+    extra = backend_overrides(request, tmp_path)
     settings = make_settings(tmp_path, auth={"admin_keys": [{"key": "os.environ/V_ADMIN",
                                                              "tenant": "default"}]}, **extra)
     async with running_gateway(settings, upstream) as gateway:

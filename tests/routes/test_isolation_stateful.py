@@ -26,7 +26,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 TENANTS = {"tenant-a": "iso-app-a", "tenant-b": "iso-app-b"}
 ADMIN_A = "iso-admin-a"
@@ -41,10 +47,7 @@ async def gw(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest
     for name, value in {"ISO_A": TENANTS["tenant-a"], "ISO_B": TENANTS["tenant-b"],
                         "ISO_ADMIN": ADMIN_A}.items():
         monkeypatch.setenv(name, value)
-    overrides: dict[str, Any] = {}
-    if request.param == "redis":
-        overrides["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                             request.getfixturevalue("redis_prefix"))
+    overrides = backend_overrides(request, tmp_path)
     config = make_settings(
         tmp_path, auth={"keys": [{"key": "os.environ/ISO_A", "tenant": "tenant-a"},
                                  {"key": "os.environ/ISO_B", "tenant": "tenant-b"}],

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 ACME_APP = {"Authorization": "Bearer acme-app"}
 ACME_ADMIN = {"Authorization": "Bearer acme-admin"}
@@ -41,10 +47,7 @@ def tenant_settings(tmp_path: Path, **extra: Any) -> Any:
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def two_tenants(request: pytest.FixtureRequest, tmp_path: Path,
                       upstream: FakeUpstream) -> AsyncIterator[Gateway]:
-    extra: dict[str, Any] = {}
-    if request.param == "redis":
-        extra["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                         request.getfixturevalue("redis_prefix"))
+    extra = backend_overrides(request, tmp_path)
     async with running_gateway(tenant_settings(tmp_path, **extra), upstream) as gateway:
         yield gateway
 

@@ -17,7 +17,13 @@ import pytest
 from proxy.learning.pii import Scrubber, ScrubResult
 from proxy.learning.privacy import Scrubbers
 from proxy.settings import PiiSettings
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 QUOTA = 3
 U1 = {"X-User-Id": "u1"}
@@ -27,10 +33,7 @@ U1 = {"X-User-Id": "u1"}
 async def gw(request: pytest.FixtureRequest, tmp_path: Path,
              upstream: FakeUpstream) -> AsyncIterator[Gateway]:
     """A gateway whose users may hold :data:`QUOTA` memories, on each backend."""
-    overrides: dict[str, Any] = {}
-    if request.param == "redis":
-        overrides["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                             request.getfixturevalue("redis_prefix"))
+    overrides = backend_overrides(request, tmp_path)
     settings = make_settings(tmp_path, learning={"max_memory_per_user": QUOTA}, **overrides)
     async with running_gateway(settings, upstream) as gateway:
         yield gateway

@@ -15,7 +15,13 @@ import pytest
 from proxy.ledger import UsageRecord
 from proxy.memory.records import Profile, ScoredTag
 from proxy.memory.store import ListQuery
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 from tests.learning.test_learning_e2e import extraction, fact
 
 APP = {"Authorization": "Bearer app-a"}
@@ -34,10 +40,7 @@ async def gw(request: pytest.FixtureRequest, tmp_path: Path,
     for name, value in {"K_A": "app-a", "K_B": "app-b", "K_ADMIN": "admin-a",
                         "K_BOUND": "bound-a"}.items():
         monkeypatch.setenv(name, value)
-    overrides: dict[str, Any] = {}
-    if request.param == "redis":
-        overrides["storage"] = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                             request.getfixturevalue("redis_prefix"))
+    overrides = backend_overrides(request, tmp_path)
     settings = make_settings(
         tmp_path, learning={"enabled": True, "batch_messages": 1},
         auth={"keys": [{"key": "os.environ/K_A", "tenant": "tenant-a"},
