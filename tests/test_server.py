@@ -85,14 +85,14 @@ def _frames(body: bytes) -> list[bytes]:
     return [part.removeprefix(b"data: ") for part in body.split(b"\n\n") if part]
 
 
-async def test_sigterm_lets_an_open_stream_finish_within_the_grace(tmp_path: Path) -> None:
-    """A stream that is still running when SIGTERM arrives is finished in full (finish
-    reason and [DONE]) when it ends within server.shutdown_grace_seconds; then the process
-    exits."""
-    fake = FakeUpstream()
-    fake.push(Reply(events=text_chunks("one two three four five six", pieces=6), gap=0.3))
+async def _stream_through_sigterm(tmp_path: Path, fake: FakeUpstream, *,
+                                  grace_seconds: int) -> tuple[bytes, list[dict[str, object]]]:
+    """Serve a gateway (``server.shutdown_grace_seconds``) in front of ``fake``, stream one
+    chat reply and send the process SIGTERM at its first byte: the whole body received and
+    the process's log events once it has exited (within 20 s)."""
     async with serve_upstream(fake.handler) as upstream_port:
-        config = _config(tmp_path, upstream_port, "server: {shutdown_grace_seconds: 20}\n")
+        config = _config(tmp_path, upstream_port,
+                         f"server: {{shutdown_grace_seconds: {grace_seconds}}}\n")
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
         async with _process("serve", "--config", str(config), "--port", str(port)) as proc:
@@ -101,14 +101,23 @@ async def test_sigterm_lets_an_open_stream_finish_within_the_grace(tmp_path: Pat
             async with httpx.AsyncClient(timeout=30) as client, client.stream(
                     "POST", base + "/v1/chat/completions", json={
                         "model": "m", "stream": True,
-                        "messages": [{"role": "user", "content": "count"}]}) as response:
+                        "messages": [{"role": "user", "content": "talk"}]}) as response:
                 assert response.status_code == 200
                 async for part in response.aiter_bytes():
                     if not body:
                         proc.send_signal(signal.SIGTERM)
                     body += part
             await asyncio.wait_for(proc.wait(), 20)
-            events = await _events(proc)
+            return body, await _events(proc)
+
+
+async def test_sigterm_lets_an_open_stream_finish_within_the_grace(tmp_path: Path) -> None:
+    """A stream that is still running when SIGTERM arrives is finished in full (finish
+    reason and [DONE]) when it ends within server.shutdown_grace_seconds; then the process
+    exits."""
+    fake = FakeUpstream()
+    fake.push(Reply(events=text_chunks("one two three four five six", pieces=6), gap=0.3))
+    body, events = await _stream_through_sigterm(tmp_path, fake, grace_seconds=20)
     frames = _frames(body)
     assert frames[-1] == b"[DONE]"
     chunks = [orjson.loads(f) for f in frames[:-1]]
@@ -130,24 +139,7 @@ async def test_sigterm_past_the_grace_ends_the_stream_with_an_error_event(
     server_shutting_down) rather than a cut connection, and the process exits."""
     fake = FakeUpstream()
     fake.push(Reply(events=text_chunks("first words", pieces=2)[:2], done=False, hang=True))
-    async with serve_upstream(fake.handler) as upstream_port:
-        config = _config(tmp_path, upstream_port, "server: {shutdown_grace_seconds: 1}\n")
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        async with _process("serve", "--config", str(config), "--port", str(port)) as proc:
-            await _started(proc, base)
-            body = b""
-            async with httpx.AsyncClient(timeout=30) as client, client.stream(
-                    "POST", base + "/v1/chat/completions", json={
-                        "model": "m", "stream": True,
-                        "messages": [{"role": "user", "content": "talk"}]}) as response:
-                assert response.status_code == 200
-                async for part in response.aiter_bytes():
-                    if not body:
-                        proc.send_signal(signal.SIGTERM)
-                    body += part
-            await asyncio.wait_for(proc.wait(), 20)
-            events = await _events(proc)
+    body, events = await _stream_through_sigterm(tmp_path, fake, grace_seconds=1)
     last = orjson.loads(_frames(body)[-1])
     assert last["error"]["code"] == "server_shutting_down"
     assert b"[DONE]" not in body
