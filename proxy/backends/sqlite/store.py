@@ -948,32 +948,8 @@ class SqliteMemoryStore:
     async def audit_log(
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
     ) -> list[tuple[int, AuditEvent]]:
-        where = ["tenant = ?"]
-        args: list[Any] = [tenant]
-        if user is not None:
-            where.append("user_id = ?")
-            args.append(user)
-        if before_id is not None:
-            where.append("id < ?")
-            args.append(before_id)
-
-        def run(conn: sqlite3.Connection) -> list[tuple[int, AuditEvent]]:
-            rows = conn.execute(
-                "SELECT id, at, tenant, user_id, conversation_id, actor, action, memory_id, "
-                f"reason, detail FROM audit_log WHERE {' AND '.join(where)} "
-                "ORDER BY id DESC LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-            return [
-                (r[0], AuditEvent(
-                    tenant=r[2], user_id=r[3], conversation_id=r[4], actor=r[5], action=r[6],
-                    memory_id=r[7], reason=r[8], detail=orjson.loads(r[9]), at=_dt(r[1]),
-                ))
-                for r in rows
-            ]
-
-        result: list[tuple[int, AuditEvent]] = await self._read(run)
-        return result
+        return await self.audit_search(tenant, AuditFilter(user=user), limit=limit,
+                                       before_id=before_id)
 
     # issue 13: admin governance ----------------------------------------------------------
     async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
