@@ -14,7 +14,7 @@ manual memories never evicted while a learned one can go. Retention: memories ol
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from proxy.memory.recall import evidence_strength, recency
@@ -43,6 +43,12 @@ def over_quota(memories: Sequence[Memory], *, limit: int, now: datetime) -> list
     """The memories to evict so that at most ``limit`` remain."""
     excess = len(memories) - limit
     return _victim_order(memories, now)[:excess] if excess > 0 else []
+
+
+def held(counts: Mapping[str, int]) -> int:
+    """What counts against the per-user quota, from :meth:`MemoryStore.count`'s answer:
+    active (``total``), retired and disabled memories."""
+    return counts.get("total", 0) + counts.get("retired", 0) + counts.get("disabled", 0)
 
 
 def make_room(memories: Sequence[Memory], *, adding: int, limit: int,

@@ -765,7 +765,7 @@ class Worker:
         max_per_user = max_per_user or self._settings.max_memory_per_user
         now = self._clock()
         counts = await self._store.count(tenant, user)
-        stored = counts.get("total", 0) + counts.get("retired", 0) + counts.get("disabled", 0)
+        stored = quotas.held(counts)
         victims: list[Memory] = []
         if stored > min(max_per_user, quotas.FACTS_PER_PERSON):
             mine = await self._store.scan(ScanQuery(

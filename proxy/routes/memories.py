@@ -214,8 +214,7 @@ async def _make_room(res: Resources, tenant: str, user: str, now: datetime) -> l
     :class:`ConflictError` when only the user's own manual memories fill the quota."""
     limit = (await res.tenants.get(tenant)).learning.max_memory_per_user
     counts = await res.store.count(tenant, user)
-    held = counts.get("total", 0) + counts.get("retired", 0) + counts.get("disabled", 0)
-    if held + 1 <= limit:  # the usual case: no listing needed
+    if quotas.held(counts) + 1 <= limit:  # the usual case: no listing needed
         return []
     return room_for(await all_memories(res, tenant, user), 1, limit=limit, now=now)
 
