@@ -123,7 +123,7 @@ def test_developer_becomes_system_for_strict_upstreams() -> None:
 
 def test_before_last_user_keeps_the_prefix_byte_identical() -> None:
     """In before_last_user mode everything before the latest user message is exactly what
-    the client sent, so two turns share their prefix (prompt cache)."""
+    the client sent, so two turns share their prefix (prompt cache, case B34)."""
     turn1 = [{"role": "system", "content": "S"}, {"role": "user", "content": "a"}]
     turn2 = [*turn1, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
     out1 = splice(turn1, BLOCK, position="before_last_user", developer_ok=True, system_ok=True)

@@ -542,7 +542,8 @@ async def test_delete_of_another_users_memory_is_refused(store: MemoryStore) -> 
 
 
 async def test_clear_removes_everything_of_the_user_only(store: MemoryStore) -> None:
-    """clear() deletes every memory, the profile and conversation records of the user —
+    """clear() — one call for the whole user, not one delete per memory (case B33) —
+    deletes every memory, the profile and conversation records of the user —
     nothing is listable, searchable, resident or gettable afterwards — records
     cleared_at, keeps the user's switches, and leaves other users alone (case B32)."""
     memories = [mem(f"City B fact {i}", embedding=(1.0, 0.0, 0.0, float(i)))

@@ -426,7 +426,8 @@ class Clock:
 
 async def test_budget_pauses_and_resumes_learning(build: Build, upstream: FakeUpstream
                                                   ) -> None:
-    """When a tenant's daily learning budget is spent, nothing more is scored or extracted
+    """When a tenant's daily learning budget is spent (case B35), nothing more is scored or
+    extracted
     (messages stay buffered, a sealed job waits without using attempts, chat goes on),
     stats and the metric say so; the next day learning resumes."""
     day = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
