@@ -28,6 +28,7 @@ from proxy.settings.embedder import EmbedderSettings
 from proxy.settings.learning import LearningBudget, LearningSettings, PiiSettings, TenantPii
 from proxy.settings.memory import InjectTemplate, MemorySettings, RankingSettings
 from proxy.settings.models import Deployment, LiteLLMParams, ModelInfo
+from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue, Overridable
 from proxy.settings.server import IdentitySettings, ServerSettings, UpstreamSettings
 from proxy.settings.sources import DEFAULT_CONFIG_FILE, Settings, config_path, load_settings
 from proxy.settings.storage import MAX_VECTOR_DIM, REDIS_URL_SCHEMES, StorageSettings
@@ -39,8 +40,10 @@ __all__ = [
     "GLOBAL_NAMESPACE",
     "MAX_VECTOR_DIM",
     "REDIS_URL_SCHEMES",
+    "TENANT_OVERRIDABLE",
     "AlertSettings",
     "AuthSettings",
+    "BudgetValue",
     "ConfigError",
     "Deployment",
     "EmbedderSettings",
@@ -53,6 +56,7 @@ __all__ = [
     "LiteLLMParams",
     "MemorySettings",
     "ModelInfo",
+    "Overridable",
     "PiiSettings",
     "RankingSettings",
     "ServerSettings",
