@@ -135,46 +135,12 @@ def document(operations: Sequence[Operation] | None = None, *,
     paths: dict[str, dict[str, Any]] = {}
     for op in sorted(ops, key=lambda o: (o.path, o.method)):
         path, names = _openapi_path(op.path)
-        parameters: list[dict[str, Any]] = [
-            {"name": n, "in": "path", "required": True, "schema": {"type": "string"},
-             **({"description": op.path_params[n]} if n in op.path_params else {})}
-            for n in names
-        ]
-        if op.auth == "user":
-            parameters.append({
-                "name": user_header, "in": "header", "required": False,
-                "schema": {"type": "string", "minLength": 1, "maxLength": 256},
-                "description": "The end user (ignored for a user-bound key; an admin key "
-                               "acts for this user of its tenant)",
-            })
-        if op.query is not None:
-            parameters += _query_parameters(op.query, schemas)
-        content_schema: dict[str, Any] = (
-            {"$ref": _REF.format(model=op.response.__name__)}
-            if op.response is not None else {"type": "string"})
-        media = {op.response_media: {"schema": content_schema}}
-        for other in op.alternative_media:
-            media[other] = {"schema": {"type": "string"}}
-        responses: dict[str, Any] = {
-            str(op.status): {"description": op.summary, "content": media}}
-        statuses = set(op.errors) | {400, 503} if op.auth != "none" else set(op.errors)
-        if op.auth != "none":
-            statuses |= {401}
-        if op.auth == "admin":
-            statuses |= {403}
-        if op.body is not None:
-            statuses |= {413}
-        for status in sorted(statuses):
-            responses[str(status)] = {
-                "description": _ERRORS.get(status, "Error"),
-                "content": {"application/json": {
-                    "schema": {"$ref": _REF.format(model="ErrorBody")}}},
-            }
+        parameters = _parameters(op, names, schemas, user_header)
         entry: dict[str, Any] = {
             "summary": op.summary,
             "operationId": f"{op.method.lower()}_{re.sub(r'[^a-z0-9]+', '_', path.lower())}"
                            .rstrip("_"),
-            "responses": responses,
+            "responses": _responses(op),
         }
         if op.description:
             entry["description"] = op.description
@@ -206,6 +172,54 @@ def document(operations: Sequence[Operation] | None = None, *,
             },
         },
     }
+
+
+def _parameters(op: Operation, names: list[str], schemas: dict[str, Any],
+                user_header: str) -> list[dict[str, Any]]:
+    """The path parameters ``names``, the user header (``auth="user"``) and the query
+    parameters of ``op``, in that order; the query model's ``$defs`` go to ``schemas``."""
+    parameters: list[dict[str, Any]] = [
+        {"name": n, "in": "path", "required": True, "schema": {"type": "string"},
+         **({"description": op.path_params[n]} if n in op.path_params else {})}
+        for n in names
+    ]
+    if op.auth == "user":
+        parameters.append({
+            "name": user_header, "in": "header", "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+            "description": "The end user (ignored for a user-bound key; an admin key "
+                           "acts for this user of its tenant)",
+        })
+    if op.query is not None:
+        parameters += _query_parameters(op.query, schemas)
+    return parameters
+
+
+def _responses(op: Operation) -> dict[str, Any]:
+    """``op``'s success response and its error responses: the declared ``errors``, plus
+    400 and 503 and 401 for every keyed route, 403 for admin routes, 413 with a body."""
+    content_schema: dict[str, Any] = (
+        {"$ref": _REF.format(model=op.response.__name__)}
+        if op.response is not None else {"type": "string"})
+    media = {op.response_media: {"schema": content_schema}}
+    for other in op.alternative_media:
+        media[other] = {"schema": {"type": "string"}}
+    responses: dict[str, Any] = {
+        str(op.status): {"description": op.summary, "content": media}}
+    statuses = set(op.errors) | {400, 503} if op.auth != "none" else set(op.errors)
+    if op.auth != "none":
+        statuses |= {401}
+    if op.auth == "admin":
+        statuses |= {403}
+    if op.body is not None:
+        statuses |= {413}
+    for status in sorted(statuses):
+        responses[str(status)] = {
+            "description": _ERRORS.get(status, "Error"),
+            "content": {"application/json": {
+                "schema": {"$ref": _REF.format(model="ErrorBody")}}},
+        }
+    return responses
 
 
 async def openapi_json(request: Request) -> Response:

@@ -1,7 +1,8 @@
-"""Run-time settings per tenant (seed 000 §6 ChatSetting): ``config.yaml`` gives the
-defaults, overrides stored by ``PATCH /v1/admin/settings`` win.
+"""Run-time settings per tenant: ``config.yaml`` gives the defaults, overrides stored by
+``PATCH /v1/admin/settings`` win.
 
-The overridable settings keep their config names (:data:`OVERRIDABLE`). Overrides live in
+The overridable settings keep their config names (:data:`OVERRIDABLE`, derived from the one
+declaration :data:`~proxy.settings.overrides.TENANT_OVERRIDABLE`). Overrides live in
 the memory store (:meth:`~proxy.memory.store.MemoryStore.get_tenant_settings`), so every
 gateway process and worker pointed at the same storage sees them; each process caches a
 tenant's effective settings for :data:`REFRESH_SECONDS`, so a change reaches all of them
@@ -28,18 +29,15 @@ from pydantic import ValidationError
 from proxy.errors import ConflictError, InvalidRequestError, invalid_value
 from proxy.memory.store import MemoryStore, StoreUnavailableError
 from proxy.settings import LearningSettings, MemorySettings, Settings
+from proxy.settings.overrides import TENANT_OVERRIDABLE
 
 log = structlog.get_logger("proxy.tenants")
 
 # A cached tenant's settings are re-read after this many seconds: 4 s + one store read
-# keeps "every process sees a change within 5 s" (issue 13).
+# keeps "every process sees a change within 5 s".
 REFRESH_SECONDS = 4.0
 # The settings an admin may change at run time, by their config.yaml names.
-OVERRIDABLE: tuple[str, ...] = (
-    "learning.enabled", "learning.score_threshold", "learning.batch_messages",
-    "learning.max_memory_per_user", "learning.retention_days", "learning.model",
-    "learning.budget", "memory.injection_count", "memory.token_budget_percent",
-)
+OVERRIDABLE: tuple[str, ...] = tuple(setting.path for setting in TENANT_OVERRIDABLE)
 # Cached tenants per process (LRU beyond this drops the least recently read).
 MAX_CACHED_TENANTS = 10_000
 

@@ -1,6 +1,6 @@
 """The OpenAPI document: valid OpenAPI 3.1, served without a key, covering every management
 route; and schemathesis, driven by it against the running gateway, finds no 5xx and no
-answer that breaks the documented schema (issue 12)."""
+answer that breaks the documented schema."""
 
 from __future__ import annotations
 

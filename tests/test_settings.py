@@ -12,8 +12,8 @@ from proxy.settings import ConfigError, load_settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_defaults_follow_the_seeds() -> None:
-    """Code defaults are SPEC §7's: learning off, 0.6 threshold, 5/25 batches, top-5, 10 %."""
+def test_code_defaults_are_the_product_defaults() -> None:
+    """Code defaults are the product's: learning off, 0.6 threshold, 5/25 batches, top-5, 10 %."""
     settings = load_settings(use_file=False)
     assert settings.learning.enabled is False
     assert settings.learning.score_threshold == 0.6

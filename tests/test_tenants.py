@@ -10,7 +10,10 @@ import pytest
 
 from proxy.errors import ConflictError, InvalidRequestError
 from proxy.memory.store import MemoryStore, StoreUnavailableError
-from proxy.tenants import REFRESH_SECONDS, TenantSettings
+from proxy.routes.admin_models import SettingsPatch
+from proxy.settings import Settings
+from proxy.settings.overrides import TENANT_OVERRIDABLE
+from proxy.tenants import OVERRIDABLE, REFRESH_SECONDS, TenantSettings
 from tests.fakes import make_settings
 from tests.memory.test_store_contract import store
 
@@ -75,3 +78,16 @@ async def test_an_unreadable_store_falls_back_to_the_config(tmp_path: Path) -> N
     """When the store cannot be read the config's settings are used (chat goes on)."""
     tenants = TenantSettings(make_settings(tmp_path), DownStore())  # type: ignore[arg-type]
     assert (await tenants.get("acme")).memory.injection_count == 5
+
+
+def test_the_overridable_settings_are_declared_once() -> None:
+    """The tenant cache's names and the admin patch model's keys both come from
+    TENANT_OVERRIDABLE, in its order, and each path names a field of its config section."""
+    paths = [setting.path for setting in TENANT_OVERRIDABLE]
+    assert list(OVERRIDABLE) == paths
+    aliases = [field.alias for field in SettingsPatch.model_fields.values()]
+    assert aliases == paths
+    for setting in TENANT_OVERRIDABLE:
+        section = Settings.model_fields[setting.section].annotation
+        assert isinstance(section, type)
+        assert setting.field in section.model_fields, setting.path

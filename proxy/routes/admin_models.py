@@ -1,4 +1,4 @@
-"""Request and response bodies of the admin governance routes (issue 13), as pydantic
+"""Request and response bodies of the admin governance routes, as pydantic
 models: the routes validate with them and ``/openapi.json`` documents them
 (``model_json_schema``). Query strings are validated with the ``*Query`` models."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue
 
 Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 AdminScope = Literal["shared", "system"]
@@ -139,31 +140,27 @@ class PromptRestored(BaseModel):
 
 
 # --- settings ------------------------------------------------------------------------------
-class BudgetValue(_Body):
-    tokens_per_day: int | None = Field(default=None, ge=1)
-    tokens_per_month: int | None = Field(default=None, ge=1)
-
-
-class SettingsPatch(_Body):
-    """``PATCH /v1/admin/settings``: config names as keys; ``null`` removes the tenant's
-    override (back to ``config.yaml``). Values are JSON booleans and numbers (no string is
-    coerced), then validated as at startup."""
-
+class _SettingsPatchBody(_Body):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
-    learning_enabled: bool | None = Field(default=None, alias="learning.enabled")
-    learning_score_threshold: float | None = Field(default=None,
-                                                   alias="learning.score_threshold")
-    learning_batch_messages: int | dict[str, int] | None = Field(
-        default=None, alias="learning.batch_messages")
-    learning_max_memory_per_user: int | None = Field(default=None,
-                                                     alias="learning.max_memory_per_user")
-    learning_retention_days: int | None = Field(default=None, alias="learning.retention_days")
-    learning_model: str | None = Field(default=None, alias="learning.model")
-    learning_budget: BudgetValue | None = Field(default=None, alias="learning.budget")
-    memory_injection_count: int | None = Field(default=None, alias="memory.injection_count")
-    memory_token_budget_percent: float | None = Field(default=None,
-                                                      alias="memory.token_budget_percent")
+
+# Field name (path with "_" for ".") → (the accepted type or null, aliased by the path).
+_PATCH_FIELDS: dict[str, Any] = {
+    setting.path.replace(".", "_"): (setting.patch_type | None,
+                                     Field(default=None, alias=setting.path))
+    for setting in TENANT_OVERRIDABLE
+}
+SettingsPatch: type[BaseModel] = create_model(
+    "SettingsPatch",
+    __base__=_SettingsPatchBody,
+    __module__=__name__,
+    __doc__="""``PATCH /v1/admin/settings``: config names as keys; ``null`` removes the tenant's
+    override (back to ``config.yaml``). Values are JSON booleans and numbers (no string is
+    coerced), then validated as at startup.""",
+    **_PATCH_FIELDS,
+)
+"""One optional field per :data:`~proxy.settings.overrides.TENANT_OVERRIDABLE` entry,
+aliased by its config path (``learning_score_threshold`` ↔ ``learning.score_threshold``)."""
 
 
 class SettingsView(BaseModel):

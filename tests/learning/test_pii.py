@@ -726,7 +726,7 @@ def test_seeded_pii_never_survives(parts: list[tuple[str, str, str, str]], tail:
     assert SCRUBBER.scrub(result.text).text == result.text
 
 
-# --- beyond the obvious layouts (issue 10, item 6) -------------------------------------
+# --- beyond the obvious layouts: fictional ranges, separators, spelled-out forms ------
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("call me on +44 7700 900123", "call me on [PHONE]"),  # Ofcom drama range: "invalid"
