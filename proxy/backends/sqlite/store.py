@@ -29,13 +29,7 @@ from proxy.backends.sqlite.codec import (
 )
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.search import Recall
-from proxy.memory.records import (
-    ConversationRecord,
-    Memory,
-    Profile,
-    to_iso,
-    utcnow,
-)
+from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     ApplyPlan,
     AuditEvent,
@@ -85,7 +79,6 @@ def _delete_rows(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) ->
         conn.execute("DELETE FROM memory_evidence WHERE memory_id = ?", (row[1],))
     conn.execute(f"DELETE FROM memories WHERE {where}", args)
     return [row[1] for row in rows]
-
 
 
 def _still_wanted(conn: sqlite3.Connection, changes: ChangeSet) -> list[Memory] | None:
