@@ -1,9 +1,11 @@
-"""Embedded :class:`~proxy.memory.store.MemoryStore` on one SQLite file: the store class,
-memories CRUD and the at-most-once apply of learned changes.
+"""Embedded :class:`~proxy.memory.store.MemoryStore` on one SQLite file: the store class
+and memories CRUD.
 
 The parts live beside it: row codec and index tokens :mod:`proxy.backends.sqlite.codec`;
-keyword and vector recall with their caches :mod:`proxy.backends.sqlite.search`; user and
-tenant records, prompts and erasure :mod:`proxy.backends.sqlite.users`; the learning log
+row writes with their keyword-index rows :mod:`proxy.backends.sqlite.rows`; keyword and
+vector recall with their caches :mod:`proxy.backends.sqlite.search`; the at-most-once
+apply of learned changes :mod:`proxy.backends.sqlite.apply`; user and tenant records,
+prompts and erasure :mod:`proxy.backends.sqlite.users`; the learning log
 :mod:`proxy.backends.sqlite.audit`. Each is a function of a connection that this class runs
 on the database's reader thread or inside one write transaction, translating every
 ``sqlite3`` failure into :class:`~proxy.memory.store.StoreUnavailableError`.
@@ -17,6 +19,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from proxy.backends.sqlite import users
+from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
     ACTIVE,
@@ -24,14 +27,12 @@ from proxy.backends.sqlite.codec import (
     content_digest,
     memory_from_row,
     np,
-    ns_token,
-    row_values,
 )
 from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.rows import delete_memories, upsert_memory
 from proxy.backends.sqlite.search import Recall
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
-    ApplyPlan,
     AuditEvent,
     AuditFilter,
     Candidate,
@@ -43,98 +44,13 @@ from proxy.memory.store import (
     StoreUnavailableError,
     UserSettings,
     VectorUpdate,
-    fact_key,
-    plan_apply,
     related_by_keywords,
     scope_state_counts,
     state_counts,
 )
-from proxy.memory.text import index_terms, load_segmenter_for, normalize, query_terms
+from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 T = TypeVar("T")
-
-
-def _upsert(conn: sqlite3.Connection, memory: Memory) -> None:
-    conn.execute(
-        f"INSERT INTO memories ({COLUMNS}, norm) VALUES ({', '.join('?' * 27)}) "
-        "ON CONFLICT(id) DO UPDATE SET "
-        + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in COLUMNS.split(",")[1:])
-        + ", norm = excluded.norm",
-        row_values(memory),
-    )
-    rowid = conn.execute("SELECT rowid FROM memories WHERE id = ?", (memory.id,)).fetchone()[0]
-    conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
-    if memory.active:
-        text = f"{memory.title}\n{memory.content}\n{' '.join(memory.tags)}"
-        conn.execute(
-            "INSERT INTO memories_fts (rowid, ns, terms) VALUES (?, ?, ?)",
-            (rowid, ns_token(memory), index_terms(text)),
-        )
-
-
-def _delete_rows(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[str]:
-    rows = conn.execute(f"SELECT rowid, id FROM memories WHERE {where}", args).fetchall()
-    for row in rows:
-        conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (row[0],))
-        conn.execute("DELETE FROM memory_evidence WHERE memory_id = ?", (row[1],))
-    conn.execute(f"DELETE FROM memories WHERE {where}", args)
-    return [row[1] for row in rows]
-
-
-def _still_wanted(conn: sqlite3.Connection, changes: ChangeSet) -> list[Memory] | None:
-    """The upserts that may still be written (see :class:`ChangeSet` ``learned_from``), or
-    ``None`` when the user cleared their memory after the batch's messages were said."""
-    if changes.learned_from is None:
-        return list(changes.upserts)
-    since = to_iso(changes.learned_from) or ""
-    cleared = conn.execute(
-        "SELECT cleared_at FROM user_settings WHERE tenant = ? AND user_id = ?",
-        (changes.tenant, changes.user_id),
-    ).fetchone()
-    if cleared is not None and cleared[0] is not None and cleared[0] >= since:
-        return None
-    deleted = {
-        row[0] for row in conn.execute(
-            "SELECT norm FROM memory_tombstones WHERE tenant = ? AND user_id = ? AND "
-            "deleted_at >= ?", (changes.tenant, changes.user_id, since))
-    }
-    if not deleted:
-        return list(changes.upserts)
-    stored = {row[0] for row in conn.execute(
-        f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(changes.upserts))})",
-        tuple(m.id for m in changes.upserts))} if changes.upserts else set()
-    return [m for m in changes.upserts
-            if m.id in stored or content_digest(normalize(m.content)) not in deleted]
-
-
-def _plan(conn: sqlite3.Connection, changes: ChangeSet,
-          upserts: list[Memory]) -> ApplyPlan:
-    """:func:`~proxy.memory.store.plan_apply` with the stored hits and the stored duplicates
-    read in the write transaction (so no other writer changes them before the commit)."""
-    stored_hits: dict[str, int] = {}
-    if upserts:
-        stored_hits = dict(conn.execute(
-            f"SELECT id, hits FROM memories WHERE tenant = ? AND user_id = ? AND id IN "
-            f"({', '.join('?' * len(upserts))})",
-            (changes.tenant, changes.user_id, *(m.id for m in upserts))).fetchall())
-    retiring = {m.id for m in upserts if not m.active}
-    duplicates: dict[str, Memory] = {}
-    for memory in upserts:
-        if memory.id in stored_hits or not memory.active:
-            continue
-        rows = conn.execute(
-            f"SELECT {COLUMNS} FROM memories m WHERE m.tenant = ? AND m.user_id = ? AND "
-            "m.norm = ? AND m.enabled = 1 AND m.superseded_at IS NULL AND m.id != ?",
-            (changes.tenant, changes.user_id, normalize(memory.content), memory.id),
-        ).fetchall()
-        key = fact_key(memory)
-        for row in rows:
-            stored = memory_from_row(row)
-            if stored.id not in retiring and fact_key(stored) == key:
-                duplicates[memory.id] = stored
-                break
-    return plan_apply(changes, upserts, stored_hits=stored_hits, duplicates=duplicates)
-
 
 
 class SqliteMemoryStore:
@@ -261,7 +177,7 @@ class SqliteMemoryStore:
 
     async def add(self, memory: Memory, *, audit: AuditEvent | None = None) -> Memory:
         def run(conn: sqlite3.Connection) -> None:
-            _upsert(conn, memory)
+            upsert_memory(conn, memory)
             if audit is not None:
                 insert_events(conn, [audit])
 
@@ -276,7 +192,7 @@ class SqliteMemoryStore:
             ).fetchone()
             if exists is None:
                 raise KeyError(memory.id)
-            _upsert(conn, memory)
+            upsert_memory(conn, memory)
             if audit is not None:
                 insert_events(conn, [audit])
 
@@ -293,7 +209,7 @@ class SqliteMemoryStore:
             ).fetchone()
             if row is None:
                 return False
-            _delete_rows(conn, "id = ?", (memory_id,))
+            delete_memories(conn, "id = ?", (memory_id,))
             conn.execute(
                 "INSERT OR REPLACE INTO memory_tombstones (tenant, user_id, norm, deleted_at) "
                 "VALUES (?, ?, ?, ?)",
@@ -309,7 +225,7 @@ class SqliteMemoryStore:
         now = to_iso(utcnow())
 
         def run(conn: sqlite3.Connection) -> int:
-            removed = _delete_rows(conn, "tenant = ? AND user_id = ?", (tenant, user))
+            removed = delete_memories(conn, "tenant = ? AND user_id = ?", (tenant, user))
             conn.execute("DELETE FROM profiles WHERE tenant = ? AND user_id = ?", (tenant, user))
             conn.execute("DELETE FROM conversations WHERE tenant = ? AND user_id = ?",
                          (tenant, user))
@@ -330,41 +246,7 @@ class SqliteMemoryStore:
 
     async def apply(self, changes: ChangeSet) -> bool:
         now = to_iso(utcnow())
-
-        def run(conn: sqlite3.Connection) -> bool:
-            done = conn.execute(
-                "INSERT OR IGNORE INTO applied_batches (batch_key, applied_at) VALUES (?, ?)",
-                (changes.batch_key, now),
-            )
-            if done.rowcount == 0:
-                return False
-            for memory in changes.upserts:
-                if memory.tenant != changes.tenant or memory.user_id != changes.user_id:
-                    raise ValueError("a change set may only touch its own namespace")
-            upserts = _still_wanted(conn, changes)
-            if upserts is None:
-                return False
-            plan = _plan(conn, changes, upserts)
-            for memory in plan.upserts:
-                _upsert(conn, memory)
-            for memory_id, key in plan.evidence:
-                added = conn.execute(
-                    "INSERT OR IGNORE INTO memory_evidence (memory_id, evidence_key, at) "
-                    "VALUES (?, ?, ?)", (memory_id, key, now)).rowcount
-                if added and memory_id in plan.counted:  # atomic: under the write lock
-                    conn.execute("UPDATE memories SET hits = hits + 1 WHERE id = ?",
-                                 (memory_id,))
-            for memory_id in changes.deletes:
-                _delete_rows(conn, "id = ? AND tenant = ? AND user_id = ?",
-                             (memory_id, changes.tenant, changes.user_id))
-            if changes.profile is not None:
-                users.put_profile(conn, changes.profile)
-            if changes.conversation is not None:
-                users.put_conversation(conn, changes.conversation)
-            insert_events(conn, plan.audit)
-            return True
-
-        return await self._write(run)
+        return await self._write(lambda c: apply_changes(c, changes, now=now))
 
     async def scan(self, query: ScanQuery) -> list[Memory]:
         where, args = ["m.user_id IS NOT NULL"], []  # type: list[str], list[Any]
@@ -487,7 +369,7 @@ class SqliteMemoryStore:
                                "user_id IS NULL", (memory_id, tenant)).fetchone()
             if row is None:
                 return False
-            _delete_rows(conn, "id = ?", (memory_id,))
+            delete_memories(conn, "id = ?", (memory_id,))
             if audit is not None:
                 insert_events(conn, [audit])
             return True
