@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import string
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ KEYWORD_SCORER = "BM25STD"
 INDEX_BUILD_WAIT_SECONDS = 5.0
 BUILD_CHECK_SECONDS = 2.0  # then re-checked this often, on use, until it is built
 _POLL_SECONDS = 0.05
+MATCH_SCAN_PAGE = 1_000  # rows per FT.SEARCH page when a text filter is applied in Python
+_ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 # HNSW build parameters: RediSearch's defaults (M 16, EF_CONSTRUCTION 200).
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
@@ -220,6 +223,8 @@ class MemoryIndex:
         self._build_wait = build_wait_seconds
         self._ours = re.compile(
             rf"^{re.escape(layout.prefix)}_mem_v(?P<v>\d+)_d(?P<d>\d+|none)$")
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
 
     @property
     def serving(self) -> str:
@@ -250,6 +255,19 @@ class MemoryIndex:
                 return
             await asyncio.sleep(_POLL_SECONDS)
         await self._retire()
+
+    async def ready(self) -> None:
+        """:meth:`ensure` once (the first caller; the others wait for it), then
+        :meth:`maintain` on each later call: the store calls this before every index read,
+        so the index is created lazily and a gateway started while Redis was down
+        recovers when it is back."""
+        if self._ready:
+            await self.maintain()
+            return
+        async with self._ready_lock:
+            if not self._ready:
+                await self.ensure()
+                self._ready = True
 
     async def maintain(self) -> None:
         """While a migration is pending, check (at most every
@@ -340,6 +358,27 @@ class MemoryIndex:
         rows: list[dict[str, Any]] = await self._serving.query(query)
         return rows
 
+    async def matching(self, where: FilterExpression, *, terms: Sequence[str],
+                       after: str | None) -> list[str]:
+        """Keys in ``where``, newest id first, with ids below ``after`` (when given) whose
+        ``norm`` or ``title`` contains each of ``terms`` (lower case) as SQLite's ``LIKE``
+        would: read in pages of :data:`MATCH_SCAN_PAGE` and filtered here (a user holds
+        at most the quota's few hundred memories, plus retired ones)."""
+        keys: list[str] = []
+        offset = 0
+        while True:
+            rows = await self.find(where, offset=offset, limit=MATCH_SCAN_PAGE,
+                                   fields=("ix_id", "norm", "title"))
+            for row in rows:
+                if after and str(row.get("ix_id", "")) >= after:
+                    continue
+                norm, title = str(row.get("norm", "")), str(row.get("title", ""))
+                if all(_like(norm, t) or _like(title, t) for t in terms):
+                    keys.append(row["id"])
+            if len(rows) < MATCH_SCAN_PAGE:
+                return keys
+            offset += MATCH_SCAN_PAGE
+
     async def top_by_evidence(self, where: FilterExpression, limit: int) -> list[str]:
         """Keys in ``where`` ordered by hits, then last_seen_at, descending."""
         request = (AggregateRequest(str(where)).load("@__key")
@@ -377,6 +416,11 @@ class MemoryIndex:
             out.append((row["scope"], row["category"], row["enabled"] == "1",
                         row["ix_retired"] == "1", int(row["n"])))
         return out
+
+
+def _like(haystack: str, needle: str) -> bool:
+    """SQLite ``haystack LIKE '%needle%'``: substring, case-insensitive for ASCII only."""
+    return needle.translate(_ASCII_FOLD) in haystack.translate(_ASCII_FOLD)
 
 
 def _row(raw: Sequence[Any]) -> dict[str, str]:

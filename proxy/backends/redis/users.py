@@ -1,6 +1,7 @@
 """A user's records besides memories, on Redis: profile, conversation records, settings
 and tombstones (digests of deleted contents, never the text) — all in the user's hash
-slot (:mod:`proxy.backends.redis.keys`).
+slot (:mod:`proxy.backends.redis.keys`) — and the tenant's display-name sets the user is
+in (group attribution).
 
 ``queue_*`` methods add commands to a transaction the caller runs (``apply``, ``clear``);
 the others are single commands. Errors are the caller's to translate.
@@ -22,7 +23,7 @@ from proxy.backends.redis.codec import (
     settings_fields,
     settings_from_hash,
 )
-from proxy.backends.redis.keys import KeyLayout, user_token
+from proxy.backends.redis.keys import KeyLayout, tenant_token, user_token
 from proxy.memory.records import (
     MAX_SUMMARIES,
     ConversationRecord,
@@ -33,6 +34,7 @@ from proxy.memory.records import (
     to_iso,
 )
 from proxy.memory.store import UserSettings
+from proxy.memory.text import normalize
 
 
 class UserRecords:
@@ -132,6 +134,42 @@ class UserRecords:
             return {}
         values = await pipe.hmget(self._keys.tombstones(ns), [_digest(n) for n in norms])
         return _deleted_at(norms, values)
+
+    # display names -----------------------------------------------------------------------
+    async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
+        """Add ``user`` to the sets of each of ``names`` (normalised; empty ones skipped),
+        and list those sets under the user."""
+        keys = {normalize(n) for n in names if normalize(n)}
+        if not keys:
+            return
+        name_keys = [self._keys.names(tenant_token(tenant), key) for key in keys]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name_key in name_keys:
+                pipe.sadd(name_key, user)
+            pipe.sadd(self._keys.user_names(user_token(tenant, user)), *name_keys)
+            await pipe.execute()
+
+    async def users_named(self, tenant: str, name: str) -> list[str]:
+        """The users of ``tenant`` going by ``name`` (normalised), sorted."""
+        key = normalize(name)
+        if not key:
+            return []
+        members = await self._redis.smembers(self._keys.names(tenant_token(tenant), key))
+        return sorted(_decode(m) for m in members)
+
+    async def erase_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
+        """Remove ``user`` from the display-name sets listed under the user, and from
+        those of ``names`` (the profile's names: bindings made before the per-user list
+        was kept)."""
+        listed = self._keys.user_names(user_token(tenant, user))
+        keys = {_decode(k) for k in await self._redis.smembers(listed)}
+        keys |= {self._keys.names(tenant_token(tenant), normalize(n))
+                 for n in names if normalize(n)}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.srem(key, user)
+            pipe.unlink(listed)
+            await pipe.execute()
 
 
 def _decode(value: bytes | str) -> str:

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from proxy.backends.sqlite.codec import ACTIVE, COLUMNS, shared_token, user_token
 from proxy.backends.sqlite.database import SqliteDatabase
-from proxy.backends.sqlite.store import (
-    _ACTIVE,
-    _COLUMNS,
-    SqliteMemoryStore,
-    _fts_query,
-    shared_token,
-    user_token,
-)
+from proxy.backends.sqlite.search import fts_query
+from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.records import Memory, new_id, utcnow
 from proxy.memory.store import SearchQuery
 from proxy.memory.text import query_terms
@@ -46,11 +41,11 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteMemoryStore]:
 def one_query(path: Path, query: SearchQuery) -> list[tuple[str, float]]:
     """The ranking as the single join query (all columns through the sorter) gave it."""
     tokens = [user_token(query.tenant, query.user), shared_token(query.tenant)]
-    sql = (f"SELECT {_COLUMNS}, bm25(memories_fts, 0.0, 1.0) AS rank FROM memories_fts "  # noqa: S608
+    sql = (f"SELECT {COLUMNS}, bm25(memories_fts, 0.0, 1.0) AS rank FROM memories_fts "  # noqa: S608
            f"JOIN memories m ON m.rowid = memories_fts.rowid WHERE memories_fts MATCH ? "
-           f"AND {_ACTIVE} ORDER BY rank LIMIT ?")
+           f"AND {ACTIVE} ORDER BY rank LIMIT ?")
     with sqlite3.connect(path) as conn:
-        rows = conn.execute(sql, (_fts_query(tokens, query.terms), query.limit)).fetchall()
+        rows = conn.execute(sql, (fts_query(tokens, query.terms), query.limit)).fetchall()
     return [(r[0], -float(r[-1])) for r in rows]
 
 

@@ -1,0 +1,146 @@
+"""Memory hashes on Redis, read and written by key: fetch and decode, queue an upsert into
+a caller's transaction, and keep stored vectors in step with the embedder (the scan and
+the writes of ``memory-proxy reindex``).
+
+Errors are the caller's to translate (the store turns every ``redis`` failure into
+:class:`~proxy.memory.store.StoreUnavailableError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from proxy.backends.redis.client import multi, transact
+from proxy.backends.redis.codec import (
+    EMBEDDING_FIELD_PREFIX,
+    VECTOR_MODEL_FIELD,
+    embedding_field,
+    memory_from_hash,
+    memory_to_hash,
+)
+from proxy.backends.redis.keys import KeyLayout, namespace_token
+from proxy.memory.records import Memory
+from proxy.memory.store import VectorUpdate
+from proxy.memory.text import load_segmenter_for
+
+log = structlog.get_logger("proxy.memory.redis")
+
+# access_count += n only if the memory still exists: a bare HINCRBY on a memory deleted
+# meanwhile would create a stray hash that no registry lists.
+_RECORD_ACCESS_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'access_count', ARGV[1])
+  redis.call('HSET', KEYS[1], 'last_access_at', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def as_text(value: bytes | str) -> str:
+    """A value as redis-py returns it (bytes on this client), decoded."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def opt_text(value: bytes | str | None) -> str | None:
+    """:func:`as_text`, ``None`` kept."""
+    return None if value is None else as_text(value)
+
+
+async def terms_ready(memories: Sequence[Memory]) -> None:
+    """Indexing segments CJK text: load the dictionary off the event loop first."""
+    await load_segmenter_for(*(f"{m.title}\n{m.content}\n{' '.join(m.tags)}"
+                               for m in memories))
+
+
+class MemoryHashes:
+    """The memory hashes under one key layout."""
+
+    def __init__(self, client: Redis, layout: KeyLayout) -> None:
+        self._redis = client
+        self._keys = layout
+        self._touch = client.register_script(_RECORD_ACCESS_LUA)
+
+    async def fetch(self, keys: Sequence[str]) -> list[Memory | None]:
+        """The memories at ``keys``, aligned with them; ``None`` where a key was deleted
+        meanwhile (or holds no readable memory — logged)."""
+        if not keys:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            raw: list[dict[bytes | str, bytes | str]] = await pipe.execute()
+        out: list[Memory | None] = []
+        for key, data in zip(keys, raw, strict=True):
+            memory = None
+            if data:
+                try:
+                    memory = memory_from_hash(data)
+                except (ValueError, KeyError) as exc:
+                    log.warning("redis_memory_unreadable", key=key, error=str(exc))
+            out.append(memory)
+        return out
+
+    async def load(self, keys: Sequence[str]) -> list[Memory]:
+        """The readable memories at ``keys``, in their order, missing ones left out."""
+        return [m for m in await self.fetch(keys) if m is not None]
+
+    def queue_upsert(self, pipe: Pipeline, memory: Memory) -> None:
+        """Queue on ``pipe`` the write of ``memory`` as a whole record, registered in its
+        namespace's id set."""
+        ns = namespace_token(memory.tenant, memory.user_id)
+        key = self._keys.memory(ns, memory.id)
+        pipe.delete(key)  # replaces the whole record: no stale optional or vector field
+        pipe.hset(key, mapping=memory_to_hash(memory))  # type: ignore[arg-type]
+        pipe.sadd(self._keys.ids(ns), memory.id)
+
+    async def record_access(self, counts: Sequence[tuple[str, int]], stamp: str) -> None:
+        """Add each ``(key, n)``'s ``n`` to the memory's ``access_count`` and set its
+        ``last_access_at`` to ``stamp``, skipping memories deleted meanwhile."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key, n in counts:
+                await self._touch(keys=[key], args=[n, stamp], client=pipe)
+            await pipe.execute()
+
+    # vectors kept consistent with the embedder (memory-proxy reindex) -------------------
+    async def stale_vectors(self, model: str, *, limit: int,
+                            cursor: str) -> tuple[list[Memory], str]:
+        """One ``SCAN`` step (about ``limit`` keys from ``cursor``) over every memory hash:
+        the active memories among them without a vector of ``model``, by id, and the
+        cursor of the next step (``""`` at the end)."""
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._keys.prefix)
+        following, keys = await self._redis.scan(
+            int(cursor) if cursor.isdigit() else 0, match=f"{pattern}:m:*",
+            count=max(1, limit), _type="HASH")
+        memories = await self.load([as_text(k) for k in keys])
+        stale = [m for m in memories if m.active and (
+            m.embedding is None or m.embedding_model != model)]
+        return sorted(stale, key=lambda m: m.id), "" if int(following) == 0 else str(following)
+
+    async def set_vector(self, u: VectorUpdate) -> int:
+        """Store ``u``'s vector (dropping vectors of other dimensions) if the memory still
+        holds the content it was computed from; 1 when written, else 0."""
+        key = self._keys.memory(namespace_token(u.tenant, u.user_id), u.memory_id)
+        field = embedding_field(len(u.embedding))
+        vector = np.asarray(u.embedding, np.float32).tobytes()
+
+        async def body(pipe: Pipeline) -> int:
+            current = await pipe.hmget(key, ["content"])
+            if current[0] is None or as_text(current[0]) != u.content:
+                return 0
+            names = [as_text(n) for n in await pipe.hkeys(key)]
+            multi(pipe)
+            others = [n for n in names if n.startswith(EMBEDDING_FIELD_PREFIX)
+                      and n != field]
+            if others:
+                pipe.hdel(key, *others)
+            pipe.hset(key, mapping={field: vector, VECTOR_MODEL_FIELD: u.model})
+            await pipe.execute()
+            return 1
+
+        return await transact(self._redis, [key], body)
