@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from proxy.learning.parsing import CandidateFact, ProfileUpdate
+from proxy.memory.categories import CATEGORIES
 from proxy.memory.records import (
-    CATEGORIES,
     USER_SUBJECT,
     ConversationRecord,
     Memory,

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 
-Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 AdminScope = Literal["shared", "system"]
 Tag = Annotated[str, Field(max_length=60)]
 
