@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from proxy.learning.exchange import (  # noqa: F401 - clip_message is re-exported
+from proxy.learning.answers import EXTRACTION_SCHEMA, SCORING_SCHEMA
+from proxy.learning.exchange import (
     MAX_MESSAGE_CHARS,
     TranscriptMessage,
     clip_message,
@@ -28,6 +29,35 @@ from proxy.learning.exchange import (  # noqa: F401 - clip_message is re-exporte
 )
 from proxy.learning.queue import Batch
 from proxy.memory.records import Memory
+
+__all__ = [
+    "EXAMPLE_FACTS",
+    "EXTRACTION_EN",
+    "EXTRACTION_SCHEMA",
+    "EXTRACTION_ZH",
+    "GROUP_EN",
+    "GROUP_ZH",
+    "IMAGES_EN",
+    "IMAGES_ZH",
+    "LINE_OVERHEAD_TOKENS",
+    "MAX_MESSAGE_CHARS",
+    "SCORING_EN",
+    "SCORING_SCHEMA",
+    "SCORING_ZH",
+    "TRANSCRIPT_END",
+    "TRANSCRIPT_START",
+    "Language",
+    "TranscriptMessage",
+    "batch_images",
+    "clip_batch",
+    "clip_message",
+    "extraction_messages",
+    "fit_batch",
+    "render_known",
+    "render_transcript",
+    "scoring_messages",
+    "truncation_marker",
+]
 
 Language = Literal["en", "zh"]
 TRANSCRIPT_START = "<<<TRANSCRIPT"
@@ -195,67 +225,6 @@ EXTRACTION_ZH = """你负责维护关于聊天助手某一位用户的长期记�
 分类：user_preference（style、language、tool、topic），business（rule、process、product、customer），\
 technical（architecture、stack、practice、issue），organizational（team、role、project、convention），\
 domain（其他领域，自行命名二级分类）。"""
-
-
-_UNIT = {"type": "number", "minimum": 0, "maximum": 1}
-SCORING_SCHEMA: dict[str, object] = {
-    "type": "object",
-    "properties": {
-        "score": _UNIT,
-        "dimensions": {
-            "type": "object",
-            "properties": dict.fromkeys(("density", "clarity", "depth", "relevance", "novelty"), _UNIT),
-            "required": ["density", "clarity", "depth", "relevance", "novelty"],
-        },
-        "reason": {"type": "string"},
-    },
-    "required": ["score", "dimensions", "reason"],
-}
-EXTRACTION_SCHEMA: dict[str, object] = {
-    "type": "object",
-    "properties": {
-        "memories": {"type": "array", "items": {
-            "type": "object",
-            "properties": {
-                "title": {"type": "string"},
-                "content": {"type": "string"},
-                "category": {"type": "string", "enum": [
-                    "user_preference", "business", "technical", "organizational", "domain"]},
-                "subcategory": {"type": "string"},
-                "tags": {"type": "array", "items": {"type": "string"}},
-                "subject": {"type": "string"},
-                "duplicate_of": {"type": ["string", "null"]},
-                "supersedes": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["title", "content", "category", "subject"],
-        }},
-        "images": {"type": "array", "items": {
-            "type": "object",
-            "properties": {
-                "image": {"type": "integer"},
-                "tier": {"type": "string", "enum": ["person", "long", "short", "skip"]},
-                "memory": {"type": ["string", "null"]},
-            },
-            "required": ["image", "tier"],
-        }},
-        "summary": {"type": ["string", "null"]},
-        "profile": {"type": ["object", "null"], "properties": {
-            "style": {"type": ["string", "null"]},
-            "impression": {"type": ["string", "null"]},
-            "traits": {"type": "array", "items": {"type": "string"}},
-            "topics": {"type": "array", "items": {"type": "string"}},
-        }},
-        # group chats: one profile update per participant, by the name they speak under
-        "profiles": {"type": "array", "items": {"type": "object", "properties": {
-            "speaker": {"type": "string"},
-            "style": {"type": ["string", "null"]},
-            "impression": {"type": ["string", "null"]},
-            "traits": {"type": "array", "items": {"type": "string"}},
-            "topics": {"type": "array", "items": {"type": "string"}},
-        }, "required": ["speaker"]}},
-    },
-    "required": ["memories"],
-}
 
 
 def batch_images(batch: Batch) -> list[tuple[int, str, TranscriptMessage]]:
