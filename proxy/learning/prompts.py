@@ -1,10 +1,12 @@
-"""Built-in scoring and extraction prompts (SPEC §3.3–3.4; seed 000 §6.2–6.3).
+"""Built-in scoring and extraction prompts, and the transcript they quote.
 
 English and Chinese versions; the conversation's language picks one, and memories are
-written in the user's language with names kept verbatim (case B21). The transcript is
-quoted as untrusted data between markers (case B30), roles stay labelled so facts rest on
-user turns (case B18), and the single worked example is marked "format only" — its facts
-are also listed in :data:`EXAMPLE_FACTS` so a grounding filter can drop copies (case B20).
+written in the user's language with names kept verbatim. The transcript is quoted as
+untrusted data between markers (instructions inside it are not obeyed), roles stay
+labelled so facts rest on user turns, and the single worked example is marked "format
+only" — its facts are also listed in :data:`EXAMPLE_FACTS` so a grounding filter can drop
+copies. The JSON schemas of the answers (:data:`SCORING_SCHEMA`, :data:`EXTRACTION_SCHEMA`)
+are generated from the answer models in :mod:`proxy.learning.answers`.
 Admins may replace either prompt (``learning.scoring_prompt`` /
 ``learning.extraction_prompt``); a replacement is the system message, used as is.
 
@@ -116,7 +118,8 @@ def fit_batch(batch: Batch, *, budget: int, count: Callable[[str], int],
     return replace(batch, messages=tuple(reversed(kept)))
 
 
-# The example facts shown in the prompts: never store one of these (case B20).
+# The example facts shown in the prompts: never store one of these (a model that copies the
+# worked example has learned nothing about the user).
 EXAMPLE_FACTS: tuple[str, ...] = (
     "Prefers concise answers with code examples",
     "Keeps a pet tortoise named Example-Tortoise",
