@@ -33,6 +33,7 @@ from proxy.learning.answers.results import (
     ProfileUpdate,
 )
 from proxy.memory.categories import Category
+from proxy.memory.records import TITLE_MAX_CHARS
 
 __all__ = ["ExtractionAnswer", "ImageAnswer", "MemoryItem", "ProfileAnswer", "SpeakerProfile"]
 
@@ -41,7 +42,6 @@ LIST_KEYS: Final = ("memories", "facts", "items")
 CONTENT_KEYS: Final = ("content", "fact", "text", "memory")
 """Keys of a memory's statement; the first holding a non-empty string wins."""
 _SUPERSEDES_KEYS: Final = ("supersedes", "contradicts", "replaces")
-_TITLE_MAX: Final = 30  # characters of a title: a heading, not a second statement
 _TAG_MAX: Final = 40  # characters of one tag; longer ones are sentences, dropped
 _TAGS_MAX: Final = 10
 _PROFILE_LIST_MAX: Final = 20
@@ -135,7 +135,7 @@ class MemoryItem(BaseModel):
             supersedes.extend(i for i in fields.ids(item.get(key)) if i not in supersedes)
         return {
             **item,
-            "title": (raw_title or content)[:_TITLE_MAX].rstrip(),
+            "title": (raw_title or content)[:TITLE_MAX_CHARS].rstrip(),
             "content": content,
             "category": fields.category(item.get("category"), about),
             "subject": about,
