@@ -34,7 +34,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from proxy.app import create_app
-from proxy.learning.parsing import CandidateFact
+from proxy.learning.answers import CandidateFact
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
 from proxy.learning.queue import Job, LearningQueue
 from proxy.memory.embed import CachedEmbedder, Embedder, RawEmbeddings

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.store import SqliteMemoryStore
-from proxy.memory.records import Category, Memory, Profile, ScoredTag, new_id, utcnow
+from proxy.memory.categories import Category
+from proxy.memory.records import Memory, Profile, ScoredTag, new_id, utcnow
 
 TENANT = "default"  # open mode: every caller is tenant "default"
 USER = "bench-user"

@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from proxy.learning.parsing import CandidateFact, ProfileUpdate
+from proxy.learning.answers import CandidateFact, ProfileUpdate
+from proxy.memory.categories import CATEGORIES
 from proxy.memory.records import (
-    CATEGORIES,
     USER_SUBJECT,
     ConversationRecord,
     Memory,

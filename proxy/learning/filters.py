@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from proxy.learning.parsing import CandidateFact
+from proxy.learning.answers import CandidateFact
 from proxy.learning.pii import PLACEHOLDERS, Scrubber
 from proxy.learning.prompts import EXAMPLE_FACTS
 from proxy.memory.directives import answer_preference, is_directive

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from proxy.errors import ProxyError, RateLimitError, UpstreamTimeoutError
-from proxy.learning.parsing import ModelOutput
+from proxy.learning.answers import ModelOutput
 from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, GROUP_EN, GROUP_ZH
 from proxy.ledger import LearningUsage, Ledger, Purpose
 from proxy.metrics import Metrics

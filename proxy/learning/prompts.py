@@ -1,10 +1,12 @@
-"""Built-in scoring and extraction prompts (SPEC §3.3–3.4; seed 000 §6.2–6.3).
+"""Built-in scoring and extraction prompts, and the transcript they quote.
 
 English and Chinese versions; the conversation's language picks one, and memories are
-written in the user's language with names kept verbatim (case B21). The transcript is
-quoted as untrusted data between markers (case B30), roles stay labelled so facts rest on
-user turns (case B18), and the single worked example is marked "format only" — its facts
-are also listed in :data:`EXAMPLE_FACTS` so a grounding filter can drop copies (case B20).
+written in the user's language with names kept verbatim. The transcript is quoted as
+untrusted data between markers (instructions inside it are not obeyed), roles stay
+labelled so facts rest on user turns, and the single worked example is marked "format
+only" — its facts are also listed in :data:`EXAMPLE_FACTS` so a grounding filter can drop
+copies. The JSON schemas of the answers (:data:`SCORING_SCHEMA`, :data:`EXTRACTION_SCHEMA`)
+are generated from the answer models in :mod:`proxy.learning.answers`.
 Admins may replace either prompt (``learning.scoring_prompt`` /
 ``learning.extraction_prompt``); a replacement is the system message, used as is.
 
@@ -20,7 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from proxy.learning.exchange import (  # noqa: F401 - clip_message is re-exported
+from proxy.learning.answers import EXTRACTION_SCHEMA, SCORING_SCHEMA
+from proxy.learning.exchange import (
     MAX_MESSAGE_CHARS,
     TranscriptMessage,
     clip_message,
@@ -28,6 +31,35 @@ from proxy.learning.exchange import (  # noqa: F401 - clip_message is re-exporte
 )
 from proxy.learning.queue import Batch
 from proxy.memory.records import Memory
+
+__all__ = [
+    "EXAMPLE_FACTS",
+    "EXTRACTION_EN",
+    "EXTRACTION_SCHEMA",
+    "EXTRACTION_ZH",
+    "GROUP_EN",
+    "GROUP_ZH",
+    "IMAGES_EN",
+    "IMAGES_ZH",
+    "LINE_OVERHEAD_TOKENS",
+    "MAX_MESSAGE_CHARS",
+    "SCORING_EN",
+    "SCORING_SCHEMA",
+    "SCORING_ZH",
+    "TRANSCRIPT_END",
+    "TRANSCRIPT_START",
+    "Language",
+    "TranscriptMessage",
+    "batch_images",
+    "clip_batch",
+    "clip_message",
+    "extraction_messages",
+    "fit_batch",
+    "render_known",
+    "render_transcript",
+    "scoring_messages",
+    "truncation_marker",
+]
 
 Language = Literal["en", "zh"]
 TRANSCRIPT_START = "<<<TRANSCRIPT"
@@ -86,7 +118,8 @@ def fit_batch(batch: Batch, *, budget: int, count: Callable[[str], int],
     return replace(batch, messages=tuple(reversed(kept)))
 
 
-# The example facts shown in the prompts: never store one of these (case B20).
+# The example facts shown in the prompts: never store one of these (a model that copies the
+# worked example has learned nothing about the user).
 EXAMPLE_FACTS: tuple[str, ...] = (
     "Prefers concise answers with code examples",
     "Keeps a pet tortoise named Example-Tortoise",
@@ -195,67 +228,6 @@ EXTRACTION_ZH = """你负责维护关于聊天助手某一位用户的长期记�
 分类：user_preference（style、language、tool、topic），business（rule、process、product、customer），\
 technical（architecture、stack、practice、issue），organizational（team、role、project、convention），\
 domain（其他领域，自行命名二级分类）。"""
-
-
-_UNIT = {"type": "number", "minimum": 0, "maximum": 1}
-SCORING_SCHEMA: dict[str, object] = {
-    "type": "object",
-    "properties": {
-        "score": _UNIT,
-        "dimensions": {
-            "type": "object",
-            "properties": dict.fromkeys(("density", "clarity", "depth", "relevance", "novelty"), _UNIT),
-            "required": ["density", "clarity", "depth", "relevance", "novelty"],
-        },
-        "reason": {"type": "string"},
-    },
-    "required": ["score", "dimensions", "reason"],
-}
-EXTRACTION_SCHEMA: dict[str, object] = {
-    "type": "object",
-    "properties": {
-        "memories": {"type": "array", "items": {
-            "type": "object",
-            "properties": {
-                "title": {"type": "string"},
-                "content": {"type": "string"},
-                "category": {"type": "string", "enum": [
-                    "user_preference", "business", "technical", "organizational", "domain"]},
-                "subcategory": {"type": "string"},
-                "tags": {"type": "array", "items": {"type": "string"}},
-                "subject": {"type": "string"},
-                "duplicate_of": {"type": ["string", "null"]},
-                "supersedes": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["title", "content", "category", "subject"],
-        }},
-        "images": {"type": "array", "items": {
-            "type": "object",
-            "properties": {
-                "image": {"type": "integer"},
-                "tier": {"type": "string", "enum": ["person", "long", "short", "skip"]},
-                "memory": {"type": ["string", "null"]},
-            },
-            "required": ["image", "tier"],
-        }},
-        "summary": {"type": ["string", "null"]},
-        "profile": {"type": ["object", "null"], "properties": {
-            "style": {"type": ["string", "null"]},
-            "impression": {"type": ["string", "null"]},
-            "traits": {"type": "array", "items": {"type": "string"}},
-            "topics": {"type": "array", "items": {"type": "string"}},
-        }},
-        # group chats: one profile update per participant, by the name they speak under
-        "profiles": {"type": "array", "items": {"type": "object", "properties": {
-            "speaker": {"type": "string"},
-            "style": {"type": ["string", "null"]},
-            "impression": {"type": ["string", "null"]},
-            "traits": {"type": "array", "items": {"type": "string"}},
-            "topics": {"type": "array", "items": {"type": "string"}},
-        }, "required": ["speaker"]}},
-    },
-    "required": ["memories"],
-}
 
 
 def batch_images(batch: Batch) -> list[tuple[int, str, TranscriptMessage]]:

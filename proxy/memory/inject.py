@@ -27,7 +27,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Literal
 
-from proxy.memory.records import CATEGORIES, Memory, Profile, ScoredTag
+from proxy.memory.categories import CATEGORIES
+from proxy.memory.records import Memory, Profile, ScoredTag
 from proxy.memory.text import fold_char, has_cjk
 from proxy.request import Message, message_text
 from proxy.settings import InjectTemplate

@@ -15,21 +15,10 @@ from typing import Any, Literal
 import orjson
 from ulid import ULID
 
+from proxy.memory.categories import Category
+
 Scope = Literal["personal", "shared", "system"]
 Source = Literal["auto", "manual", "system"]
-Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
-
-CATEGORIES: tuple[Category, ...] = (
-    "user_preference", "business", "technical", "organizational", "domain",
-)
-# Seed 000 §5: preset subcategories (domain is open-ended).
-SUBCATEGORIES: dict[str, tuple[str, ...]] = {
-    "user_preference": ("style", "language", "tool", "topic"),
-    "business": ("rule", "process", "product", "customer"),
-    "technical": ("architecture", "stack", "practice", "issue"),
-    "organizational": ("team", "role", "project", "convention"),
-    "domain": ("dynamic",),
-}
 USER_SUBJECT = "user"
 TITLE_MAX_CHARS = 30  # seed 000 §6 extraction prompt: title ≤ 30 characters
 # Longest memory any source may store, in characters: manual memories (POST /v1/memories

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue
 
-Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 AdminScope = Literal["shared", "system"]
 Tag = Annotated[str, Field(max_length=60)]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError
 
 from proxy.errors import InvalidRequestError, ProxyError, invalid_value
 from proxy.identity import resolve_user
+from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.text import strip_invisible
@@ -40,7 +41,6 @@ from proxy.routes.owner import Owner
 from proxy.routes.shapes import MAX_TAGS, NewMemory
 from proxy.routes.users import user_profile
 
-Category = Literal["user_preference", "business", "technical", "organizational", "domain"]
 SEARCH_LIMIT_MIN, SEARCH_LIMIT_MAX = 1, 50  # results per search_memories call
 INSTRUCTIONS = (
     "Long-term memory of the end user, shared with every chat this gateway serves. Relevant "

@@ -15,11 +15,10 @@ from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError, invalid_value
 from proxy.http import read_body
+from proxy.memory.categories import Category as CategoryName
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.routes.params import check_query
 
-CategoryName = Literal["user_preference", "business", "technical", "organizational",
-                       "domain"]
 SourceName = Literal["auto", "manual", "system"]
 MAX_TAGS = 20
 MAX_SUBCATEGORY_CHARS = 60

@@ -45,7 +45,8 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.errors import InvalidRequestError
-from proxy.memory.records import CATEGORIES, Memory, from_iso, new_id, to_iso
+from proxy.memory.categories import CATEGORIES
+from proxy.memory.records import Memory, from_iso, new_id, to_iso
 from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
 from proxy.resources import Resources

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from proxy.learning.answers import ProfileUpdate
 from proxy.learning.consolidate import BatchContext, consolidate, contains, merge_tags
 from proxy.learning.filters import FactFilter, is_directive
-from proxy.learning.parsing import ProfileUpdate
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, ScoredTag
 from tests.fakes import cand

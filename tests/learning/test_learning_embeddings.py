@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from proxy.learning.answers import CandidateFact
 from proxy.learning.consolidate import BatchContext, consolidate
-from proxy.learning.parsing import CandidateFact
 from proxy.memory.embed import CachedEmbedder, cosine
 from proxy.memory.records import Memory
 from proxy.memory.store import ListQuery

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from proxy.learning.answers import CandidateFact
 from proxy.learning.exchange import TranscriptMessage
 from proxy.learning.filters import FactFilter
-from proxy.learning.parsing import CandidateFact
 from proxy.learning.pii import Scrubber
 from proxy.learning.prompts import (
     MAX_MESSAGE_CHARS,
