@@ -26,6 +26,15 @@ import structlog
 
 from proxy.errors import ProxyError, RateLimitError
 from proxy.learning import quotas
+from proxy.learning.answers import (
+    CandidateFact,
+    ExtractionResult,
+    ParseError,
+    ProfileUpdate,
+    ScoreResult,
+    parse_extraction,
+    parse_scoring,
+)
 from proxy.learning.budget import WORKER_CACHE_SECONDS, BudgetSpent, LearningBudgets
 from proxy.learning.consolidate import BatchContext, consolidate
 from proxy.learning.exchange import (
@@ -36,15 +45,6 @@ from proxy.learning.exchange import (
 )
 from proxy.learning.filters import FactFilter, contains_pii, is_directive
 from proxy.learning.model import LearningModel
-from proxy.learning.parsing import (
-    CandidateFact,
-    ExtractionResult,
-    ParseError,
-    ProfileUpdate,
-    ScoreResult,
-    parse_extraction,
-    parse_scoring,
-)
 from proxy.learning.pii import Scrubber
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.prompts import (
