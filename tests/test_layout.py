@@ -293,3 +293,32 @@ def test_test_names_state_behaviour_not_numbers(path: Path) -> None:
 ])
 def test_the_name_rule_catches_a_numbered_test(name: str, numbered: bool) -> None:
     assert bool(NUMBERED_TEST_NAME.search(name)) is numbered
+
+
+# ------------------------------------------------------------ design.md anchors resolve
+
+DESIGN = REPO / "docs" / "design.md"
+DESIGN_CITATION = re.compile(r"docs/design\.md#([A-Za-z0-9_-]+)")
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of the ``##`` headings: lower case, punctuation dropped, spaces
+    as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", line[3:].strip().lower()).replace(" ", "-")
+            for line in markdown.splitlines() if line.startswith("## ")}
+
+
+def test_every_cited_design_section_exists() -> None:
+    """Each ``docs/design.md#<anchor>`` cited in code, tests, benches or the README names
+    a section the document has."""
+    anchors = _anchors(DESIGN.read_text(encoding="utf-8"))
+    dangling = sorted(
+        f"{path.relative_to(REPO)}: #{m.group(1)}" for path in _cited_files()
+        for m in DESIGN_CITATION.finditer(path.read_text(encoding="utf-8"))
+        if m.group(1) not in anchors)
+    assert not dangling, f"no such section in docs/design.md: {dangling}"
+
+
+def test_the_anchor_rule_reads_headings_as_github_does() -> None:
+    assert _anchors("# Title\n## Memory text is data\n## Learning budgets\n### Sub\n") == {
+        "memory-text-is-data", "learning-budgets"}
