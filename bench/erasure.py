@@ -2,7 +2,7 @@
 
 What it does
     1. On each backend, builds one user's full footprint: ``--memories`` (500, the per-user
-       quota of seed 000 §6) memories with 384-dimension vectors, a retired tenth of them,
+       quota) memories with 384-dimension vectors, a retired tenth of them,
        evidence for each, ten deletion tombstones, a profile, conversation records with
        summaries, display-name bindings, usage and learning rows — beside
        ``--others`` other users of the same tenant with as many memories each.
@@ -16,7 +16,7 @@ What it does
     4. Checks the erasure is complete (nothing listed, no profile, one audit event left,
        usage zero) and that the other users kept every memory.
 
-Target (issue 12): 500 memories erased in < 1 s on both backends, also with a large
+Target (docs/design.md#deletion): 500 memories erased in < 1 s on both backends, also with a large
 audit log. The Redis store runs on a private server started from the test extra's wheels
 (tests/redis_server.py) unless ``--redis-url`` names one (keys under a fresh prefix,
 removed afterwards).

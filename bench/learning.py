@@ -7,9 +7,9 @@ figures are the pipeline's own cost:
 1. **Throughput** — exchanges per second and user messages per second through sink → queue
    → buffer → batch → score → extract → consolidate → apply, with a zero-latency model.
 2. **Cost of batching** — LLM calls and learning tokens per 100 user messages with
-   ``batch_messages`` 5 (seed 001's private default) versus 1 (extract on every turn).
-   Tokens are the learning ledger's: prompt tokens counted with the model's tokenizer
-   (the instant model reports no usage), completion tokens of its answers.
+   ``batch_messages`` 5 (the private default, docs/design.md#batching) versus 1 (extract
+   on every turn). Tokens are the learning ledger's: prompt tokens counted with the
+   model's tokenizer (the instant model reports no usage), completion tokens of its answers.
 3. **LoCoMo consolidation** — every user turn of the LoCoMo dev conversations fed as
    exchanges (one user per speaker), the model answering from the dataset's annotated
    observations (oracle extractor): memories stored, facts merged as evidence, facts

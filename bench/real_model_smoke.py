@@ -1,8 +1,8 @@
 """A few LoCoMo sessions through the gateway with a REAL model as chat and learning model.
 
 Not a quality measurement: it proves the plumbing with real tokens, real SSE and real,
-imperfect JSON (see ../shared/tools/local-llm.md for the tiny local model used here:
-SmolLM2-135M behind llama.cpp's OpenAI-compatible server). It starts the gateway
+imperfect JSON (a tiny local model serves: SmolLM2-135M behind llama.cpp's
+OpenAI-compatible server). It starts the gateway
 (embedded storage, learning on, batch of 5) against ``--api-base``, replays the first
 ``--sessions`` sessions of one LoCoMo conversation (both speakers, streaming), flushes
 learning, waits for the queue to drain and prints what happened: chat requests, learning

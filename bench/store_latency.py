@@ -2,8 +2,8 @@
 
 What it does
     1. Builds the same synthetic memories for both backends: ``--users`` users with
-       ``--per-user`` memories each (defaults 200 × 500 = 100k, the per-user quota of
-       seed 000 §6), sentences of mixed English and Chinese words from a fixed
+       ``--per-user`` memories each (defaults 200 × 500 = 100k, the per-user quota,
+       docs/design.md#quotas), sentences of mixed English and Chinese words from a fixed
        vocabulary, each with a random unit vector of ``--dim`` (384) dimensions.
     2. Phase "500/user": only the first user's memories are stored; phase "100k": all
        of them. After each fill the store runs ``maintain()``, as the gateway does at
@@ -23,7 +23,7 @@ What it does
 The Redis store runs on a private server started from the test extra's wheels
 (tests/redis_server.py) unless ``--redis-url`` names one (its keys go under a fresh
 prefix and are removed afterwards). Each store is used from one asyncio task, queries one
-at a time, as one gateway request would. Target (issue 3): p99 ≤ 10 ms.
+at a time, as one gateway request would. Target: p99 ≤ 10 ms.
 
     .venv/bin/python bench/store_latency.py [--users 200] [--per-user 500] [--queries 300]
 """

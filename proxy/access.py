@@ -1,7 +1,8 @@
 """One structured access-log line per HTTP request, and the per-route HTTP metrics.
 
 :class:`AccessLogMiddleware` is plain ASGI (no ``BaseHTTPMiddleware``: it would hide
-``http.disconnect`` from handlers, case B07). It gives every request an id — the client's
+``http.disconnect`` from handlers, and a client that went away must cancel the upstream call
+— docs/design.md#streaming). It gives every request an id — the client's
 ``X-Request-Id`` when it is a plausible id (1–128 of ``A-Za-z0-9._:-``), else 32 hex
 digits — returned in ``x-request-id`` unless the upstream's id is forwarded there already,
 and when the response ends (a stream: its last byte) it

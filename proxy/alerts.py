@@ -1,6 +1,7 @@
 """Alerts webhook: conditions that last are reported, repeats throttled, recovery reported.
 
-Seed 001 §10: "jitter not reported, repeats throttled, recovery reported too". A
+Brief blips are not reported, repeats are throttled, recovery is reported too
+(docs/design.md#alerts). A
 :class:`Monitor` evaluates its :class:`Check` s every ``alerts.check_interval_seconds``
 (:meth:`Monitor.run`; :meth:`Monitor.check` does one round at a given time, for tests).
 Each check is a state machine:

@@ -1,5 +1,5 @@
-"""Derived conversation ids that keep chats apart (SPEC §2.2; README "Conversations
-without an id").
+"""Derived conversation ids that keep chats apart (docs/design.md#identity; README
+"Conversations without an id").
 
 When the client names no conversation (no ``X-Conversation-Id``, no
 ``metadata.conversation_id``, no group), a chat is identified by what the user said so far:

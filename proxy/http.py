@@ -1,6 +1,7 @@
 """HTTP helpers for routes: disconnect-aware awaiting and the OpenAI error response.
 
-No ``BaseHTTPMiddleware`` anywhere: it hides ``http.disconnect`` from handlers (case B07).
+No ``BaseHTTPMiddleware`` anywhere: it hides ``http.disconnect`` from handlers, and a client
+that goes away must cancel the upstream call (docs/design.md#streaming).
 Routes race upstream work against the client's disconnect with :func:`until_disconnected`;
 once a stream has started, Starlette's ``StreamingResponse`` watches for the disconnect
 and cancels the body generator, whose ``finally`` closes the upstream.

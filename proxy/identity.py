@@ -1,7 +1,9 @@
-"""Who the end user is, which conversation this is, and what memory may do (SPEC §2.2).
+"""Who the end user is, which conversation this is, and what memory may do
+(docs/design.md#identity).
 
 One function, :func:`resolve_identity`, feeds retrieval, learning, the management API and
-logging alike (case B26). Precedence for the end user:
+logging alike, so a user id written into the body never reaches another user's memory.
+Precedence for the end user:
 
 1. the user a gateway key is bound to (body and headers cannot override it);
 2. the configured header (default ``X-User-Id``);

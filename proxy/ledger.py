@@ -1,4 +1,5 @@
-"""Token ledgers: the user's usage and, apart from it, what learning spent (SPEC §2.8, §3.7).
+"""Token ledgers: the user's usage and, apart from it, what learning spent
+(docs/design.md#accounting).
 
 The usage ledger has one row per chat request: upstream prompt/completion tokens (as the
 upstream reported them — the prompt includes the injected memory block, which is what the
@@ -114,7 +115,7 @@ class Ledger(Protocol):
 
     async def learning_totals(self, tenant: str, user: str | None = None) -> Totals: ...
 
-    # per-day / per-model reports and the tenant → users index (issue 13) ----------------
+    # per-day / per-model reports and the tenant → users index (admin reports) -----------
     async def usage_report(
         self, tenant: str, *, group_by: GroupBy, user: str | None = None,
         since: date | None = None, until: date | None = None,

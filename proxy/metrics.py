@@ -56,7 +56,7 @@ class Metrics:
         self.sink_dropped = Counter(
             "memory_proxy_learning_sink_dropped_total",
             "Exchanges not queued because the in-process buffer was full.", registry=r)
-        # Issue 13: learning budgets. 1 while the tenant's learning is paused by its
+        # Learning budgets. 1 while the tenant's learning is paused by its
         # budget (set by the worker when it checks, and by GET /v1/admin/stats), else 0.
         self.learning_budget_paused = Gauge(
             "memory_proxy_learning_budget_paused",
@@ -72,7 +72,7 @@ class Metrics:
             "Stored memory lines left out of the injected block because their text poses "
             "as an instruction (an order, a link, a role or tool-call marker).", registry=r)
 
-        # Deploy and operate (issue 14) ------------------------------------------------
+        # Deploy and operate -----------------------------------------------------------
         self.http_requests = Counter(
             "memory_proxy_http_requests_total",
             "HTTP requests by route template, method and status (every route).",

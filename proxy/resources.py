@@ -68,7 +68,7 @@ class Resources:
     clock: Callable[[], datetime] = utcnow
     # Derived conversation ids per chat history (proxy/conversations.py).
     chains: ConversationChains = field(default_factory=ConversationChains)
-    # Issue 13: run-time settings per tenant (built from settings and store when not given).
+    # Run-time settings per tenant (built from settings and store when not given).
     tenant_settings: TenantSettings | None = None
     # Graceful shutdown state (proxy/shutdown.py); the app replaces it with its own.
     drain: Drain = field(init=False)

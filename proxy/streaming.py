@@ -1,7 +1,7 @@
 """Forward an upstream chunk stream to the client as OpenAI frames it.
 
 ``data: {chunk}\\n\\n`` per upstream event, byte for byte, then ``data: [DONE]\\n\\n``. The
-only rewrites concern ``usage`` (case B01):
+only rewrites concern ``usage`` (docs/design.md#streaming):
 
 - when the client asked (``stream_options.include_usage``), exactly one usage chunk is sent,
   with ``"choices": []``, after the chunk carrying ``finish_reason`` and before ``[DONE]``;
@@ -12,7 +12,8 @@ only rewrites concern ``usage`` (case B01):
 
 Events are held back only until the first substantive chunk (content, tool call or finish),
 so that an error the upstream reports inside the stream before any content becomes a proper
-HTTP error (case B04); after that, an error ends the stream with an error event.
+HTTP error with the upstream's status, never a 200 stream carrying an error; after that, an
+error ends the stream with an error event.
 """
 
 from __future__ import annotations

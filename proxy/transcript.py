@@ -3,7 +3,8 @@
 Used only for the gateway's own records (the learning transcript and accounting); chunks
 reach the client unchanged. Tool-call fragments are grouped the way OpenAI's clients do —
 by ``index`` — except that a new non-null ``id`` at an index already in use starts a new
-call, because some providers send parallel calls whole, each with ``index: 0`` (case B03).
+call, because some providers send parallel calls whole, each with ``index: 0``
+(docs/design.md#streaming).
 """
 
 from __future__ import annotations

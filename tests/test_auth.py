@@ -1,4 +1,4 @@
-"""Gateway authentication: global admin keys and end-user JWTs (issue 13)."""
+"""Gateway authentication: global admin keys and end-user JWTs."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def _hadolint() -> str:
 
 
 def test_hadolint_passes_at_warning_level() -> None:
-    """hadolint --failure-threshold warning finds nothing (the issue's CI gate)."""
+    """hadolint --failure-threshold warning finds nothing (the CI gate)."""
     result = subprocess.run([_hadolint(), "--failure-threshold", "warning", str(DOCKERFILE)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,5 +1,5 @@
-"""Token ledgers, on both backends: usage per user and tenant, learning apart (SPEC §2.8,
-§3.7)."""
+"""Token ledgers, on both backends: usage per user and tenant, learning apart
+(docs/design.md#accounting)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ def feed(chunks: list[dict]) -> ReplyAssembler:
 
 
 def test_parallel_calls_sharing_index_zero_stay_separate() -> None:
-    """Two whole calls at index 0 with different ids are two calls (case B03)."""
+    """Two whole calls at index 0 with different ids are two calls. A public failure: a
+    reassembler keyed on the index alone merged them into one call whose arguments were
+    ``{..}{..}``, not JSON."""
     replies = feed([
         chunk([{"index": 0, "delta": {"role": "assistant", "tool_calls": [{
             "index": 0, "id": "call_a", "type": "function",
@@ -33,7 +35,8 @@ def test_parallel_calls_sharing_index_zero_stay_separate() -> None:
 
 
 def test_fragments_without_id_join_the_call_at_their_index() -> None:
-    """Later fragments with ``id`` absent extend the call at their index (case B03)."""
+    """Later fragments with ``id`` absent extend the call at their index (code that skipped
+    fragments without an id dropped most argument deltas)."""
     calls = feed([
         chunk([{"index": 0, "delta": {"tool_calls": [{
             "index": 0, "id": "call_x", "type": "function",

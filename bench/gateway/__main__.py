@@ -8,7 +8,7 @@ Command (from the repository root, after ``scripts/bootstrap test``)::
 
 Everything it needs comes from PyPI through pip: LiteLLM's proxy is installed on first use
 into its own virtualenv, ``.bench/litellm-venv`` (``litellm[proxy]==1.108.7`` — the
-release the issue's anchors were measured with; ``--litellm-spec`` picks another, and the
+release the reference figures were measured with; ``--litellm-spec`` picks another, and the
 compromised 1.82.7 / 1.82.8 are refused). Runs write configs, databases, logs and
 ``results.json`` under ``.bench/gateway/<time>/``.
 
@@ -81,7 +81,7 @@ Rows:
     peak RSS MB   ``VmHWM`` (high-water mark) at the end of the run.
     mem-on÷LiteLLM  the gateway with memory on divided by LiteLLM (× for requests/s).
 
-The issue's targets are printed under the table with met / NOT met, then issue 16's
+The gateway's targets are printed under the table with met / NOT met, then the
 hot-path targets (memory on, keyword recall: ≤ 1.0 ms CPU and ≤ 1.0 ms added TTFT p50 per
 request at c=1, ≤ 15 ms added TTFT p99 for paced streams at c=32; with embeddings, local
 or static: ≤ 3 ms CPU per request at c=1 and no ``degraded`` reply at c=32). Every

@@ -164,7 +164,7 @@ def _injected(report: TargetReport) -> str:
 
 
 def targets(reports: Sequence[TargetReport], scenarios: Sequence[Scenario]) -> list[str]:
-    """The issue's targets, each with its figure and met / NOT met."""
+    """The gateway's targets, each with its figure and met / NOT met."""
     by_key = {r.key: r for r in reports}
     on, lite, direct = by_key.get("gw-on"), by_key.get("litellm"), by_key.get("direct")
     out: list[str] = []
@@ -211,7 +211,7 @@ def targets(reports: Sequence[TargetReport], scenarios: Sequence[Scenario]) -> l
 
 def hot_path_targets(reports: Sequence[TargetReport],
                      scenarios: Sequence[Scenario]) -> list[str]:
-    """Issue 16's hot-path targets with their figures and met / NOT met: memory on with
+    """The hot-path targets with their figures and met / NOT met: memory on with
     keyword recall (500 memories) ≤ 1.0 ms CPU per request and ≤ 1.0 ms added TTFT p50 at
     c=1, paced streams at c=32 ≤ 15 ms added TTFT p99; with embeddings (local, static)
     ≤ 3 ms CPU per request and every reply at c=32 injected (none ``degraded``)."""

@@ -390,7 +390,7 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
     print("targets (memory on, keyword recall):")
     for line in report.targets(reports, scenarios):
         print("  " + line)
-    print("issue 16 targets (hot path; CPU figures: the server's process tree):")
+    print("hot-path targets (CPU figures: the server's process tree):")
     for line in report.hot_path_targets(reports, scenarios):
         print("  " + line)
     embedding = report.embedding_cost(reports, scenarios)

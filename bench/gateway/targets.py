@@ -22,7 +22,7 @@ UPSTREAM_KEY_ENV = "BENCH_UPSTREAM_KEY"
 GATEWAY_KEY_ENV = "BENCH_GATEWAY_KEY"
 # The key clients present to every target: our gateway's auth key, LiteLLM's master key.
 CLIENT_KEY = "sk-bench-4d1c9e7a0b2f46a8b3e5c7d9f1a2b3c4"
-# 1.108.7 is the release the anchors were measured with. 1.82.7 and 1.82.8 were
+# 1.108.7 is the release the reference figures were measured with. 1.82.7 and 1.82.8 were
 # compromised releases (supply-chain incident) and must never be installed.
 LITELLM_SPEC = "litellm[proxy]==1.108.7"
 EXCLUDED_LITELLM = ("1.82.7", "1.82.8")

@@ -21,13 +21,14 @@ like their plain ASCII reading. A text is refused when:
   "you must …", "every answer ends with …", "from now on …", 你必须 …, 每次回答 …) and that
   sentence is not a statement of the user's preference.
 
-A **preference** sentence opens with the user (or nobody, note style) preferring, liking,
-wanting or disliking something: "Prefers short answers", "User wants every answer to end
-with a summary", "I'd rather have examples", 偏好简洁回答，不喜欢过长的解释. A preference
-*about* answers is not an order *to* the assistant (seed 000 §5 puts answer style first):
-it is kept, unless it addresses the assistant with a modal ("… you must …", 你必须 …) or
-breaks one of the first three rules, which no framing excuses. :func:`answer_preference`
-tells whether such a statement is about answers' style or language, so learning files it as
+A **preference** sentence opens with the user (or nobody, note style) preferring,
+liking, wanting or disliking something: "Prefers short answers", "User wants every
+answer to end with a summary", "I'd rather have examples", 偏好简洁回答，不喜欢过长的解释. A
+preference *about* answers is not an order *to* the assistant (answer style is the
+first preference subcategory): it is kept, unless it addresses the assistant with a
+modal ("… you must …", 你必须 …) or breaks one of the first three rules, which no framing
+excuses. :func:`answer_preference` tells whether such a statement is about answers'
+style or language, so learning files it as
 ``user_preference/style`` or ``user_preference/language``.
 """
 

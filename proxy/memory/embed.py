@@ -3,8 +3,8 @@
 An :class:`Embedder` turns text into unit-length (L2-normalised) vectors of a fixed
 ``dimension``. ``embed_query`` / ``embed_queries`` run on the hot path, inside the recall
 deadline; ``embed_documents`` runs when memories are written and reports the provider
-tokens it spent, which the caller books in the learning ledger (purpose ``embed``, SPEC
-§3.7).
+tokens it spent, which the caller books in the learning ledger (purpose ``embed``,
+docs/design.md#accounting).
 
 A provider plugs in as an :class:`EmbeddingBackend` — one batch of texts in, raw vectors
 and a token count out: ``local`` (sentence-transformers on a bundled model,

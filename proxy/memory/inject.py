@@ -1,16 +1,17 @@
 """The memory block: render, fit to the token budget, splice into the messages (pure).
 
 The block is Markdown between fixed markers (``<user_memory>`` … ``</user_memory>``), so it
-can be found and removed later (case B22) and renders byte-identically for the same inputs
-(no times, ids or random nonces inside). Memory text is data: each line is sanitised so a
-stored memory cannot close the block, start a heading, or smuggle chat-template control
-tokens (SPEC §2.5). Source channels and ids never appear in it.
+can be found and removed later (from transcripts, so learning never relearns it) and renders
+byte-identically for the same inputs (no times, ids or random nonces inside). Memory text is
+data: each line is sanitised so a stored memory cannot close the block, start a heading, or
+smuggle chat-template control tokens (docs/design.md#memory-text-is-data). Source channels
+and ids never appear in it.
 
-Placement (SPEC §2.5, cases B10/B12):
+Placement (docs/design.md#injection): exactly one leading instruction message, never two.
 
-- ``system`` — appended to the first system/developer message ("after skills, before user
-  input", seed 000 §3.2); a new system message at index 0 when there is none. The list's
-  shape is otherwise unchanged, so any list the upstream accepted still is accepted.
+- ``system`` — appended to the first system/developer message (after the app's own
+  instructions, before user input); a new system message at index 0 when there is none.
+  The list's shape is otherwise unchanged, so any list the upstream accepted still is.
 - ``before_last_user`` — prepended inside the latest user message; everything before it
   stays byte-identical across turns, so the provider's prompt cache keeps the prefix.
 
@@ -197,7 +198,7 @@ def fit_block(
     now: datetime,
 ) -> BlockPlan:
     """The largest block within ``budget_tokens``: facts are given best first and the
-    lowest-ranked are dropped first (seed 000 §3.2: trim from the lowest score), then the
+    lowest-ranked are dropped first (docs/design.md#injection), then the
     profile lines from the end. Token counts use ``count`` (the target model's tokenizer).
     """
     profile_lines = _profile_lines(profile, template, now)

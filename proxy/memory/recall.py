@@ -39,8 +39,8 @@ query still gets the other's evidence.
    temporal contiguity: facts learned in one conversation cue each other (Kahana, "Associative
    retrieval processes in free recall", Memory & Cognition 1996), which finds the fact that
    answers a question in words the question does not use. Evidence and recency break ties
-   between similarly relevant memories (LangMem's "similarity + importance + strength",
-   seed 001 §5.5). Weights are settings (``memory.ranking``); the defaults were tuned on
+   between similarly relevant memories (LangMem's "similarity + importance + strength";
+   docs/design.md#recall). Weights are settings (``memory.ranking``); the defaults were tuned on
    LoCoMo (``bench/retrieval_locomo.py`` says which).
 5. **Diversity** — a candidate whose normalised text equals, contains or is contained in
    one already chosen, or shares ≥ 80 % of its terms with it, is skipped, so near-duplicates

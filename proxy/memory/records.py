@@ -1,7 +1,8 @@
-"""The memory record, the user profile and the conversation record (SPEC §4).
+"""The memory record, the user profile and the conversation record.
 
-Seed 000's schema (§3) extended with seed 001's lifecycle (§5.3 evidence, §5.4 retire-not-
-delete). Times are timezone-aware UTC ``datetime`` in Python and ISO 8601 on the wire.
+Fields: docs/design.md#memory-record; lifecycle: evidence counting
+(docs/design.md#evidence) and retire-not-delete (docs/design.md#contradictions). Times are
+timezone-aware UTC ``datetime`` in Python and ISO 8601 on the wire.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from proxy.memory.categories import Category
 Scope = Literal["personal", "shared", "system"]
 Source = Literal["auto", "manual", "system"]
 USER_SUBJECT = "user"
-TITLE_MAX_CHARS = 30  # seed 000 §6 extraction prompt: title ≤ 30 characters
+TITLE_MAX_CHARS = 30  # the extraction prompt asks for titles ≤ 30 characters
 # Longest memory any source may store, in characters: manual memories (POST /v1/memories
 # answers 400 beyond) and learned ones (the fact filters drop them as "too_long") alike.
 MAX_CONTENT_CHARS = 4000
@@ -61,7 +62,8 @@ class Namespace:
 
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """One memory (SPEC §4). ``hits`` is the evidence count (seed 001 §5.3)."""
+    """One memory (docs/design.md#memory-record). ``hits`` is the evidence count
+    (docs/design.md#evidence)."""
 
     id: str
     tenant: str
@@ -105,7 +107,8 @@ class Memory:
         return replace(self, **changes)
 
     def to_api(self) -> dict[str, Any]:
-        """JSON shape of the management API (SPEC §4 field names; no embedding vector)."""
+        """JSON shape of the management API (docs/design.md#memory-record field names; no
+        embedding vector)."""
         return {
             "object": "memory",
             "id": self.id,
@@ -138,7 +141,7 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class ScoredTag:
-    """A profile trait or topic: ``{text, score, hits, at}`` (seed 001 §5.1)."""
+    """A profile trait or topic: ``{text, score, hits, at}`` (docs/design.md#traits)."""
 
     text: str
     score: float
@@ -146,7 +149,8 @@ class ScoredTag:
     at: datetime
 
     def effective_score(self, now: datetime, *, decay_per_week: float = 0.9) -> float:
-        """score × decay^(weeks since ``at``), applied lazily (seed 001 §5.1: 0.9/week)."""
+        """score × decay^(weeks since ``at``), applied lazily (0.9 per week,
+        docs/design.md#traits)."""
         weeks = max(0.0, (now - self.at).total_seconds() / (7 * 86400))
         return self.score * math.pow(decay_per_week, weeks)
 
@@ -156,7 +160,7 @@ class ScoredTag:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """The resident profile of one (tenant, user) (SPEC §4, seed 001 §6)."""
+    """The resident profile of one (tenant, user) (docs/design.md#memory-record)."""
 
     tenant: str
     user_id: str
@@ -198,7 +202,8 @@ class Profile:
 
 @dataclass(frozen=True, slots=True)
 class ConversationRecord:
-    """Score of a learned conversation and how far learning got (SPEC §4)."""
+    """Score of a learned conversation and how far learning got
+    (docs/design.md#memory-record)."""
 
     tenant: str
     user_id: str
@@ -208,12 +213,12 @@ class ConversationRecord:
     reason: str = ""
     learned_messages: int = 0
     updated_at: datetime = field(default_factory=utcnow)
-    # Medium-term summary of what the conversation was about (seed 001 §4: 中期摘要), fed
+    # Medium-term summary of what the conversation was about, fed
     # back to the next extraction as context; a user keeps at most MAX_SUMMARIES of them.
     summary: str = ""
 
 
-MAX_SUMMARIES = 60  # seed 001 §6: 中期摘要 60 per person
+MAX_SUMMARIES = 60  # summaries kept per user: docs/design.md#quotas
 
 
 def profile_to_json(profile: Profile) -> str:

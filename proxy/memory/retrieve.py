@@ -1,4 +1,5 @@
-"""Hybrid recall: plan the queries, search keyword and vector, rank (SPEC §2.3).
+"""Hybrid recall: plan the queries, search keyword and vector, rank
+(docs/design.md#recall).
 
 :func:`plan_queries` (pure) turns the conversation into a main query — the latest user
 turn plus ``context_turns`` earlier ones — and, without any model call, up to

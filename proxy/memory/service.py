@@ -1,9 +1,9 @@
 """The hot path's memory step: recall → rank → budget → splice, under a deadline.
 
 :meth:`MemoryService.prepare` never raises for memory reasons: a slow or failing store (or
-embedder) gives the request its original messages and an ``Injection`` whose status says
-why (SPEC §2.3, fail-open). The outcome becomes response headers (counts, tokens, status —
-never memory text).
+embedder) gives the request its original messages and an ``Injection`` whose status says why
+(fail-open, docs/design.md#recall). The outcome becomes response headers (counts, tokens,
+status — never memory text).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class MemoryService:
         clock: Callable[[], datetime] = utcnow,
         tenants: TenantSettings | None = None,
     ) -> None:
-        """``tenants``: run-time settings per tenant (issue 13: ``memory.injection_count``
+        """``tenants``: run-time settings per tenant (``memory.injection_count``
         and ``memory.token_budget_percent`` overrides); else ``settings`` for all."""
         self._store = store
         self._settings = settings
@@ -249,7 +249,8 @@ class MemoryService:
     async def _budget(self, request: ChatRequest, route: Route,
                       settings: MemorySettings) -> int:
         """Tokens the block may use: ``token_budget_percent`` of the context window, cut
-        to what is left after the prompt and the requested output (case B04).
+        to what is left after the prompt and the requested output, so the block
+        never makes a prompt that fits overflow the window (docs/design.md#injection).
 
         Exact counting only happens near the window (a byte count bounds tokens from above),
         runs in a thread, and is skipped — no memory — for prompts over

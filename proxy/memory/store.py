@@ -1,9 +1,9 @@
 """The storage contract every backend implements (SQLite embedded, Redis).
 
 All reads and writes are scoped by namespace: a (tenant, user) pair, plus the tenant's
-shared/system space where a call says so. No method returns another user's memories (case
-B25). Backends raise :class:`StoreUnavailableError` when their server or file fails, so
-callers can degrade memory without breaking chat.
+shared/system space where a call says so. No method returns another user's memories
+(docs/design.md#identity). Backends raise :class:`StoreUnavailableError` when their server
+or file fails, so callers can degrade memory without breaking chat.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class ListQuery:
     text: str | None = None
     limit: int = 100
     offset: int = 0
-    # Issue 12: ``enabled`` keeps only enabled (True) or disabled (False) memories;
+    # ``enabled`` keeps only enabled (True) or disabled (False) memories;
     # ``source`` one source; ``after`` is a cursor: only ids below it (ids are ULIDs, so
     # "older than that memory"); ``scope`` "shared"/"system" lists the tenant's memories of
     # that scope (no user) instead of the user's.
@@ -80,7 +80,7 @@ class ListQuery:
 
 @dataclass(frozen=True, slots=True)
 class UserSettings:
-    """Per-user switches (seed 000 §6 UserSetting)."""
+    """Per-user switches (docs/design.md#learning-switches)."""
 
     enable_personal_learning: bool = True
     show_learning_indicator: bool = True
@@ -89,7 +89,7 @@ class UserSettings:
 
 @dataclass(frozen=True, slots=True)
 class AuditEvent:
-    """One learning-log row (SPEC §3.8)."""
+    """One learning-log row (docs/design.md#audit)."""
 
     tenant: str
     user_id: str | None
@@ -114,11 +114,11 @@ class ChangeSet:
     ``batch_key`` makes the apply idempotent: a redelivered batch is a no-op.
     ``upserts`` are whole records after consolidation; ``evidence`` lists the
     (memory id, evidence key) pairs this batch adds — a pair already stored does not count
-    again, so hits grow once per distinct source (SPEC §3.6).
+    again, so hits grow once per distinct source (docs/design.md#evidence).
     ``learned_from`` is when the batch's oldest message was said: the store checks, inside
     the same transaction, that the user did not clear their memory since (then nothing is
-    applied) and drops new memories whose text the user deleted since (case B32 — a
-    deletion that races a learning job in flight still wins).
+    applied) and drops new memories whose text the user deleted since (a deletion
+    that races a learning job in flight still wins: docs/design.md#deletion).
     """
 
     tenant: str
@@ -247,12 +247,13 @@ class MemoryStore(Protocol):
         self, tenant: str, user: str, memory_id: str, *, audit: AuditEvent | None = None
     ) -> bool:
         """Hard-delete one memory and its index entries; leaves a tombstone so that
-        learning queued earlier does not bring it back (case B32)."""
+        learning queued earlier does not bring it back (docs/design.md#deletion)."""
         ...
 
     async def clear(self, tenant: str, user: str, *, audit: AuditEvent | None = None) -> int:
         """Delete every personal memory and the profile of (tenant, user); records
-        ``cleared_at`` so that learning queued before now is discarded (case B32)."""
+        ``cleared_at`` so that learning queued before now is discarded
+        (docs/design.md#deletion)."""
         ...
 
     # learning --------------------------------------------------------------
@@ -308,7 +309,7 @@ class MemoryStore(Protocol):
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
     ) -> list[tuple[int, AuditEvent]]: ...
 
-    # issue 12: erasure ---------------------------------------------------------------
+    # erasure ------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         """"Forget me": delete everything stored about (tenant, user) — memories (retired
         too) with their embeddings, evidence and deletion tombstones, the profile,
@@ -321,7 +322,7 @@ class MemoryStore(Protocol):
         ...
 
 
-    # issue 13: admin governance ---------------------------------------------------------
+    # admin governance ----------------------------------------------------------------
     async def audit_search(self, tenant: str, where: AuditFilter, *, limit: int = 100,
                            before_id: int | None = None) -> list[tuple[int, AuditEvent]]:
         """The tenant's learning log filtered by ``where``, newest first, at most ``limit``
@@ -397,7 +398,7 @@ async def related_by_keywords(
     return memories
 
 
-# Concurrent learning (issue 10, item 3) ------------------------------------------------
+# Concurrent learning -------------------------------------------------------------------
 # Several workers may consolidate batches of one user at once, each from what it read
 # before the other wrote. The backends' ``apply`` makes that safe with the two rules below,
 # inside their transaction (SQLite: the write lock; Redis: WATCH on the user's keys):

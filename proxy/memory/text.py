@@ -322,7 +322,8 @@ def fold_char(ch: str) -> str:
 
 
 def normalize(text: str) -> str:
-    """NFKC, lower-case, collapsed whitespace, trimmed punctuation: the dedup key (SPEC §3.6)."""
+    """NFKC, lower-case, collapsed whitespace, trimmed punctuation: the dedup key
+    (docs/design.md#evidence)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     folded = re.sub(r"[^\w\s]", " ", folded)
     return _SPACE.sub(" ", folded).strip()

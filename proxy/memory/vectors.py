@@ -1,12 +1,12 @@
 """Embedding memories as they are written (learning and the management API).
 
 :class:`MemoryVectors` wraps an :class:`~proxy.memory.embed.Embedder` with what writers
-need: the tokens a call spent go to the learning ledger (purpose ``embed``, never the
-user's usage — SPEC §3.7), and a failing embedder never loses a memory — the failure is
-logged (``memory_embed_failed``), counted (``memory_proxy_learning_events_total``
+need: the tokens a call spent go to the learning ledger (purpose ``embed``, never the user's
+usage — docs/design.md#accounting), and a failing embedder never loses a memory — the
+failure is logged (``memory_embed_failed``), counted (``memory_proxy_learning_events_total``
 ``{event="embed_failed"}``) and the memory is stored without a vector.
 :func:`vector_similarity` turns the vectors into consolidation's ``similarity`` hook
-(cosine, for the ≥ ``dedup_similarity`` merge of seed 000 §4.2).
+(cosine, for the ≥ ``dedup_similarity`` merge, docs/design.md#evidence).
 """
 
 from __future__ import annotations

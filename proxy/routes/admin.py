@@ -5,7 +5,7 @@
 - ``PUT /v1/admin/prompts/{kind}`` ``{"text": "…"}`` — save a new version (audited);
   ``{"text": ""}`` goes back to the configured / built-in prompt
 - the learning log, usage, users, settings, stats and prompt history:
-  :mod:`proxy.routes.governance` (issue 13)
+  :mod:`proxy.routes.governance`
 - ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue`` ·
   ``DELETE /v1/admin/dead-letters/{id}`` — the tenant's failed learning jobs: list, run
   again, drop. A job of another tenant (or one dead-lettered before jobs carried their
@@ -133,7 +133,7 @@ openapi.register(
     openapi.Operation("PUT", "/v1/admin/prompts/{kind}", "Save a new prompt version",
                       auth="admin", body=PromptIn, response=PromptSaved, errors=(404,),
                       tags=("admin",)),
-    # GET /v1/admin/audit and /v1/admin/usage: proxy/routes/governance.py (issue 13)
+    # GET /v1/admin/audit and /v1/admin/usage: proxy/routes/governance.py
     openapi.Operation("GET", "/v1/admin/dead-letters", "Jobs that failed for good",
                       auth="admin", response=DeadLetterList, tags=("admin",)),
     openapi.Operation("POST", "/v1/admin/dead-letters/{job_id:path}/requeue",

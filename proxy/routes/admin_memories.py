@@ -1,4 +1,4 @@
-"""Organisation knowledge (issue 13): shared and system memories, and promotion.
+"""Organisation knowledge: shared and system memories, and promotion.
 
 - ``GET`` / ``POST /v1/admin/memories?scope=shared|system`` — list (newest first, cursor
   ``after``) or create. Shared memories belong to the admin key's tenant and are injected

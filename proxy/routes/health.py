@@ -2,7 +2,7 @@
 
 ``/healthz`` answers 200 while the process runs. ``/readyz`` reports each dependency; it
 answers 200 whenever chat can be served — a memory store outage degrades memory, not chat
-(SPEC §8), so it shows as ``"degraded"`` with 200 — and 503 only when no model is
+(docs/design.md#storage), so it shows as ``"degraded"`` with 200 — and 503 only when no model is
 configured, or while the process drains after SIGTERM (``"draining"``, so load balancers
 stop sending it requests). ``checks.learning`` is ``off``, ``on``, or ``stopped`` when the
 learning worker this process runs has ended (also ``"degraded"``: chat goes on, learning

@@ -84,7 +84,7 @@ class _Strict(BaseModel):
 # memories ---------------------------------------------------------------------------
 
 class MemoryOut(BaseModel):
-    """One memory (SPEC §4 field names; no embedding vector)."""
+    """One memory (docs/design.md#memory-record field names; no embedding vector)."""
 
     object: Literal["memory"]
     id: str
@@ -295,7 +295,7 @@ class ExportParams(_Query):
 
 
 class ExportedMemory(BaseModel):
-    """One memory as exported (every SPEC §4 field but the embedding) and as imported
+    """One memory as exported (every record field but the embedding) and as imported
     (only ``content`` is required)."""
 
     # Strict: "false" or "3" is not a boolean or a count (the item is rejected).

@@ -1,7 +1,7 @@
-"""Export and import of one user's memory (issue 12): portable, round-trippable.
+"""Export and import of one user's memory: portable, round-trippable.
 
 - ``GET /v1/memories/export?format=json|markdown``: JSON ``{"object": "memory.export",
-  "version", "exported_at", "user", "memories" (retired included, every SPEC §4 field but
+  "version", "exported_at", "user", "memories" (retired included, every record field but
   the vector), "profile", "settings"}``; Markdown: a ``MEMORY.md`` grouped by category,
   retired facts in an "Archive" section with dates and reasons.
 - ``POST /v1/memories/import``: our export JSON, or mem0's ``get_all`` answer
@@ -74,7 +74,7 @@ from proxy.routes.shapes import (
 from proxy.routes.users import settings_api, user_profile
 
 EXPORT_VERSION = 1
-# Items one import may carry: four times the per-user memory quota (seed 000 §6: 500).
+# Items one import may carry: four times the per-user memory quota (500).
 MAX_IMPORT_ITEMS = 2_000
 # Imports whose checks run at once (worker threads): more wait their turn, so a burst of
 # imports cannot take every thread of the default executor (DNS, file reads) or all CPUs.

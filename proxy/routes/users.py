@@ -1,5 +1,5 @@
 """The end user's own records: who they are, their profile, their learning switches, and
-"forget me" (issue 12). Scoped to the caller's (tenant, user) like the memory API
+"forget me". Scoped to the caller's (tenant, user) like the memory API
 (:mod:`proxy.routes.owner`).
 
 - ``GET /v1/me`` → ``{"object": "identity", "tenant", "user", "role", "learning"}`` (no
@@ -44,7 +44,7 @@ TIMELINE_EVENTS = 2_000
 
 
 def settings_api(settings: UserSettings) -> dict[str, Any]:
-    """SPEC §7's switches under their wire names."""
+    """The user's switches under their wire names (docs/design.md#user-control)."""
     return {"object": "settings", "personal_learning": settings.enable_personal_learning,
             "learning_indicator": settings.show_learning_indicator}
 
@@ -54,7 +54,7 @@ async def whoami(request: Request) -> Response:
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
     identity = res.keyring.identify(request.headers)
-    if identity.is_global_admin:  # issue 13: no tenant, no user, no end-user route
+    if identity.is_global_admin:  # no tenant, no user, no end-user route
         return json_response({
             "object": "identity", "tenant": identity.tenant, "user": None,
             "role": identity.role, "learning": await learning_state(res, None, None),
@@ -144,8 +144,8 @@ async def user_profile(res: Resources, me: Owner) -> dict[str, Any]:
 
 async def get_profile(request: Request) -> Response:
     """``GET /v1/profile``: traits and topics carry ``effective_score`` (score × 0.9 per
-    week since last seen, seed 001 §5.1, computed now); ``facts`` are the resident facts
-    (seed 001 §5.5) with their audit timeline, oldest event first."""
+    week since last seen, computed now: docs/design.md#traits); ``facts`` are the resident
+    facts (docs/design.md#injection) with their audit timeline, oldest event first."""
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
     me = owner(request, res, dict(request.query_params))

@@ -38,7 +38,7 @@ def roles(messages: list[dict[str, Any]]) -> list[str]:
     return [m["role"] for m in messages]
 
 
-# ------------------------------------------------------------------ placement (B12)
+# ------------------------------------------------------------------------ placement
 
 def test_block_is_appended_to_the_existing_system_message() -> None:
     """With a system message the block is merged into it; no second system message."""
@@ -72,7 +72,9 @@ def test_block_joins_a_non_leading_system_message_without_adding_one() -> None:
     ["none", "system", "developer", "two_systems"], ["str", "parts", "null"])))
 def test_splicing_never_adds_a_second_instruction_message(shape: tuple[str, str]) -> None:
     """Invariant: at most one instruction message more than before (only when there was
-    none), never a second system message, and the block appears exactly once (case B12)."""
+    none), never a second system message, and the block appears exactly once. A public failure:
+    a proxy that prepended its own system message before the client's produced a list
+    strict chat templates reject ("system message must be at the beginning")."""
     lead, content_kind = shape
     content: Any = {"str": "Rules.", "parts": [{"type": "text", "text": "Rules."}],
                     "null": None}[content_kind]
@@ -101,7 +103,8 @@ def test_content_parts_get_a_text_part() -> None:
 
 
 def test_developer_message_is_the_instruction_slot() -> None:
-    """A developer message receives the block; none is added (case B10)."""
+    """A developer message receives the block; none is added (clients written for
+    o-series models send their instructions as ``developer``)."""
     messages = [{"role": "developer", "content": "Answer in one word."},
                 {"role": "user", "content": "Capital of Examplestan?"}]
     out = splice(messages, BLOCK, position="system", developer_ok=True, system_ok=True)
@@ -111,7 +114,8 @@ def test_developer_message_is_the_instruction_slot() -> None:
 
 def test_developer_becomes_system_for_strict_upstreams() -> None:
     """For upstreams without the developer role it is sent as system, never as
-    [system(memories), developer(...)] (case B10)."""
+    [system(memories), developer(...)]. A public failure: the developer role was forwarded
+    to upstreams that answer 400 for an unknown role."""
     messages = [{"role": "developer", "content": "Answer in one word."},
                 {"role": "user", "content": "Capital?"}]
     out = splice(messages, BLOCK, position="system", developer_ok=False, system_ok=True)
@@ -123,7 +127,9 @@ def test_developer_becomes_system_for_strict_upstreams() -> None:
 
 def test_before_last_user_keeps_the_prefix_byte_identical() -> None:
     """In before_last_user mode everything before the latest user message is exactly what
-    the client sent, so two turns share their prefix (prompt cache, case B34)."""
+    the client sent, so two turns share their prefix. A public failure: memory that changes
+    every turn at the start of the prompt made the provider's prefix cache miss on every
+    request."""
     turn1 = [{"role": "system", "content": "S"}, {"role": "user", "content": "a"}]
     turn2 = [*turn1, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
     out1 = splice(turn1, BLOCK, position="before_last_user", developer_ok=True, system_ok=True)
@@ -197,7 +203,9 @@ def test_sanitize_cuts_long_text() -> None:
 
 
 def test_strip_blocks_removes_injected_memory() -> None:
-    """A memory block found in a transcript is removed (case B22)."""
+    """A memory block found in a transcript is removed. A public failure: a learner that
+    received the spliced system prompt wrote the injected memories back as new ones on
+    every turn."""
     assert strip_blocks(f"You are helpful.\n{BLOCK}\nBye") == "You are helpful.\n\nBye"
 
 

@@ -1,4 +1,4 @@
-"""The MemoryStore contract, issue 13 part (admin governance), on both backends: the
+"""The MemoryStore contract for admin governance, on both backends: the
 filtered learning log, per-day audit counts, tenant memory counts and tenant settings.
 
 Uses the shared ``store`` fixture of :mod:`tests.memory.test_store_contract`.

@@ -1,4 +1,5 @@
-"""The MemoryStore contract: every behaviour, checked on both backends (SPEC §5).
+"""The MemoryStore contract: every behaviour, checked on both backends
+(docs/design.md#storage).
 
 The ``store`` fixture yields a fresh SQLite store and a fresh Redis store (its own key
 prefix on the session's test Redis, vector index of dimension 4); each test runs on both.
@@ -96,8 +97,9 @@ async def test_add_then_get_round_trips_every_field(store: MemoryStore) -> None:
 
 
 async def test_get_is_scoped_to_the_namespace(store: MemoryStore) -> None:
-    """get() finds a memory only under its own tenant and user (case B25); shared
-    memories only with user None."""
+    """get() finds a memory only under its own tenant and user; shared memories
+    only with user None. A public failure: memory search not filtered by user showed one
+    user's memories to another."""
     personal = mem("Lives in Porto")
     shared = mem("Office closes at six", user=None)
     await store.add(personal)
@@ -133,7 +135,7 @@ async def test_update_of_a_missing_memory_raises_key_error(store: MemoryStore) -
     assert await store.get("t1", "u2", memory.id) is None
 
 
-# isolation (case B25) -----------------------------------------------------------------
+# isolation -------------------------------------------------------------------------
 
 OWNERS = [("t1", "u1"), ("t1", "u2"), ("t2", "u1")]
 
@@ -143,7 +145,8 @@ async def test_identical_content_and_queries_stay_in_their_namespace(
     store: MemoryStore, tenant: str, user: str
 ) -> None:
     """Two users and two tenants with identical memories and identical queries each see
-    only their own memory — in search, resident, related, list, count (case B25)."""
+    only their own memory — in search, resident, related, list, count (a search that ignores
+    the user filter would leak them)."""
     mine: dict[tuple[str, str], Memory] = {}
     for t, u in OWNERS:
         mine[(t, u)] = mem("My favourite band is Band-X", tenant=t, user=u,
@@ -322,7 +325,7 @@ async def test_channel_rule_limits_personal_memories(
     store: MemoryStore, channels: tuple[str | None, ...] | None, visible: set[str]
 ) -> None:
     """In a group only memories learned in that group (plus shared ones) are visible;
-    private facts never reach a group (SPEC §3.10); channels=None means all."""
+    private facts never reach a group (docs/design.md#group-chats); channels=None means all."""
     tagged = {
         "private": mem("Hiking plan private", source_channel="private"),
         "group-a": mem("Hiking plan group a", source_channel="group:a"),
@@ -510,7 +513,7 @@ async def test_conversation_without_score_round_trips(store: MemoryStore) -> Non
     assert await store.get_conversation("t1", "u1", "c") == record
 
 
-# delete and clear (case B32) ----------------------------------------------------------
+# delete and clear ---------------------------------------------------------------
 
 async def test_delete_leaves_a_tombstone_and_nothing_findable(store: MemoryStore) -> None:
     """delete() removes the memory from get, list, search (keyword and vector) and
@@ -542,10 +545,12 @@ async def test_delete_of_another_users_memory_is_refused(store: MemoryStore) -> 
 
 
 async def test_clear_removes_everything_of_the_user_only(store: MemoryStore) -> None:
-    """clear() — one call for the whole user, not one delete per memory (case B33) —
-    deletes every memory, the profile and conversation records of the user —
-    nothing is listable, searchable, resident or gettable afterwards — records
-    cleared_at, keeps the user's switches, and leaves other users alone (case B32)."""
+    """clear() — one call for the whole user, not one delete per memory — deletes every
+    memory, the profile and conversation records of the user — nothing is listable,
+    searchable, resident or gettable afterwards — records cleared_at, keeps the user's
+    switches, and leaves other users alone. Public failures: erasure looped over single
+    deletes (minutes for hundreds of memories, half done on a failure), and deleted memories
+    still came back from an index that was never purged."""
     memories = [mem(f"City B fact {i}", embedding=(1.0, 0.0, 0.0, float(i)))
                 for i in range(3)]
     memories.append(mem("Retired City B fact", superseded_at=T0))
@@ -802,7 +807,8 @@ async def test_prompt_versions_are_numbered_and_listed_newest_first(store: Memor
 
 async def test_apply_after_clear_changes_nothing(store: MemoryStore) -> None:
     """A batch whose messages were said before the user cleared their memory is not
-    applied (case B32: the deletion wins over learning in flight)."""
+    applied: the deletion wins over learning in flight (a job queued before a
+    delete-all must not bring the fact back)."""
     said = T0 + timedelta(minutes=1)
     await store.clear("t1", "u1")  # cleared "now", after the batch's messages
     applied = await store.apply(ChangeSet(
@@ -878,7 +884,7 @@ async def test_summaries_are_capped_per_user(store: MemoryStore) -> None:
     assert kept.score == 0.2
 
 
-# issue 12: listing filters, cursor, erasure --------------------------------------------
+# listing filters, cursor, erasure ------------------------------------------------------
 
 async def test_list_filters_enabled_source_and_pages_by_cursor(store: MemoryStore) -> None:
     """enabled / source keep only matching memories; ``after`` lists ids below the
@@ -968,7 +974,7 @@ async def test_erase_user_leaves_only_the_marker_and_one_audit_event(
     assert await store.apply(late) is False
     assert {c.memory.id for c in await store.search(ask("City C", user="u2"))} == \
         {other.id, shared.id}
-# concurrent learning (issue 10, item 3) ----------------------------------------------
+# concurrent learning -----------------------------------------------------------------
 
 async def test_concurrent_merges_of_one_fact_count_every_hit(store: MemoryStore) -> None:
     """Several change sets consolidated from the same stale read (hits 1 → 2 each), applied

@@ -26,7 +26,8 @@ def data_lines(body: str) -> list[str]:
 async def test_non_streaming_when_stream_is_absent_null_or_false(
     gateway: Gateway, stream_field: Any
 ) -> None:
-    """An absent, null or false ``stream`` gets one JSON chat.completion (case B11)."""
+    """An absent, null or false ``stream`` gets one JSON chat.completion. A public failure: a
+    proxy that treated a missing ``stream`` as streaming broke clients parsing JSON."""
     body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "ping"}]}
     if stream_field != "absent":
         body["stream"] = stream_field
@@ -110,7 +111,8 @@ async def test_tool_call_turn_with_null_content_is_accepted(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """An assistant tool-call turn with ``content: null`` and a tool result are accepted and
-    forwarded unchanged (case B08)."""
+    forwarded unchanged. A public failure: a server that typed ``content`` as a string
+    rejected the second request of every tool-using conversation with 422."""
     messages = [
         {"role": "user", "content": "Weather in City A?"},
         {"role": "assistant", "content": None, "tool_calls": [{
@@ -131,7 +133,8 @@ async def test_tool_call_turn_with_null_content_is_accepted(
 async def test_tool_call_deltas_stream_unchanged(
     gateway: Gateway, upstream: FakeUpstream, variant: str
 ) -> None:
-    """Tool-call chunks reach the client as sent, indices untouched (case B03)."""
+    """Tool-call chunks reach the client as sent, indices untouched (parallel calls that
+    share ``index: 0`` are never merged or renumbered)."""
     if variant == "whole_calls_same_index":
         events = [
             chunk([{"index": 0, "delta": {"role": "assistant", "tool_calls": [{

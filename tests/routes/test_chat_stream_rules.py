@@ -29,7 +29,7 @@ async def stream(gateway: Gateway, **extra: Any) -> httpx.Response:
                                  json={**REQUEST, "stream": True, **extra})
 
 
-# --------------------------------------------------------------------- usage (B01)
+# --------------------------------------------------------------------------- usage
 
 USAGE_TAILS = {
     "separate, choices []": [*text_chunks("hi"), usage_chunk(12, 3)],
@@ -53,7 +53,9 @@ async def test_requested_usage_arrives_once_with_empty_choices(
     any_gateway: Gateway, upstream: FakeUpstream, tail: str
 ) -> None:
     """With include_usage exactly one usage chunk is sent: ``choices: []``, after the
-    finish_reason chunk, before [DONE]; earlier chunks carry no usage (case B01)."""
+    finish_reason chunk, before [DONE]; earlier chunks carry no usage. A public failure: the
+    usage chunk carried a placeholder choice, so clients that spot it by ``choices == []``
+    counted tokens twice."""
     upstream.push(Reply(events=USAGE_TAILS[tail]))
     got = events((await stream(any_gateway, stream_options={"include_usage": True})).text)
     assert got[-1] == "[DONE]"
@@ -72,7 +74,7 @@ async def test_unrequested_usage_is_stripped(
     any_gateway: Gateway, upstream: FakeUpstream, tail: str
 ) -> None:
     """Without include_usage no chunk carries usage, although the gateway asked upstream
-    for it (for its own ledger) (case B01)."""
+    for it (for its own ledger): no usage-only chunk reaches a client that did not ask."""
     upstream.push(Reply(events=USAGE_TAILS[tail]))
     got = events((await stream(any_gateway)).text)
     assert got[-1] == "[DONE]"
@@ -199,7 +201,8 @@ async def test_error_event_before_content_becomes_http_error(
     any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """An overflow reported inside a 200 stream before any content becomes HTTP 400 JSON
-    with ``context_length_exceeded`` (case B04)."""
+    with ``context_length_exceeded``. A public failure: an overflowing streamed request got
+    200 with the error inside the SSE body, and the SDK kept waiting instead of raising."""
     upstream.push(Reply(events=[{"error": {
         "message": "This model's maximum context length is 8192 tokens.",
         "type": "invalid_request_error", "code": "context_length_exceeded"}}]))
@@ -253,7 +256,7 @@ async def test_unreachable_upstream_is_502(tmp_path: Any) -> None:
     assert response.json()["error"]["type"] == "upstream_unavailable"
 
 
-# --------------------------------------------------------------- disconnects (B07)
+# --------------------------------------------------------------------- disconnects
 
 async def _wait_closed(upstream: FakeUpstream, *, within: float = 1.5) -> None:
     deadline = asyncio.get_running_loop().time() + within
@@ -266,7 +269,8 @@ async def test_disconnect_before_first_byte_cancels_upstream(
     learning_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """A client that leaves before any byte arrived closes the upstream stream within a
-    second, and nothing is queued for learning (case B07)."""
+    second, and nothing is queued for learning. A public failure: a proxy kept waiting on
+    the upstream after the client left, billing tokens for a reply nobody read."""
     upstream.push(Reply(events=text_chunks("late"), delay=30))
     async with learning_gateway.client() as client:
         request = asyncio.create_task(client.post(
@@ -283,7 +287,7 @@ async def test_disconnect_mid_stream_cancels_upstream(
     learning_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """A client that leaves after reading 5 chunks closes the upstream stream, and the
-    aborted reply is not learned (case B07)."""
+    aborted reply is not learned as a finished exchange."""
     upstream.push(Reply(events=text_chunks("x" * 200, pieces=100), gap=0.05))
     await _read_five_then_leave(learning_gateway)
     await _wait_closed(upstream)
@@ -295,7 +299,7 @@ async def test_disconnect_mid_stream_closes_upstream_on_every_transport(
     any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """The relay and the litellm path both close the upstream stream when the client
-    leaves (case B07)."""
+    leaves, so no upstream generation outlives its reader."""
     upstream.push(Reply(events=text_chunks("x" * 200, pieces=100), gap=0.05))
     await _read_five_then_leave(any_gateway)
     await _wait_closed(upstream)
@@ -317,7 +321,8 @@ async def _read_five_then_leave(gateway: Gateway) -> None:
 async def test_disconnect_during_non_streaming_call_cancels_upstream(
     learning_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    """A non-streaming client that gives up cancels the upstream call (case B07)."""
+    """A non-streaming client that gives up cancels the upstream call (a middleware that hid
+    ``http.disconnect`` once let such calls run to the end)."""
     started = asyncio.Event()
     cancelled = asyncio.Event()
 

@@ -1,4 +1,4 @@
-"""A bounded fuzz of every route's parameters (issue 10, item 5): no input makes the
+"""A bounded fuzz of every route's parameters: no input makes the
 gateway answer 5xx, and every 4xx is OpenAI's error envelope naming what was wrong.
 
 A seeded generator of our own (schemathesis replaces it once the OpenAPI document exists)

@@ -1,4 +1,4 @@
-"""Admins govern (issue 13): usage, users, the filtered learning log, prompt history,
+"""Admins govern: usage, users, the filtered learning log, prompt history,
 run-time settings, learning budgets and statistics — on both storage backends."""
 
 from __future__ import annotations
@@ -426,10 +426,10 @@ class Clock:
 
 async def test_budget_pauses_and_resumes_learning(build: Build, upstream: FakeUpstream
                                                   ) -> None:
-    """When a tenant's daily learning budget is spent (case B35), nothing more is scored or
-    extracted
+    """When a tenant's daily learning budget is spent, nothing more is scored or extracted
     (messages stay buffered, a sealed job waits without using attempts, chat goes on),
-    stats and the metric say so; the next day learning resumes."""
+    stats and the metric say so; the next day learning resumes. A public failure: memory
+    extraction became the largest line of an LLM bill with no way to cap it."""
     day = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
     clock = Clock(day)
     async with running_gateway(build(), upstream, clock=clock) as gw:

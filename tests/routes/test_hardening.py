@@ -196,7 +196,7 @@ async def test_context_overflow_as_first_event_is_400_on_every_transport(
     any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """An overflow error as the stream's first event is 400 ``context_length_exceeded`` on
-    the relay and on litellm (case B04)."""
+    the relay and on litellm, never a 200 stream that carries the error."""
     upstream.push(Reply(events=[{"error": {
         "message": "This model's maximum context length is 8192 tokens.",
         "type": "invalid_request_error", "code": "context_length_exceeded"}}]))
@@ -264,7 +264,7 @@ async def test_every_route_with_a_body_stops_reading_at_the_limit(
 async def test_an_overflow_caused_by_memory_is_retried_without_it_and_counted_degraded(
     gateway: Gateway, upstream: FakeUpstream, streamed: bool
 ) -> None:
-    """When the upstream refuses the request with its memory block as too long (case B04),
+    """When the upstream refuses the request with its memory block as too long,
     the gateway retries once without the block: the reply is 200, says
     ``degraded``/``context_overflow``, the retry carries no memory, and the outcome counter
     an operator alerts on counts the request as degraded (it counted it injected only)."""

@@ -129,7 +129,8 @@ async def test_bad_memory_header_is_400(gateway: Gateway) -> None:
 async def test_users_never_see_each_others_memories(
     learning_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    """user-2 asking the same question as user-1 gets no memory of user-1 (case B25)."""
+    """user-2 asking the same question as user-1 gets no memory of user-1 (memory search
+    not filtered by user once leaked memories across users)."""
     upstream.extract = lambda body: {"memories": [{
         "title": "Band", "content": "Favourite band is Band-X", "category": "user_preference",
         "subject": "user"}]}
@@ -155,7 +156,8 @@ async def test_tenants_are_isolated(keyed_settings: Any) -> None:
 
 async def test_user_bound_key_cannot_name_another_user(keyed_settings: Any) -> None:
     """A key bound to user-1 that names user-2 in the body or header still gets only
-    user-1's memories (case B26)."""
+    user-1's memories. A public failure: a memory API trusted the caller's ``user_id``, so
+    anyone could read another user's memories by naming them."""
     async with running_gateway(keyed_settings) as gw:
         await add_memory(gw, KEYS["APP_KEY_A"], "user-2", "User two diary entry")
         await add_memory(gw, KEYS["APP_KEY_A"], "user-1", "User one diary entry")
@@ -173,7 +175,8 @@ async def test_user_bound_key_cannot_name_another_user(keyed_settings: Any) -> N
 # -------------------------------------------------------------- management API
 
 async def test_memory_api_round_trip(gateway: Gateway) -> None:
-    """Create, list, get and delete a memory; it carries the SPEC §4 field names."""
+    """Create, list, get and delete a memory; it carries the
+    docs/design.md#memory-record field names."""
     created = await add_memory(gateway, None, "u1", "Prefers metric units")
     assert created["source"] == "manual"
     assert created["hits"] == 1
@@ -243,7 +246,9 @@ async def test_deleted_memories_never_come_back(
     learning_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """After delete-all nothing is injected or listed, and learning queued before the
-    deletion — or the same history resent — does not bring the fact back (case B32)."""
+    deletion — or the same history resent — does not bring the fact back. A public failure:
+    "delete all" cleared the listing while retrieval kept returning the memories from an
+    index never purged."""
     upstream.extract = lambda body: {"memories": [{
         "title": "Home", "content": "Lives in City B", "category": "user_preference",
         "subject": "user"}]}

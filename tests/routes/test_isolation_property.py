@@ -1,6 +1,6 @@
 """Property: whatever tenants, users, keys, group names and operations a client mixes, no
 write or read crosses a (tenant, user) namespace — through any memory route, the admin
-audit log, or the memory block injected into chat (issue 10, Tests). Both backends.
+audit log, or the memory block injected into chat. Both backends.
 
 Each example starts a fresh gateway with two tenants; each has an app key (names any user
 with ``X-User-Id``), two user-bound keys and an admin key. A random sequence of operations

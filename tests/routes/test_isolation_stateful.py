@@ -1,4 +1,4 @@
-"""No cross-namespace read, write or delete (issue 12, case B25): a hypothesis state machine
+"""No cross-namespace read, write or delete: a hypothesis state machine
 drives random users of two tenants — through app keys and an admin key acting for a user —
 through the user-memory API (add, get, edit, disable, delete, clear, export → import into
 another user, forget me) on each backend, and after every step each namespace lists

@@ -3,7 +3,8 @@
 The scenarios are the existing end-to-end tests, imported by name: pytest collects them
 here too, and this module's ``settings`` / ``learning_settings`` / ``faulty`` fixtures make
 their gateways keep memories, profiles, settings, audit log, ledgers and the learning queue
-in Redis. Learn → inject → delete-all, isolation (B25), deletion (B32) and the worker's
+in Redis. Learn → inject → delete-all, isolation between users, deletion that
+reaches every index, and the worker's
 fault handling (crashed worker, retries, dead letters) run unchanged against the second
 backend. Below them: Redis down at startup.
 """
@@ -176,7 +177,8 @@ async def test_gateways_share_the_redis_queue(
 
 async def test_chat_goes_on_when_redis_is_down(tmp_path: Path) -> None:
     """A gateway whose Redis is unreachable starts, answers chat with memory marked
-    degraded, and /readyz says degraded (200) naming the store (SPEC §8)."""
+    degraded, and /readyz says degraded (200) naming the store
+    (docs/design.md#storage)."""
     down = make_settings(tmp_path, storage=redis_storage(
         tmp_path, f"redis://127.0.0.1:{free_port()}/0", "down"))
     async with running_gateway(down) as gateway:

@@ -1,6 +1,5 @@
 """Redis stops mid-run and comes back: chat keeps answering, and nothing the gateway
-accepted meanwhile is lost — the turns are learned and the usage counted once Redis returns
-(issue 10, item 4)."""
+accepted meanwhile is lost — the turns are learned and the usage counted once Redis returns."""
 
 from __future__ import annotations
 

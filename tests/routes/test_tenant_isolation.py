@@ -1,4 +1,4 @@
-"""Every route reads and writes only its caller's tenant (issue 10, item 2).
+"""Every route reads and writes only its caller's tenant.
 
 Tenant ``beta`` has a memory, a prompt version, a dead learning job, an audit log and usage.
 Tenant ``acme`` then calls every route with its own app and admin keys against beta's ids

@@ -1,4 +1,4 @@
-"""Import under load and under the per-user quota (proxy/routes/transfer.py, issue 12): the
+"""Import under load and under the per-user quota (proxy/routes/transfer.py): the
 gateway keeps answering while an import checks its items, and a manual add or an import
 makes room only from retired and learned memories — on both backends, the refusals beside
 the successes."""

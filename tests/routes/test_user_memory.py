@@ -1,4 +1,4 @@
-"""End users own their memory (issue 12): edit and disable, cursor listing, stats,
+"""End users own their memory: edit and disable, cursor listing, stats,
 settings and the learning header, identity, export and import, profile, "forget me" —
 each on both backends (SQLite and Redis), with the negative cases beside the positive."""
 

@@ -1,4 +1,4 @@
-"""The learning log on Redis Streams: one stream per user, one per tenant (SPEC §3.8).
+"""The learning log on Redis Streams: one stream per user, one per tenant (docs/design.md#audit).
 
 A user's events go to ``<prefix>:audit:{u…}`` inside the transaction that makes the change
 (:meth:`AuditStreams.queue`, same hash slot); every event is then also appended to the
@@ -28,10 +28,10 @@ from proxy.backends.redis.codec import audit_entry, audit_from_entry, audit_id, 
 from proxy.backends.redis.keys import KeyLayout, tenant_token, user_token
 from proxy.memory.store import AuditEvent, AuditFilter
 
-# Entries read per XREVRANGE / XRANGE call when filtering or counting (issue 13).
+# Entries read per XREVRANGE / XRANGE call when filtering or counting (admin reads).
 SCAN_PAGE = 1000
 
-# Issue 12 (erasure): deletes one user's entries from a tenant stream (between ARGV[1] and
+# Erasure: deletes one user's entries from a tenant stream (between ARGV[1] and
 # ARGV[4]), one page per call so that Redis serves other clients between pages. An entry
 # is the user's when its JSON, as :func:`audit_entry` writes it (``{"at":…,"tenant":…,
 # "user_id":…,…}``, orjson, fixed key order), continues at its first ``,"tenant":`` with

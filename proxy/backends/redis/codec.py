@@ -1,9 +1,10 @@
 """Records ↔ Redis values for the Redis backend (pure: no I/O).
 
-A memory is one HASH. Its SPEC §4 fields are stored under their own names (optional ones
-absent when ``None``; times ISO 8601; ``tags`` JSON; ``enabled`` ``"1"``/``"0"``); the
-embedding is raw little-endian FLOAT32 bytes under ``emb_<n>``, ``n`` being its own
-dimension, so an index over ``emb_384`` never sees (and never fails on) a 4-dimensional
+A memory is one HASH. Its record fields (docs/design.md#memory-record) are stored under
+their own names (optional ones absent when ``None``; times ISO 8601; ``tags`` JSON;
+``enabled`` ``"1"``/``"0"``); the embedding is raw little-endian FLOAT32 bytes under
+``emb_<n>``, ``n`` being its own dimension, so an index over ``emb_384`` never sees (and
+never fails on) a 4-dimensional
 vector. Fields named ``ix_*`` exist only for the search index:
 
 - ``ix_id``: the memory id again, as a sortable tag (``id`` would clash with the key
@@ -76,7 +77,7 @@ def stemmed_terms(terms: str) -> str:
     """Space-separated terms as SQLite's ``porter unicode61 remove_diacritics 2`` tokenizer
     indexes them: Latin diacritics folded, then Porter-stemmed (snowballstemmer's
     ``porter``, the same original algorithm; on the vocabulary of this repository and
-    ``shared/`` — 6,203 distinct tokens — they disagree on 3). The Redis TEXT field
+    its benchmark data — 6,203 distinct tokens — they disagree on 3). The Redis TEXT field
     is ``NOSTEM`` and receives these stems at write *and* query time: RediSearch's own
     stemming would index each word twice (the word and ``+stem``) and credit a query term
     with a stem variant twice, so words with a distinct stem would outweigh those without

@@ -151,7 +151,7 @@ def active_filter() -> FilterExpression:
 
 def channel_filter(channels: tuple[str | None, ...] | None) -> FilterExpression | None:
     """Personal memories visible in a channel: all (``None``); in a group only those
-    learned there; shared and system memories everywhere (SPEC §3.10; the SQLite
+    learned there; shared and system memories everywhere (docs/design.md#group-chats; the SQLite
     store's ``_channel_clause``)."""
     if channels is None:
         return None
@@ -405,7 +405,7 @@ class MemoryIndex:
     async def scope_counts(self, where: FilterExpression
                            ) -> list[tuple[str, str, bool, bool, int]]:
         """``(scope, category, enabled, retired, count)`` groups of the documents in
-        ``where`` (issue 13: tenant statistics)."""
+        ``where`` (tenant statistics)."""
         request = (AggregateRequest(str(where))
                    .group_by(["@scope", "@category", "@enabled", "@ix_retired"],
                              reducers.count().alias("n")).dialect(2))

@@ -155,7 +155,7 @@ return 1
 """
 
 # ARGV = (id, error, delay seconds[, refund]). The attempt count is kept — or, with
-# refund '1' (a postponed job: issue 13's learning budget), this delivery is given back.
+# refund '1' (a job postponed by a spent learning budget), this delivery is given back.
 # Returns 1, or 0.
 RETRY = _JOB_PRELUDE + """
 local id = ARGV[1]

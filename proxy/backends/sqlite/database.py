@@ -184,7 +184,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX buffer_batch ON buffered_messages (batch_key);
     CREATE INDEX buffer_age ON buffered_messages (at);
     """,
-    # 2: display names → users, for attributing group messages (seed 001 §4).
+    # 2: display names → users, for attributing group messages (docs/design.md#group-chats).
     """
     CREATE TABLE user_names (
         tenant TEXT NOT NULL,
@@ -350,7 +350,8 @@ class SqliteDatabase:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         # Deleted memories are overwritten on disk, not left in free pages: "delete" means
-        # gone from the file too (SPEC §6: users delete what was learned about them).
+        # gone from the file too (users delete what was learned about them:
+        # docs/design.md#deletion).
         conn.execute("PRAGMA secure_delete=ON")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         if migrate:
