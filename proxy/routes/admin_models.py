@@ -251,7 +251,8 @@ class AdminMemoryPatch(_Body):
 
 
 class AdminMemory(BaseModel):
-    """A memory as the API shows it (SPEC §4 field names; no embedding)."""
+    """A memory as the API shows it: the memory record's field names
+    (docs/design.md#memory-record), no embedding."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -1,6 +1,5 @@
 """The new PII layouts are caught on both paths: before the learning model (the gateway's
-writer scrubs turns before they are queued) and before storage of manual memories (issue
-10, item 6)."""
+writer scrubs turns before they are queued) and before storage of manual memories."""
 
 from __future__ import annotations
 

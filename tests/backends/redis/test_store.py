@@ -250,7 +250,8 @@ async def test_clear_leaves_no_memory_key_or_index_entry(
 ) -> None:
     """After clear() only the user's settings, tombstones, applied batches and audit log
     remain; no memory hash, evidence, conversation or profile key, and the index holds no
-    document of the user (case B32)."""
+    document of the user (a purge that misses an index once let deleted memories come back
+    in search)."""
     store = await opened(client, redis_prefix, 4)
     kept = mem("Keeps bees", embedding=(1.0, 0.0, 0.0, 0.0))
     await store.apply(ChangeSet(
@@ -287,7 +288,8 @@ async def test_clear_sweeps_memories_missing_from_the_registry(
 
 async def test_no_deleted_text_stays_in_redis(client: Redis, redis_prefix: str) -> None:
     """After delete() and clear(), no key, field, value or stream entry under the prefix
-    holds the deleted text — tombstones keep a digest, not the content (case B32)."""
+    holds the deleted text — tombstones keep a digest, not the content
+    (deleted means gone from every store)."""
     store = await opened(client, redis_prefix, 4)
     one = mem("Diagnosis code ZX81 from the clinic", embedding=(1.0, 0.0, 0.0, 0.0))
     two = mem("Salary is 93417 per year", title="Salary 93417")

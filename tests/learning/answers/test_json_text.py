@@ -49,7 +49,8 @@ def test_lone_surrogate_escape_does_not_lose_the_document() -> None:
 
 def test_empty_content_is_never_filled_from_reasoning() -> None:
     """(c) Empty content with facts only in reasoning_content is a truncated ParseError
-    (case B16: retried, never an empty extraction)."""
+    (a reasoning model that leaves content empty is retried, never read as an empty
+    extraction)."""
     output = ModelOutput(
         content="",
         reasoning='...so output {"facts":["Lives in City B"]}',
