@@ -41,6 +41,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from proxy.errors import MemoryProxyError
+
 ENV_PREFIX = "MEMORY_PROXY_"
 # The namespace of system memories, read by every tenant's recall and written only with a
 # global admin key (issue 13); refused as a tenant name.
@@ -51,8 +53,10 @@ DEFAULT_CONFIG_FILE = Path("config.yaml")
 _yaml_file: ContextVar[Path | None] = ContextVar("memory_proxy_yaml_file", default=None)
 
 
-class ConfigError(Exception):
+class ConfigError(MemoryProxyError):
     """The configuration cannot be used; the message names the offending setting."""
+
+    log_traceback = True
 
 
 def resolve_env_reference(value: str, *, setting: str) -> str | None:

@@ -36,6 +36,8 @@ from typing import Any, Final, TypeAlias
 import orjson
 from json_repair import repair_json
 
+from proxy.errors import MemoryProxyError
+
 __all__ = [
     "CATEGORIES",
     "SCORE_WEIGHTS",
@@ -64,7 +66,7 @@ Expect: TypeAlias = type[dict[str, Any]] | type[list[Any]] | tuple[type[Any], ..
 # --------------------------------------------------------------------------------------
 
 
-class ParseError(Exception):
+class ParseError(MemoryProxyError):
     """The model output holds no JSON value of the expected shape.
 
     Never to be treated as "no facts": an empty extraction is a *successful* parse that

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import structlog
 
-from proxy.errors import ProxyError, RateLimitError
+from proxy.errors import MemoryProxyError, RateLimitError
 from proxy.learning import quotas
 from proxy.learning.budget import WORKER_CACHE_SECONDS, BudgetSpent, LearningBudgets
 from proxy.learning.consolidate import BatchContext, consolidate
@@ -39,7 +39,6 @@ from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
     CandidateFact,
     ExtractionResult,
-    ParseError,
     ProfileUpdate,
     ScoreResult,
     parse_extraction,
@@ -96,7 +95,7 @@ BUDGET_RECHECK_SECONDS = 300.0
 NEVER_SEAL = 1 << 30
 
 
-class LearningWindowTooSmall(Exception):
+class LearningWindowTooSmall(MemoryProxyError):
     """The learning prompt and its reply fill the learning model's context window: the
     model would see none of the conversation. The attempt fails (retried, then
     dead-lettered with the transcript kept for a requeue once ``learning.model`` or
@@ -269,8 +268,7 @@ class Worker:
 
     async def _failed(self, job: Job, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, ProxyError | ParseError | StoreUnavailableError
-                          | LearningWindowTooSmall):
+        if not isinstance(exc, MemoryProxyError) or exc.log_traceback:
             log.exception("learning_job_crashed", job=job.id, kind=job.kind)
         if job.attempts >= self._settings.max_attempts:
             await self.queue.bury(job, error=error)
