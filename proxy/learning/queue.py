@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
-import orjson
-
 from proxy.learning.exchange import Exchange, TranscriptMessage
 
 JobKind = Literal["exchange", "flush", "learn"]
@@ -224,24 +222,6 @@ class LearningQueue(Protocol):
         ...
 
 
-def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None:
-    """The content-free version of an exchange job's payload when it belongs to (tenant,
-    user) — as the learning owner or the group speaker — and still holds text or images;
-    else ``None`` (another user's job, another kind of job, or already blank)."""
-    try:
-        data = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list) or \
-            data.get("tenant") != tenant or user not in (data.get("user"),
-                                                         data.get("speaker")):
-        return None
-    if not any(m.get("text") or m.get("images") for m in data["messages"]):
-        return None
-    data["messages"] = [{**m, "text": "", "images": []} for m in data["messages"]]
-    return orjson.dumps(data)
-
-
 def batch_key(fingerprints: list[str], conversation: str) -> str:
     """Deterministic batch id from its messages: the same messages → the same key
     (``b_`` + 32 hex digits of SHA-256 over the conversation id and the fingerprints)."""
@@ -255,5 +235,5 @@ def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
 
 __all__: Sequence[str] = (
     "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "NewJob", "QueueDepth",
-    "batch_key", "batch_sizes", "blank_exchange",
+    "batch_key", "batch_sizes",
 )

@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-import orjson
 import structlog
 
 from proxy.errors import MemoryProxyError, RateLimitError
@@ -30,11 +29,11 @@ from proxy.learning.budget import WORKER_CACHE_SECONDS, BudgetSpent, LearningBud
 from proxy.learning.consolidate import BatchContext, consolidate
 from proxy.learning.exchange import (
     GROUP_PREFIX,
-    Exchange,
     TranscriptMessage,
     is_group_namespace,
 )
 from proxy.learning.filters import FactFilter, contains_pii, is_directive
+from proxy.learning.jobs import Flush, flush_job, read_exchange, read_learn
 from proxy.learning.model import LearningModel
 from proxy.learning.parsing import (
     CandidateFact,
@@ -298,9 +297,8 @@ class Worker:
             if await self._budget_spent(tenant):
                 self._count("budget_expired", "conversation")
         for tenant, user, conversation in idle:
-            payload = orjson.dumps({"tenant": tenant, "user": user, "conversation": conversation})
-            await self.queue.enqueue("flush", f"flush:{tenant}:{user}:{conversation}:{bucket}",
-                                     payload, tenant=tenant)
+            job = flush_job(Flush(tenant, user, conversation), unique=str(bucket))
+            await self.queue.enqueue(job.kind, job.id, job.payload, tenant=job.tenant)
         await self.queue.expire(
             buffered_before=now - self._settings.buffer_ttl_seconds,
             seen_before=now - self._settings.seen_message_ttl_days * 86400,
@@ -338,7 +336,7 @@ class Worker:
 
     # handlers --------------------------------------------------------------
     async def _exchange(self, job: Job) -> None:
-        exchange = Exchange.from_json(orjson.loads(job.payload))
+        exchange = read_exchange(job.payload)
         config = await self._config(exchange.tenant)
         if not config.enabled:  # the tenant switched learning off (run-time setting)
             await self.queue.mark_seen(exchange, now=time.time())
@@ -364,9 +362,8 @@ class Worker:
     async def _flush(self, job: Job) -> None:
         """Seal one conversation, or every buffered conversation of the user when the
         payload names none (explicit flush)."""
-        data = orjson.loads(job.payload)
-        tenant, user = data["tenant"], data["user"]
-        conversation = data.get("conversation")
+        flush = Flush.from_bytes(job.payload)
+        tenant, user, conversation = flush.tenant, flush.user, flush.conversation
         if await self._budget_spent(tenant):
             self._count("flush_skipped", "budget_spent")
             return  # the messages stay buffered (under the buffer TTL) until the period ends
@@ -376,7 +373,7 @@ class Worker:
             await self.queue.seal(tenant, user, target, now=time.time())
 
     async def _learn(self, job: Job) -> None:
-        key = orjson.loads(job.payload)["batch"]
+        key = read_learn(job.payload)
         loaded = await self.queue.load_batch(key)
         if loaded is None:
             return  # learned (or discarded) already: redelivery
