@@ -44,6 +44,7 @@ from proxy.learning.parsing import (
     parse_scoring,
 )
 from proxy.learning.pii import Scrubber
+from proxy.learning.policy import Switches
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.prompts import (
     EXTRACTION_SCHEMA,
@@ -338,16 +339,15 @@ class Worker:
     async def _exchange(self, job: Job) -> None:
         exchange = read_exchange(job.payload)
         config = await self._config(exchange.tenant)
-        if not config.enabled:  # the tenant switched learning off (run-time setting)
+        if not Switches(tenant=config.enabled).tenant_learns:  # switched off (run-time)
             await self.queue.mark_seen(exchange, now=time.time())
             self._count("exchange_skipped", "tenant_learning_off")
             return
         prefs = await self._store.get_user_settings(exchange.tenant, exchange.user)
-        cleared = prefs.cleared_at.timestamp() if prefs.cleared_at else None
         batch_size = batch_sizes(exchange.channel, dict(config.batch_messages))
         if await self._budget_spent(exchange.tenant, config):
             batch_size = NEVER_SEAL  # buffered only: no batch while the budget is spent
-        if not prefs.enable_personal_learning or (cleared is not None and exchange.at <= cleared):
+        if not Switches().with_user(prefs).learns(said_at=exchange.at):
             # Not learned now, and never later: the messages are marked seen.
             await self.queue.mark_seen(exchange, now=time.time())
             self._count("exchange_skipped", "learning_off")
@@ -649,9 +649,7 @@ class Worker:
 
     async def _may_learn(self, tenant: str, user: str, batch: Batch) -> bool:
         prefs = await self._store.get_user_settings(tenant, user)
-        cleared = prefs.cleared_at is not None and \
-            batch.oldest_at <= prefs.cleared_at.timestamp()
-        return prefs.enable_personal_learning and not cleared
+        return Switches().with_user(prefs).learns(said_at=batch.oldest_at)
 
     async def _score(self, job: Job, batch: Batch, known_text: str,
                      language: Language, model: LearningModel) -> ScoreResult:
@@ -853,7 +851,7 @@ class Worker:
         batch dropped, audited) when the tenant switched learning off. Raises
         :class:`BudgetSpent` when its learning budget is spent (the job waits)."""
         config = await self._config(batch.tenant)
-        if not config.enabled:
+        if not Switches(tenant=config.enabled).tenant_learns:
             await self._store.audit([self._event(batch, "skipped", "learning switched off "
                                                  "for the tenant", self._clock())])
             await self.queue.drop_batch(batch.key)
