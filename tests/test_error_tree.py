@@ -10,8 +10,8 @@ from proxy.backends.redis.index import IndexMismatchError
 from proxy.errors import MemoryProxyError, NotFoundError, ProxyError, RateLimitError
 from proxy.http import ClientDisconnectedError
 from proxy.learning.budget import BudgetSpent
+from proxy.learning.calls import LearningWindowTooSmall
 from proxy.learning.parsing import ParseError
-from proxy.learning.worker import LearningWindowTooSmall
 from proxy.memory.embed import EmbedderError
 from proxy.memory.store import StoreUnavailableError
 from proxy.settings import ConfigError
