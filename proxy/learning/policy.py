@@ -12,11 +12,12 @@ and the user has not cleared their memory after the turn was said (``cleared_at`
 queued before a clear is discarded, never learned later).
 
 Each asker reads the switches it knows and leaves the rest on: the response header and
-the user API (``routes/chat.py``, ``routes/owner.py``), the admin stats
-(``routes/governance.py``), and the worker (``learning/worker.py``) when an exchange is
-buffered, a batch is learned and a group participant is resolved. A switch is read only
-when the earlier ones are on (:attr:`Switches.tenant_learns`, :meth:`Switches.learns`), as
-reading one may cost a store call.
+the hand-over to the learning sink (``routes/chat.py``), the user API
+(``routes/owner.py``), the admin stats (``routes/governance.py``), and the worker when an
+exchange is buffered (``learning/buffering.py``), a batch is learned
+(``learning/pipeline.py``) and its owners are resolved (``learning/owners.py``). A switch
+is read only when the earlier ones are on (:attr:`Switches.tenant_learns`,
+:meth:`Switches.learns`), as reading one may cost a store call.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ Three job kinds flow through one durable queue:
 Delivery is at-least-once: a claimed job carries a lease; a worker that dies loses it and
 the job becomes claimable again when the lease runs out. Effects are idempotent (batch keys
 in the store, fingerprints in the buffer). A job that keeps failing is moved to the dead
-letter list with its last error after ``max_attempts``.
+letter list with its last error after ``max_attempts``. A queue stores a job's payload as
+opaque bytes; what each kind's payload holds is :mod:`proxy.learning.jobs`.
 
 Backends: :class:`~proxy.backends.sqlite.queue.SqliteLearningQueue` (the embedded file) and
 :class:`~proxy.backends.redis.queue.RedisLearningQueue` (Redis Streams, shared by every
@@ -201,7 +202,7 @@ class LearningQueue(Protocol):
         delayed, leased or dead-lettered, the user's own or one they spoke in a group —
         keeping the jobs and their message fingerprints, so the queue's bookkeeping is
         unchanged and no transcript of the user stays (``DELETE /v1/me``). Returns the
-        jobs rewritten. See :func:`blank_exchange`."""
+        jobs rewritten. See :func:`proxy.learning.jobs.blank_exchange`."""
         ...
 
 
