@@ -21,14 +21,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from proxy.learning.buffering import Buffering
-from proxy.learning.calls import LearningWindowTooSmall, ModelCalls
+from proxy.learning.calls import ModelCalls
 from proxy.learning.events import Counter
 from proxy.learning.evictions import Evictions
 from proxy.learning.model import LearningModel
 from proxy.learning.pipeline import Pipeline
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import LearningQueue
-from proxy.learning.runner import MAX_ERROR_PAUSE_SECONDS, Runner, backoff
+from proxy.learning.runner import Runner
 from proxy.learning.tenancy import TenantLearning
 from proxy.ledger import Ledger
 from proxy.memory.embed import Embedder
@@ -38,8 +38,6 @@ from proxy.memory.vectors import MemoryVectors
 from proxy.metrics import Metrics
 from proxy.settings import LearningSettings
 from proxy.tenants import TenantSettings
-
-__all__ = ["MAX_ERROR_PAUSE_SECONDS", "LearningWindowTooSmall", "Worker", "backoff"]
 
 
 class Worker(Runner):
