@@ -54,6 +54,7 @@ log = structlog.get_logger("proxy.learning")
 # besides the keyword-related ones (a paraphrase shares few keywords).
 VECTOR_NEIGHBOURS = 3
 PerOwner = dict[str, list[CandidateFact]]
+Count = Callable[[str, str], None]  # learning_events{event, label} += 1
 
 
 class Pipeline:
@@ -145,12 +146,13 @@ class Pipeline:
             record = replace(record, summary=extraction.summary)
         audit.append(batch_event(batch, "extracted", "", now, {
             "facts": len(extraction.facts), "unusable": extraction.dropped}))
-        per_owner, assigned = self._assign(batch, strategy, extraction, owners, now)
+        per_owner, assigned = assign(batch, strategy, extraction, owners=owners, now=now,
+                                     count=self._count)
         audit += assigned
         from_images: PerOwner = {}
         if extracted.vision:
-            from_images, seen = self._image_facts(extracted.shown, strategy, extraction,
-                                                  owners, now)
+            from_images, seen = image_facts(extracted.shown, strategy, extraction,
+                                            owners=owners, now=now, count=self._count)
             audit += seen
         for name, owner in owners.items():
             lines = strategy.spoken(batch, name)
@@ -192,52 +194,6 @@ class Pipeline:
         by_id = {m.id: m for m in shown}
         known = {short: by_id[memory_id] for short, memory_id in short_ids.items()}
         return related, known, known_text
-
-    def _assign(self, batch: Batch, strategy: OwnerStrategy, extraction: ExtractionResult,
-                owners: Owners, now: datetime) -> tuple[PerOwner, list[AuditEvent]]:
-        """Facts by the user they belong to: the batch's user, or in a group the participant
-        named as ``speaker``; facts whose speaker is not one resolved participant are
-        dropped, and audited in the events returned."""
-        audit: list[AuditEvent] = []
-        per_owner: PerOwner = {owner: [] for owner in owners.values()}
-        for fact in extraction.facts:
-            target = strategy.owner_of(fact.speaker, owners)
-            if target is None:
-                audit.append(batch_event(batch, "rejected", "speaker not identified", now,
-                                         {"speaker": fact.speaker}))
-                self._count("fact_rejected", "speaker")
-                continue
-            per_owner[target].append(fact)
-        return per_owner, audit
-
-    def _image_facts(self, batch: Batch, strategy: OwnerStrategy,
-                     extraction: ExtractionResult, owners: Owners,
-                     now: datetime) -> tuple[PerOwner, list[AuditEvent]]:
-        """Memories a vision model read from the users' images, by owner: ``person`` and
-        ``long`` are stored (as profile-level / ordinary memories), ``short`` and ``skip``
-        are not; the event returned counts the verdicts by tier."""
-        images = {number: message for number, _, message in batch_images(batch)}
-        out: PerOwner = {}
-        tiers: dict[str, int] = {}
-        for verdict in extraction.images:
-            message = images.get(verdict.image)
-            if message is None:
-                continue
-            tiers[verdict.tier] = tiers.get(verdict.tier, 0) + 1
-            self._count("images", verdict.tier)
-            owner = strategy.owner_of(message.name, owners)
-            if verdict.tier not in ("person", "long") or not verdict.memory or owner is None:
-                continue
-            person = verdict.tier == "person"
-            out.setdefault(owner, []).append(CandidateFact(
-                title=verdict.memory[:30], content=verdict.memory,
-                category="user_preference" if person else "domain",
-                subcategory="appearance" if person else "image", tags=("image",),
-                subject="user", supersedes=(), duplicate_of=None, source_turns=(),
-            ))
-        audit = [batch_event(batch, "extracted", "images", now, {"tiers": tiers})] \
-            if tiers else []
-        return out, audit
 
     async def _owner_changes(
         self, batch: Batch, strategy: OwnerStrategy, *, job_id: str, owner: str,
@@ -375,6 +331,54 @@ class Pipeline:
             log.info("learning_batch_not_applied", batch=batch.key,
                      reason="applied before, or memory cleared since")
         await self.queue.drop_batch(batch.key)
+
+
+def assign(batch: Batch, strategy: OwnerStrategy, extraction: ExtractionResult, *,
+           owners: Owners, now: datetime, count: Count) -> tuple[PerOwner, list[AuditEvent]]:
+    """Facts by the user they belong to: the batch's user, or in a group the participant
+    named as ``speaker``; facts whose speaker is not one resolved participant are
+    dropped, and audited in the events returned."""
+    audit: list[AuditEvent] = []
+    per_owner: PerOwner = {owner: [] for owner in owners.values()}
+    for fact in extraction.facts:
+        target = strategy.owner_of(fact.speaker, owners)
+        if target is None:
+            audit.append(batch_event(batch, "rejected", "speaker not identified", now,
+                                     {"speaker": fact.speaker}))
+            count("fact_rejected", "speaker")
+            continue
+        per_owner[target].append(fact)
+    return per_owner, audit
+
+
+def image_facts(batch: Batch, strategy: OwnerStrategy, extraction: ExtractionResult, *,
+                owners: Owners, now: datetime, count: Count,
+                ) -> tuple[PerOwner, list[AuditEvent]]:
+    """Memories a vision model read from the users' images, by owner: ``person`` and
+    ``long`` are stored (as profile-level / ordinary memories), ``short`` and ``skip``
+    are not; the event returned counts the verdicts by tier."""
+    images = {number: message for number, _, message in batch_images(batch)}
+    out: PerOwner = {}
+    tiers: dict[str, int] = {}
+    for verdict in extraction.images:
+        message = images.get(verdict.image)
+        if message is None:
+            continue
+        tiers[verdict.tier] = tiers.get(verdict.tier, 0) + 1
+        count("images", verdict.tier)
+        owner = strategy.owner_of(message.name, owners)
+        if verdict.tier not in ("person", "long") or not verdict.memory or owner is None:
+            continue
+        person = verdict.tier == "person"
+        out.setdefault(owner, []).append(CandidateFact(
+            title=verdict.memory[:30], content=verdict.memory,
+            category="user_preference" if person else "domain",
+            subcategory="appearance" if person else "image", tags=("image",),
+            subject="user", supersedes=(), duplicate_of=None, source_turns=(),
+        ))
+    audit = [batch_event(batch, "extracted", "images", now, {"tiers": tiers})] \
+        if tiers else []
+    return out, audit
 
 
 def _conversation_record(batch: Batch, score: float, dimensions: dict[str, float],
