@@ -26,9 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import openapi
 from proxy.access import AccessLogMiddleware
 from proxy.alerts import alert_monitor
-from proxy.errors import InvalidRequestError, NotFoundError, ProxyError
+from proxy.errors import InvalidRequestError, MemoryProxyError, NotFoundError, ProxyError
 from proxy.http import error_response
-from proxy.memory.store import StoreUnavailableError
 from proxy.memory.text import load_confusables
 from proxy.resources import Resources, open_resources
 from proxy.routes import (
@@ -56,17 +55,16 @@ WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
 BACKFILL_PAUSE_SECONDS = 0.05
 
 
-async def _proxy_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ProxyError)
-    return error_response(exc)
-
-
-async def _store_unavailable(_request: Request, exc: Exception) -> Response:
-    log.warning("memory_store_unavailable", error=str(exc))
-    return error_response(ProxyError(
-        "The memory store is unavailable; try again shortly.", status_code=503,
-        error_type="service_unavailable", code="store_unavailable",
-    ), headers={"Retry-After": "5"})
+async def _own_error(request: Request, exc: Exception) -> Response:
+    """Any error of ours: answered with its :meth:`~MemoryProxyError.reply` (a warning
+    logged when that is not the error itself), else as an unexpected failure."""
+    assert isinstance(exc, MemoryProxyError)
+    reply = exc.reply()
+    if reply is None:
+        return await _unexpected(request, exc)
+    if reply is not exc:
+        log.warning(exc.log_event, error=str(exc))
+    return error_response(reply)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -328,8 +326,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         middleware=[Middleware(AccessLogMiddleware, settings=settings.server),
                     Middleware(_AnswerUnexpected)],
         exception_handlers={
-            ProxyError: _proxy_error,
-            StoreUnavailableError: _store_unavailable,
+            MemoryProxyError: _own_error,
             HTTPException: _http_error,
             Exception: _unexpected,
         },

@@ -2,34 +2,60 @@
 
 ::
 
-    ProxyError                      500 server_error          (base)
-    ├── InvalidRequestError         400 invalid_request_error
-    │   └── ContextLengthExceededError  400 code=context_length_exceeded
-    ├── AuthenticationError         401 authentication_error  code=invalid_api_key
-    ├── PermissionDeniedError       403 permission_error
-    ├── NotFoundError               404 not_found_error       (models, memories)
-    ├── ConflictError               409 conflict_error
-    └── UpstreamError               status of the upstream (default 502)
-        ├── UpstreamTimeoutError    504 timeout (408 when the upstream itself answered 408)
-        ├── RateLimitError          429 rate_limit_error      (+ Retry-After)
-        └── UpstreamUnavailableError 502 upstream_unavailable (connection failed)
+    MemoryProxyError                (base of every error the gateway raises itself)
+    ├── StoreUnavailableError       503 store_unavailable     (memory/store.py)
+    ├── ParseError, LearningWindowTooSmall, BudgetSpent      (learning: never a reply)
+    ├── EmbedderError, ConfigError, IndexMismatchError, ClientDisconnectedError
+    └── ProxyError                  500 server_error          (reported to a client)
+        ├── InvalidRequestError     400 invalid_request_error
+        │   └── ContextLengthExceededError  400 code=context_length_exceeded
+        ├── AuthenticationError     401 authentication_error  code=invalid_api_key
+        ├── PermissionDeniedError   403 permission_error
+        ├── NotFoundError           404 not_found_error       (models, memories)
+        ├── ConflictError           409 conflict_error
+        └── UpstreamError           status of the upstream (default 502)
+            ├── UpstreamTimeoutError 504 timeout (408 when the upstream itself answered 408)
+            ├── RateLimitError      429 rate_limit_error      (+ Retry-After)
+            └── UpstreamUnavailableError 502 upstream_unavailable (connection failed)
 
-Routes raise; :func:`error_body` / the app's exception handler render
-``{"error": {"message", "type", "param", "code"}}`` with the status and headers, and a
-stream that already started ends with :func:`error_event` instead. Foreign exceptions are
-translated at the boundary (``upstream/``) with ``raise X(...) from exc``.
+Routes raise; the app's one handler of :class:`MemoryProxyError` answers with the error's
+:meth:`~MemoryProxyError.reply` (a :class:`ProxyError` replies as itself, a store outage as
+a 503; an error without a reply is answered as an unexpected failure, 500);
+:func:`error_body` renders ``{"error": {"message", "type", "param", "code"}}`` with the
+status and headers, and a stream that already started ends with :func:`error_event`
+instead. Foreign exceptions are translated at the boundary (``upstream/``) with
+``raise X(...) from exc``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from pydantic import ValidationError
 
 
-class ProxyError(Exception):
+class MemoryProxyError(Exception):
+    """Base of every error the gateway raises itself (foreign exceptions are translated to
+    one of these at the boundary).
+
+    ``log_traceback``: a learning job failing with this error is logged with its traceback
+    (a failure the message does not explain); the errors the worker expects — upstream
+    failures, unparseable model output, store outages, a too-small learning window — log
+    the message only. ``log_event``: the warning event logged when a request fails with an
+    error whose :meth:`reply` is not itself."""
+
+    log_traceback: ClassVar[bool] = False
+    log_event: ClassVar[str] = "request_failed"
+
+    def reply(self) -> ProxyError | None:
+        """The error a client is answered with; ``None`` (the default): none of its own,
+        the request is answered as an unexpected failure (500, logged with its traceback)."""
+        return None
+
+
+class ProxyError(MemoryProxyError):
     """Base of every error the gateway reports to a client."""
 
     status_code: int = 500
@@ -55,6 +81,10 @@ class ProxyError(Exception):
         if error_type is not None:
             self.error_type = error_type
         self.headers: dict[str, str] = dict(headers or {})
+
+    def reply(self) -> ProxyError:
+        """Itself: the error is the reply."""
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """The OpenAI error envelope as a dict."""

@@ -17,14 +17,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from proxy.errors import InvalidRequestError, ProxyError, error_body
+from proxy.errors import InvalidRequestError, MemoryProxyError, ProxyError, error_body
 
 T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that went away
 
 
-class ClientDisconnectedError(Exception):
+class ClientDisconnectedError(MemoryProxyError):
     """The client closed the connection before the reply was ready."""
+
+    log_traceback = True
 
 
 async def _disconnected(receive: Receive) -> None:

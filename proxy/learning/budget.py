@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from proxy.errors import MemoryProxyError
 from proxy.ledger import Ledger
 from proxy.settings import LearningBudget
 
@@ -25,7 +26,7 @@ WORKER_CACHE_SECONDS = 5.0
 MAX_CACHED_TENANTS = 10_000
 
 
-class BudgetSpent(Exception):
+class BudgetSpent(MemoryProxyError):
     """A tenant's learning budget is spent; learning resumes at ``resumes_at``."""
 
     def __init__(self, tenant: str, resumes_at: datetime) -> None:

@@ -167,15 +167,6 @@ def consolidate(
     evidence: list[tuple[str, str]] = []
     counted: set[str] = set()
     audit: list[AuditEvent] = []
-
-    def event(action: str, memory_id: str | None, why: str = "",
-              detail: dict[str, object] | None = None) -> None:
-        audit.append(AuditEvent(
-            tenant=ctx.tenant, user_id=ctx.user, action=action,  # type: ignore[arg-type]
-            actor="auto", at=ctx.now, conversation_id=ctx.conversation, memory_id=memory_id,
-            reason=why, detail=detail or {},
-        ))
-
     for fact in facts:
         subject = USER_SUBJECT if subject_key(fact.subject) == USER_SUBJECT \
             else fact.subject.strip()
@@ -184,7 +175,7 @@ def consolidate(
             continue
         deleted_at = ctx.tombstones.get(norm)
         if deleted_at is not None and deleted_at >= ctx.batch_started:
-            event("rejected", None, "deleted by the user after it was said")
+            audit.append(_event(ctx, "rejected", None, "deleted by the user after it was said"))
             continue
         superseded = [
             active[ctx.known[s].id] for s in fact.supersedes
@@ -200,38 +191,27 @@ def consolidate(
             upserts[merged.id] = active[merged.id] = merged
             if first:
                 evidence.append((merged.id, ctx.batch_key))
-            event("merged", merged.id, "repeated fact counted as evidence",
-                  {"hits": merged.hits})
+            audit.append(_event(ctx, "merged", merged.id, "repeated fact counted as evidence",
+                                {"hits": merged.hits}))
             continue
-        created = Memory(
-            id=new_id(), tenant=ctx.tenant, user_id=ctx.user, content=fact.content,
-            title=fact.title, scope="personal", category=_category(fact),  # type: ignore[arg-type]
-            subcategory=fact.subcategory, tags=fact.tags, subject=subject, source="auto",
-            source_conversation_id=ctx.conversation, source_channel=ctx.channel,
-            score=ctx.score, hits=1, created_at=ctx.now, updated_at=ctx.now,
-            last_seen_at=ctx.now,
-        )
+        created = _created(fact, subject, ctx)
         upserts[created.id] = active[created.id] = created
         counted.add(created.id)
         evidence.append((created.id, ctx.batch_key))
-        event("created", created.id, "extracted from conversation",
-              {"category": created.category})
+        audit.append(_event(ctx, "created", created.id, "extracted from conversation",
+                            {"category": created.category}))
         for old in superseded:
-            retired = old.with_changes(
-                enabled=False, superseded_at=ctx.now, superseded_by=created.id,
-                supersede_reason=f"contradicted by a later statement in {ctx.conversation}",
-                updated_at=ctx.now,
-            )
-            upserts[old.id] = retired
+            upserts[old.id] = _retired(old, by=created, ctx=ctx)
             active.pop(old.id, None)
-            event("retired", old.id, "superseded", {"superseded_by": created.id})
+            audit.append(_event(ctx, "retired", old.id, "superseded",
+                                {"superseded_by": created.id}))
     new_profile = merge_profile(
         profile, profile_update, tenant=ctx.tenant, user=ctx.user, now=ctx.now,
         user_messages=user_messages, names=names, synonyms=ctx.synonyms,
     )
     if profile_update is not None:
-        event("profile_updated", None, "consolidation",
-              {"traits": len(new_profile.traits), "topics": len(new_profile.topics)})
+        audit.append(_event(ctx, "profile_updated", None, "consolidation", {
+            "traits": len(new_profile.traits), "topics": len(new_profile.topics)}))
     return ChangeSet(
         tenant=ctx.tenant, user_id=ctx.user, batch_key=ctx.batch_key,
         upserts=tuple(upserts.values()), evidence=tuple(evidence), profile=new_profile,
@@ -241,6 +221,37 @@ def consolidate(
             learned_messages=user_messages, updated_at=ctx.now,
         ),
         audit=tuple(audit),
+    )
+
+
+def _event(ctx: BatchContext, action: str, memory_id: str | None, why: str = "",
+           detail: dict[str, object] | None = None) -> AuditEvent:
+    """An automatic audit event of this batch's owner and conversation."""
+    return AuditEvent(
+        tenant=ctx.tenant, user_id=ctx.user, action=action,  # type: ignore[arg-type]
+        actor="auto", at=ctx.now, conversation_id=ctx.conversation, memory_id=memory_id,
+        reason=why, detail=detail or {},
+    )
+
+
+def _created(fact: CandidateFact, subject: str, ctx: BatchContext) -> Memory:
+    """A new personal memory of ``fact`` (one hit, the batch's score and time)."""
+    return Memory(
+        id=new_id(), tenant=ctx.tenant, user_id=ctx.user, content=fact.content,
+        title=fact.title, scope="personal", category=_category(fact),  # type: ignore[arg-type]
+        subcategory=fact.subcategory, tags=fact.tags, subject=subject, source="auto",
+        source_conversation_id=ctx.conversation, source_channel=ctx.channel,
+        score=ctx.score, hits=1, created_at=ctx.now, updated_at=ctx.now,
+        last_seen_at=ctx.now,
+    )
+
+
+def _retired(old: Memory, *, by: Memory, ctx: BatchContext) -> Memory:
+    """``old`` disabled as superseded by the new memory ``by``."""
+    return old.with_changes(
+        enabled=False, superseded_at=ctx.now, superseded_by=by.id,
+        supersede_reason=f"contradicted by a later statement in {ctx.conversation}",
+        updated_at=ctx.now,
     )
 
 

@@ -14,7 +14,8 @@ Three job kinds flow through one durable queue:
 Delivery is at-least-once: a claimed job carries a lease; a worker that dies loses it and
 the job becomes claimable again when the lease runs out. Effects are idempotent (batch keys
 in the store, fingerprints in the buffer). A job that keeps failing is moved to the dead
-letter list with its last error after ``max_attempts``.
+letter list with its last error after ``max_attempts``. A queue stores a job's payload as
+opaque bytes; what each kind's payload holds is :mod:`proxy.learning.jobs`.
 
 Backends: :class:`~proxy.backends.sqlite.queue.SqliteLearningQueue` (the embedded file) and
 :class:`~proxy.backends.redis.queue.RedisLearningQueue` (Redis Streams, shared by every
@@ -28,8 +29,6 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
-
-import orjson
 
 from proxy.learning.exchange import Exchange, TranscriptMessage
 
@@ -203,7 +202,7 @@ class LearningQueue(Protocol):
         delayed, leased or dead-lettered, the user's own or one they spoke in a group —
         keeping the jobs and their message fingerprints, so the queue's bookkeeping is
         unchanged and no transcript of the user stays (``DELETE /v1/me``). Returns the
-        jobs rewritten. See :func:`blank_exchange`."""
+        jobs rewritten. See :func:`proxy.learning.jobs.blank_exchange`."""
         ...
 
 
@@ -224,24 +223,6 @@ class LearningQueue(Protocol):
         ...
 
 
-def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None:
-    """The content-free version of an exchange job's payload when it belongs to (tenant,
-    user) — as the learning owner or the group speaker — and still holds text or images;
-    else ``None`` (another user's job, another kind of job, or already blank)."""
-    try:
-        data = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list) or \
-            data.get("tenant") != tenant or user not in (data.get("user"),
-                                                         data.get("speaker")):
-        return None
-    if not any(m.get("text") or m.get("images") for m in data["messages"]):
-        return None
-    data["messages"] = [{**m, "text": "", "images": []} for m in data["messages"]]
-    return orjson.dumps(data)
-
-
 def batch_key(fingerprints: list[str], conversation: str) -> str:
     """Deterministic batch id from its messages: the same messages → the same key
     (``b_`` + 32 hex digits of SHA-256 over the conversation id and the fingerprints)."""
@@ -255,5 +236,5 @@ def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
 
 __all__: Sequence[str] = (
     "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "NewJob", "QueueDepth",
-    "batch_key", "batch_sizes", "blank_exchange",
+    "batch_key", "batch_sizes",
 )

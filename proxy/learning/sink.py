@@ -30,7 +30,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-import orjson
 import structlog
 
 from proxy.learning.exchange import (
@@ -40,6 +39,7 @@ from proxy.learning.exchange import (
     group_namespace,
     transcript,
 )
+from proxy.learning.jobs import exchange_job
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import NewJob
 from proxy.memory.records import new_id
@@ -282,8 +282,7 @@ class QueueSink:
                 model=turn.model, messages=scrubbed, at=turn.at, speaker=turn.user,
                 speaker_name=speaker_name,
             )
-            jobs.append(NewJob("exchange", f"exchange:{exchange.id}",
-                               orjson.dumps(exchange.to_json()), turn.tenant))
+            jobs.append(exchange_job(exchange))
             fresh.extend(m.fingerprint for m in messages)
             if binding is not None:
                 fresh.append(binding)

@@ -37,6 +37,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
+from proxy.errors import MemoryProxyError
 from proxy.settings import ConfigError
 
 log = structlog.get_logger("proxy.embed")
@@ -45,8 +46,10 @@ Vector = tuple[float, ...]
 PROBE_TEXT = "dimension probe"
 
 
-class EmbedderError(Exception):
+class EmbedderError(MemoryProxyError):
     """The embedder failed or returned unusable vectors; callers fall back."""
+
+    log_traceback = True
 
 
 @dataclass(frozen=True, slots=True)

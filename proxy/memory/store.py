@@ -14,12 +14,24 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from proxy.errors import MemoryProxyError, ProxyError
 from proxy.memory.records import ConversationRecord, Memory, Profile
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 
-class StoreUnavailableError(Exception):
-    """The memory store cannot be reached or failed; memory degrades, chat goes on."""
+class StoreUnavailableError(MemoryProxyError):
+    """The memory store cannot be reached or failed; memory degrades, chat goes on. A
+    request that needs the store is answered 503 ``store_unavailable`` with Retry-After 5
+    (seconds: long enough for a locked SQLite file or a Redis restart)."""
+
+    log_event = "memory_store_unavailable"
+
+    def reply(self) -> ProxyError:
+        return ProxyError(
+            "The memory store is unavailable; try again shortly.", status_code=503,
+            error_type="service_unavailable", code="store_unavailable",
+            headers={"Retry-After": "5"},
+        )
 
 
 @dataclass(frozen=True, slots=True)

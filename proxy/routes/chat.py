@@ -30,6 +30,7 @@ from proxy.http import (
     until_disconnected,
 )
 from proxy.identity import Identity, resolve_identity
+from proxy.learning.policy import Switches
 from proxy.learning.sink import Turn
 from proxy.ledger import UsageRecord
 from proxy.memory.service import Injection
@@ -323,21 +324,26 @@ async def _learning_state(res: Resources, identity: Identity) -> str | None:
     An unreadable store counts as the defaults (the worker checks the switch again)."""
     if identity.user is None:
         return None
-    if not res.learning_enabled or not identity.can_write or \
-            not (await res.tenants.get(identity.tenant)).learning.enabled:
+    switches = Switches(config=res.learning_enabled, request=identity.can_write)
+    if not switches.learns():
+        return "off"
+    switches = replace(switches,
+                       tenant=(await res.tenants.get(identity.tenant)).learning.enabled)
+    if not switches.learns():
         return "off"
     try:
         prefs = await res.store.get_user_settings(identity.tenant, identity.user)
     except StoreUnavailableError:
         prefs = UserSettings()
-    if not prefs.enable_personal_learning:
+    if not switches.with_user(prefs).learns():
         return "off"
     return "pending" if prefs.show_learning_indicator else None
 
 
 def _learn(call: _Call, reply: str) -> None:
     identity = call.identity
-    if not call.res.learning_enabled or not identity.can_write or identity.user is None:
+    switches = Switches(config=call.res.learning_enabled, request=identity.can_write)
+    if not switches.learns() or identity.user is None:
         return
     call.res.sink.submit(Turn(
         tenant=identity.tenant, user=identity.user, conversation=identity.conversation,

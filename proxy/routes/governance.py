@@ -30,6 +30,7 @@ from starlette.responses import Response
 from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
 from proxy.learning.budget import LearningBudgets
+from proxy.learning.policy import Switches
 from proxy.ledger import PURPOSES, UsageRow
 from proxy.memory.store import AuditEvent, AuditFilter
 from proxy.resources import Resources
@@ -282,7 +283,7 @@ async def stats(request: Request) -> Response:
             merged=events(day, "merged"), retired=events(day, "retired"),
             rejected=events(day, "rejected"), learning_tokens=d.learning_tokens,
             user_tokens=d.user_tokens, active_users=d.active_users))
-    enabled = res.learning_enabled and config.learning.enabled
+    enabled = Switches(config=res.learning_enabled, tenant=config.learning.enabled).tenant_learns
     return ok(m.Stats(
         tenant=tenant,
         totals=m.StatsTotals(users=user_count, memories=memories,

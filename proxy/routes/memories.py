@@ -32,7 +32,6 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -40,6 +39,7 @@ from proxy import openapi
 from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
 from proxy.learning import quotas
 from proxy.learning.filters import is_directive, pii_kinds
+from proxy.learning.jobs import Flush, flush_job
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id, to_iso
 from proxy.memory.store import ChangeSet, ListQuery
@@ -262,8 +262,8 @@ async def flush_learning(request: Request) -> Response:
         raise ConflictError("Learning is not enabled on this gateway (learning.enabled).",
                             code="learning_disabled")
     await res.sink.flush()
-    await res.queue.enqueue("flush", f"flush:{tenant}:{user}:{new_id()}",
-                            orjson.dumps({"tenant": tenant, "user": user}), tenant=tenant)
+    job = flush_job(Flush(tenant, user), unique=new_id())
+    await res.queue.enqueue(job.kind, job.id, job.payload, tenant=job.tenant)
     return json_response({"object": "memory.flush", "queued": True}, status_code=202)
 
 

@@ -9,7 +9,7 @@ tenant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from starlette.requests import Request
@@ -17,6 +17,7 @@ from starlette.requests import Request
 from proxy.auth import Principal
 from proxy.errors import InvalidRequestError
 from proxy.identity import resolve_user
+from proxy.learning.policy import Switches
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.resources import Resources
 
@@ -69,8 +70,9 @@ async def learning_state(res: Resources, tenant: str | None,
     (``learning.enabled`` in config and the tenant's run-time override; ``tenant`` None: the
     config alone), the user's switch (``None`` without a user) and whether this user's
     chats are learned from."""
-    on = res.learning_enabled
-    if on and tenant is not None:
-        on = (await res.tenants.get(tenant)).learning.enabled
+    switches = Switches(config=res.learning_enabled)
+    if switches.tenant_learns and tenant is not None:
+        switches = replace(switches, tenant=(await res.tenants.get(tenant)).learning.enabled)
     personal = None if settings is None else settings.enable_personal_learning
-    return {"global": on, "personal": personal, "effective": on and personal is not False}
+    return {"global": switches.tenant_learns, "personal": personal,
+            "effective": replace(switches, user=personal is not False).learns()}

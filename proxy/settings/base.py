@@ -7,6 +7,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict
 
+from proxy.errors import MemoryProxyError
+
 ENV_PREFIX = "MEMORY_PROXY_"
 # The namespace of system memories, read by every tenant's recall and written only with a
 # global admin key; refused as a tenant name.
@@ -14,8 +16,10 @@ GLOBAL_NAMESPACE = "__global__"
 ENV_REFERENCE = "os.environ/"
 
 
-class ConfigError(Exception):
+class ConfigError(MemoryProxyError):
     """The configuration cannot be used; the message names the offending setting."""
+
+    log_traceback = True
 
 
 def resolve_env_reference(value: str, *, setting: str) -> str | None:

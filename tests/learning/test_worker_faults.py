@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.queue import SqliteLearningQueue
 from proxy.learning.queue import LearningQueue
-from proxy.learning.worker import MAX_ERROR_PAUSE_SECONDS, Worker, backoff
+from proxy.learning.runner import MAX_ERROR_PAUSE_SECONDS, backoff
+from proxy.learning.worker import Worker
 from proxy.memory.store import ListQuery, StoreUnavailableError
 from tests.fakes import (
     FakeUpstream,

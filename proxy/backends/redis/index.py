@@ -78,6 +78,7 @@ from redisvl.utils.token_escaper import TokenEscaper
 
 from proxy.backends.redis.codec import embedding_field, stemmed_terms
 from proxy.backends.redis.keys import SHARED_USER, KeyLayout, channel_token
+from proxy.errors import MemoryProxyError
 
 SCHEMA_VERSION = 1
 KEYWORD_SCORER = "BM25STD"
@@ -96,8 +97,10 @@ HNSW_EF_CONSTRUCTION = 200
 log = structlog.get_logger("proxy.memory.redis")
 
 
-class IndexMismatchError(Exception):
+class IndexMismatchError(MemoryProxyError):
     """An index with the configured name exists but has other fields."""
+
+    log_traceback = True
 
 
 def index_name(prefix: str, vector_dim: int | None) -> str:

@@ -80,6 +80,7 @@ from proxy.backends.redis.client import (
 from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
 from proxy.backends.redis.sweep import BufferIndexes
 from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
+from proxy.learning.jobs import blank_exchange, learn_job
 from proxy.learning.queue import (
     Batch,
     DeadLetter,
@@ -88,7 +89,6 @@ from proxy.learning.queue import (
     NewJob,
     QueueDepth,
     batch_key,
-    blank_exchange,
 )
 from proxy.memory.store import StoreUnavailableError
 
@@ -314,8 +314,7 @@ class RedisLearningQueue:
     async def _publish(self, ns: str, batches: list[tuple[str, str]]) -> None:
         """Enqueue the ``learn`` jobs of sealed batches (key, tenant), then take them off
         the outbox."""
-        await self.enqueue_many([NewJob("learn", f"learn:{k}", orjson.dumps({"batch": k}), t)
-                                 for k, t in batches])
+        await self.enqueue_many([learn_job(k, t) for k, t in batches])
         await self._redis.srem(self._keys.outbox(ns), *(k for k, _ in batches))
 
     async def buffered_conversations(self, tenant: str, user: str) -> list[str]:

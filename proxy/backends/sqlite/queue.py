@@ -20,6 +20,7 @@ import orjson
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
+from proxy.learning.jobs import blank_exchange, learn_payload
 from proxy.learning.queue import (
     Batch,
     DeadLetter,
@@ -28,7 +29,6 @@ from proxy.learning.queue import (
     NewJob,
     QueueDepth,
     batch_key,
-    blank_exchange,
 )
 from proxy.memory.store import StoreUnavailableError
 
@@ -52,7 +52,7 @@ def _seal(
     conn.execute(
         "INSERT OR IGNORE INTO jobs (id, kind, payload, status, attempts, available_at, "
         "created_at, updated_at, tenant) VALUES (?, 'learn', ?, 'ready', 0, ?, ?, ?, ?)",
-        ("learn:" + key, orjson.dumps({"batch": key}), now, now, now, tenant),
+        ("learn:" + key, learn_payload(key), now, now, now, tenant),
     )
     return key
 

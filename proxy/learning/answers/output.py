@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.errors import MemoryProxyError
+
 __all__ = ["ModelOutput", "ParseError"]
 
 
-class ParseError(Exception):
+class ParseError(MemoryProxyError):
     """The model output holds no JSON value of the expected shape.
 
     Never to be treated as "no facts": an empty extraction is a *successful* parse that
