@@ -275,7 +275,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/v1/memories", memories.create_memory, methods=["POST"]),
         Route("/v1/memories", memories.clear_memories, methods=["DELETE"]),
         Route("/v1/memories/flush", memories.flush_learning, methods=["POST"]),
-        # issue 12: the user's own memory (fixed paths before /v1/memories/{memory_id})
+        # the user's own memory (fixed paths before /v1/memories/{memory_id})
         Route("/v1/memories/export", transfer.export_memories, methods=["GET"]),
         Route("/v1/memories/import", transfer.import_memories, methods=["POST"]),
         Route("/v1/memories/stats", memories.memory_stats, methods=["GET"]),
@@ -295,7 +295,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
               methods=["POST"]),
         Route("/v1/admin/dead-letters/{job_id:path}", admin.drop_dead_letter,
               methods=["DELETE"]),
-        # issue 13: admins govern (proxy/routes/governance.py)
+        # admins govern (proxy/routes/governance.py)
         Route("/v1/admin/audit", governance.audit_log, methods=["GET"]),
         Route("/v1/admin/usage", governance.usage, methods=["GET"]),
         Route("/v1/admin/users", governance.users, methods=["GET"]),
@@ -317,7 +317,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
-        # The web console (issue 15): static files under a strict CSP.
+        # The web console: static files under a strict CSP.
         Mount("/console", app=console.ConsoleFiles(), name="console"),
     ]
     app = Starlette(

@@ -256,7 +256,10 @@ def is_context_overflow(message: str, code: str | None) -> bool:
 
 
 def status_for_stream_error(body: Any) -> int:
-    """Status to report for an error object that arrived inside an SSE stream (B04)."""
+    """Status to report for an error object that arrived inside an SSE stream.
+
+    Before the first content it becomes an HTTP error with this status
+    (docs/design.md#streaming)."""
     message, err_type, code, _ = _fields(body)
     if is_context_overflow(message, code):
         return 400

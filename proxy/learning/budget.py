@@ -1,4 +1,4 @@
-"""Learning budgets per tenant (``learning.budget``, issue 13).
+"""Learning budgets per tenant (``learning.budget``, docs/design.md#learning-budgets).
 
 What learning spent is read from the learning ledger (every learning call books its
 prompt + completion tokens there: ``score``, ``extract``, ``embed``, ``vision``): the

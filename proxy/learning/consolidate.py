@@ -1,27 +1,27 @@
 """Consolidation: extracted facts + what is stored → one :class:`ChangeSet` (pure).
 
-Rules (SPEC §3.6; seed 001 §5.3–5.4):
+Rules (docs/design.md#evidence, docs/design.md#contradictions):
 
 - **Merge as evidence.** A fact that repeats a stored memory — the model's
   ``duplicate_of``, normalised equality, containment, or embedding similarity ≥
-  ``dedup_similarity`` (0.85, seed 000 §4.2) — adds evidence to it: ``hits += 1`` (at most
+  ``dedup_similarity`` (0.85) — adds evidence to it: ``hits += 1`` (at most
   once per batch), ``last_seen_at`` refreshed, tags unioned, and its content replaced only
   by a strictly richer statement of the same thing. Nothing "skips identical facts": that
-  guard would freeze hits at 1 (seed 001 §5.3, a real regression there).
+  guard would freeze hits at 1.
 - **Subjects never cross.** ``duplicate_of``, ``supersedes`` and every other match apply
   only between memories with the same subject (:func:`subject_key`: "user" for the user,
   else the person's normalised name) and the learned scope: a fact about person X retires
   or strengthens only the user's facts about X, never the user's own.
 - **Retire, not delete.** A fact that ``supersedes`` stored memories is stored new, and each
   superseded one gets ``enabled = False``, ``superseded_at``, ``superseded_by`` and a reason:
-  kept for audit and history, never injected again (case B24: never both active, never
-  neither).
+  kept for audit and history, never injected again (after a contradiction exactly the new fact is
+  active: never both, never neither).
 - **Deleted stays deleted.** A fact the user deleted after saying it is not re-created from
-  messages older than the deletion (case B32).
+  messages older than the deletion (docs/design.md#deletion).
 - **Profile.** Traits and topics are ``{text, score, hits, at}``: a hit adds 1 to the decayed
   score and refreshes ``at``; effective score = score × 0.9^weeks; near-synonyms (normalised
   equality, containment, or one configured synonym group such as 话少/潜水/沉默) merge;
-  each list keeps the 12 best (seed 001 §5.1–5.2, §6). Style and impression are
+  each list keeps the 12 best (docs/design.md#traits). Style and impression are
   overwritten.
 """
 
@@ -45,9 +45,9 @@ from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import has_cjk, normalize
 
 MIN_CONTAINMENT_CHARS = 12  # shorter texts are too generic to merge by containment
-TRAIT_CAP = 12  # seed 001 §6: traits 12 + topics 12
+TRAIT_CAP = 12  # docs/design.md#traits: 12 traits + 12 topics
 TOPIC_CAP = 12
-DECAY_PER_WEEK = 0.9  # seed 001 §5.1
+DECAY_PER_WEEK = 0.9  # per week since last seen, docs/design.md#traits
 
 Similarity = Callable[[Memory, str], float]
 

@@ -1,28 +1,30 @@
-"""What the gateway hands to learning after a completed reply (SPEC §2.9).
+"""What the gateway hands to learning after a completed reply
+(docs/design.md#what-is-learned-from).
 
 An :class:`Exchange` holds only messages that came from the client (never the spliced
-memory block — case B22) plus the assistant's reply as context. Tool results and tool-call
-arguments are left out: they are not statements of the user (cases B03, B30). Each message
-carries a fingerprint — a hash of (tenant, user, role, normalised text) — so that clients
-resending the whole history every turn never get a message learned twice, even after they
-truncate history or the conversation id changes (SPEC §3.1: "nothing is learned twice" is
-about resent history). The request's new user message is the exception: stating a known
-fact again is evidence (seed 001 §5.3), so it is learned again in any conversation —
-unless the same request (same conversation, same messages) was queued within
+memory block, which would be learned again every turn) plus the assistant's reply as
+context. Tool results and tool-call arguments are left out: they are not statements of the
+user (docs/design.md#what-is-learned-from). Each message carries a fingerprint — a hash of
+(tenant, user, role, normalised text) — so that clients resending the whole history every
+turn never get a message learned twice, even after they truncate history or the
+conversation id changes ("nothing is learned twice" is about resent history:
+docs/design.md#batching). The request's new user message is the exception: stating a known
+fact again is evidence (docs/design.md#evidence), so it is learned again in any
+conversation — unless the same request (same conversation, same messages) was queued within
 :data:`RETRY_WINDOW_SECONDS` (a retry).
 
 **Group chats: display names are identity only for trusted callers.** In a group channel
 the messages name their speakers with OpenAI's ``name`` field. An *app key* (a server-side
-key that may already name any user with ``X-User-Id``, SPEC §3.10) is trusted to name the
-speakers: its group turns are buffered in the group's namespace (:func:`group_namespace`)
-and each line is attributed to the participant its name resolves to, and its requester's
-display name is bound to the requester (``speaker_name``). A *user-bound key* (and, later,
-a JWT user) speaks only for its own user: :func:`as_told_by` rewrites its group turn into
-the caller's own private knowledge — the caller's latest message is theirs, a line under
-another ``name`` becomes a report ``[<name> said] …`` that can only teach facts about that
-person (subject = that name) into the caller's memory — and it binds no display name, so it
-can neither write into another participant's memory or profile nor claim or shadow their
-name.
+key that may already name any user with ``X-User-Id``, docs/design.md#group-chats) is
+trusted to name the speakers: its group turns are buffered in the group's namespace
+(:func:`group_namespace`) and each line is attributed to the participant its name resolves
+to, and its requester's display name is bound to the requester (``speaker_name``). A
+*user-bound key* (and, later, a JWT user) speaks only for its own user: :func:`as_told_by`
+rewrites its group turn into the caller's own private knowledge — the caller's latest
+message is theirs, a line under another ``name`` becomes a report ``[<name> said] …`` that
+can only teach facts about that person (subject = that name) into the caller's memory —
+and it binds no display name, so it can neither write into another participant's memory or
+profile nor claim or shadow their name.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ class TranscriptMessage:
     # over the conversation and the messages up to this one; set by :func:`transcript`).
     request: str | None = None
     # The request's new user message: learned even when its text was seen before
-    # (repeated mention is evidence, seed 001 §5.3) unless ``request`` was seen within
-    # RETRY_WINDOW_SECONDS (a retry, or a later request that already carried it).
+    # (repeated mention is evidence, docs/design.md#evidence) unless ``request`` was seen
+    # within RETRY_WINDOW_SECONDS (a retry, or a later request that already carried it).
     new: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -241,9 +243,9 @@ def transcript(
     request that ended with it (:func:`request_keys`), and the request's new user message
     (the latest one, when no assistant message follows it) is marked ``new``: it is a new
     statement even when its text was said before; every earlier message is resent history,
-    known by its per-user fingerprint (SPEC §3.1) — and when history reaches the queue
-    before the request that carried it new (two workers, out of order), its key tells that
-    request apart as already learned."""
+    known by its per-user fingerprint (docs/design.md#batching) — and when history reaches
+    the queue before the request that carried it new (two workers, out of order), its key
+    tells that request apart as already learned."""
     out: list[TranscriptMessage] = []
     open_turn = _open_user_turn(messages) if conversation is not None else None
     new_message: TranscriptMessage | None = None

@@ -1,7 +1,7 @@
 """Calls to the learning model, with the learning ledger kept apart from user usage.
 
 The learning model is ``learning.model`` or, when empty, the model of the request that
-produced the batch (seed 000 §6 LearningModel). Calls go through the same
+produced the batch (docs/design.md#scoring). Calls go through the same
 :class:`~proxy.upstream.base.Upstream` as chat. JSON output is requested with
 ``response_format``: a JSON schema where litellm's model map says the model supports
 structured output (or ``model_info.supports_response_schema`` says so); otherwise JSON mode

@@ -1,4 +1,5 @@
-"""Which scrubber applies to which tenant (SPEC §3.2: PII scrub, configurable per tenant).
+"""Which scrubber applies to which tenant (PII scrub, configurable per tenant:
+docs/design.md#privacy).
 
 ``learning.pii`` sets the default kinds and extra patterns; ``learning.pii.tenants`` gives a
 tenant its own (a tenant entry replaces the default kinds when it names any, and adds its

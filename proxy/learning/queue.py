@@ -1,4 +1,5 @@
-"""The learning queue and the per-conversation message buffer (SPEC §3.1, §3.9).
+"""The learning queue and the per-conversation message buffer (docs/design.md#batching,
+docs/design.md#reliability).
 
 Three job kinds flow through one durable queue:
 
@@ -189,14 +190,14 @@ class LearningQueue(Protocol):
         so resent history is not learned again)."""
         ...
 
-    # issue 13: learning budgets --------------------------------------------------------
+    # learning budgets ------------------------------------------------------------------
     async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
         """Like :meth:`retry`, but this delivery does not count as an attempt: the job
         waits ``delay_seconds`` (a spent learning budget) and can never be dead-lettered
         for it. ``reason`` is kept as the job's last error."""
         ...
 
-    # issue 12: erasure -----------------------------------------------------------------
+    # erasure ---------------------------------------------------------------------------
     async def scrub_user(self, tenant: str, user: str) -> int:
         """Blank the text (and images) of every queued exchange job of the user — ready,
         delayed, leased or dead-lettered, the user's own or one they spoke in a group —
@@ -206,7 +207,7 @@ class LearningQueue(Protocol):
         ...
 
 
-    # Graceful shutdown and operations (issue 14) ------------------------------------------
+    # Graceful shutdown and operations -----------------------------------------------------
     async def release(self, job: Job) -> None:
         """Give a leased ``job`` back at once, as if this delivery never happened: it is
         ready for the next claim (no waiting for the lease to run out) and the attempt

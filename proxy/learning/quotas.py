@@ -1,4 +1,4 @@
-"""Which memories go when a quota is exceeded (pure; SPEC §3.6, seed 000 §6, seed 001 §6).
+"""Which memories go when a quota is exceeded (pure; docs/design.md#quotas).
 
 Quotas: ``max_memory_per_user`` (500) per user, 40 facts per other person a user talks
 about, 200 facts per group. Over a quota, retired memories go first (oldest retirement
@@ -20,8 +20,8 @@ from datetime import datetime
 from proxy.memory.recall import evidence_strength, recency
 from proxy.memory.records import Memory
 
-FACTS_PER_PERSON = 40  # seed 001 §6: 人物要点 40
-FACTS_PER_GROUP = 200  # seed 001 §6: 群长期事实 200
+FACTS_PER_PERSON = 40  # facts per other person: docs/design.md#quotas
+FACTS_PER_GROUP = 200  # long-term facts per group: docs/design.md#quotas
 RECENCY_HALF_LIFE_DAYS = 30.0
 
 

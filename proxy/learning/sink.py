@@ -6,7 +6,7 @@ into :class:`~proxy.learning.exchange.Exchange` jobs: it fingerprints the messag
 those this process already queued (an LRU set: clients resend the whole history each
 turn) except the request's new user message (a repeat is evidence; the queue tells a
 retry of the same request apart, :data:`~proxy.learning.exchange.RETRY_WINDOW_SECONDS`),
-scrubs PII and secrets from the rest (SPEC §3.2 — nothing unscrubbed is ever written),
+scrubs PII and secrets from the rest (nothing unscrubbed is ever written: docs/design.md#privacy),
 and enqueues them in batches. If the process dies with turns still in memory,
 those messages are not lost for good: they are in the next turn's resent history.
 
@@ -75,7 +75,7 @@ class Turn:
     messages: list[Message]
     reply: str
     at: float
-    # False when the user switched personal learning off (issue 12): the turn's message
+    # False when the user switched personal learning off: the turn's message
     # fingerprints are recorded as seen — never learned, not even when resent later — and
     # no text of it is queued.
     learn: bool = True

@@ -57,7 +57,7 @@ class _Call:
     injection: Injection
     started: float
     api_key: str | None
-    # issue 12: the user's switches said no learning (X-Memory-Learning: off)
+    # the user's switches said no learning (X-Memory-Learning: off)
     learning: str | None = None
     # False for a user-bound key: it speaks only for its own user (learning.exchange).
     names_trusted: bool = True
@@ -66,7 +66,7 @@ class _Call:
         body = {**self.chat.body, "messages": self.injection.messages}
         if self.chat.stream:
             # Ask for usage for our own accounting; StreamForwarder strips it when the
-            # client did not ask (case B01).
+            # client did not ask (docs/design.md#streaming).
             options = self.chat.body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                       "include_usage": True}
@@ -115,7 +115,8 @@ async def begin(request: Request, principal: Principal, chat: ChatRequest, *,
         res.metrics.recall_seconds.observe(injection.recall_ms / 1000)
         res.metrics.injected_tokens.observe(injection.tokens)
     if principal.bound_user is not None and chat.body.get("user") not in (None, identity.user):
-        # A user-bound key names its user upstream too, not whoever the body claimed (B26).
+        # A user-bound key names its user upstream too, not whoever the body claimed
+        # (docs/design.md#identity).
         chat.body["user"] = identity.user
     call = _Call(res, request, chat, identity, route, injection, started, principal.client_key,
                  learning, names_trusted=principal.bound_user is None)
@@ -156,7 +157,8 @@ async def serve(call: _Call, respond: Callable[[_Call], Awaitable[Response]]) ->
 
 
 def _without_memory(call: _Call) -> bool:
-    """After an overflow the memory caused (case B04): drop the block, retry once."""
+    """After an overflow the memory caused: drop the block, retry once
+    (docs/design.md#streaming)."""
     if not call.injection.injected or \
             not call.res.settings.upstream.retry_without_memory_on_overflow:
         return False
@@ -317,11 +319,12 @@ def _account(call: _Call, usage: Usage, *, estimated: bool) -> None:
 
 
 async def _learning_state(res: Resources, identity: Identity) -> str | None:
-    """``X-Memory-Learning`` (issue 12): ``off`` when this user's turns are not learned
-    from (learning.enabled off, ``X-Memory`` read-only/off, or the user's personal switch
-    off); ``pending`` when they are and the user's learning indicator is on (the turn is
-    handed to learning once the reply completes); ``None`` otherwise or without a user.
-    An unreadable store counts as the defaults (the worker checks the switch again)."""
+    """``X-Memory-Learning`` (docs/design.md#learning-switches): ``off`` when this user's
+    turns are not learned from (learning.enabled off, ``X-Memory`` read-only/off, or the
+    user's personal switch off); ``pending`` when they are and the user's learning
+    indicator is on (the turn is handed to learning once the reply completes); ``None``
+    otherwise or without a user. An unreadable store counts as the defaults (the worker
+    checks the switch again)."""
     if identity.user is None:
         return None
     switches = Switches(config=res.learning_enabled, request=identity.can_write)

@@ -1,4 +1,4 @@
-"""Admins govern (issue 13): usage, users, the filtered learning log, prompt history,
+"""Admins govern: usage, users, the filtered learning log, prompt history,
 run-time settings and statistics, scoped to the admin key's tenant.
 
 Global admin keys (``auth.global_admin_keys``) carry no tenant: here they read one

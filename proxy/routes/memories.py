@@ -71,7 +71,8 @@ from proxy.settings import GLOBAL_NAMESPACE
 
 def check_manual(text: str, scrubber: Scrubber) -> None:
     """Manual memories meet the rules learned ones do: statements, not orders, links or
-    role markers (case B30), and no personal data or secrets (case B28). Both checks see
+    role markers (docs/design.md#memory-text-is-data), and no personal data or secrets
+    (docs/design.md#privacy). Both checks see
     through full-width, look-alike and invisible-character spellings
     (:func:`~proxy.memory.text.detection_form`). Raises :class:`InvalidRequestError`
     (400 ``instruction_not_allowed`` / ``pii_not_allowed``)."""
@@ -92,12 +93,12 @@ def check_manual(text: str, scrubber: Scrubber) -> None:
 def room_for(stored: list[Memory], adding: int, *, limit: int, now: datetime,
              param: str = "content") -> list[Memory]:
     """The memories to evict so that ``adding`` memories the user asks for fit within the
-    per-user quota ``limit`` (``learning.max_memory_per_user``, seed 000 §6: 500) beside the
-    user's ``stored`` ones (retired and disabled included): retired, then learned ones
-    (:func:`~proxy.learning.quotas.make_room`). Raises :class:`InvalidRequestError` (400
-    ``memory_quota_exceeded``) when ``adding`` alone exceeds the quota, and
-    :class:`ConflictError` (409 ``memory_quota_exceeded``) when the user's own manual or
-    imported memories leave no room."""
+    per-user quota ``limit`` (``learning.max_memory_per_user``, 500: docs/design.md#quotas)
+    beside the user's ``stored`` ones (retired and disabled included): retired, then
+    learned ones (:func:`~proxy.learning.quotas.make_room`). Raises
+    :class:`InvalidRequestError` (400 ``memory_quota_exceeded``) when ``adding`` alone
+    exceeds the quota, and :class:`ConflictError` (409 ``memory_quota_exceeded``) when the
+    user's own manual or imported memories leave no room."""
     if adding > limit:
         raise InvalidRequestError(
             f"{param}: {adding} new memories exceed the quota of {limit} memories per user "
@@ -126,7 +127,8 @@ async def list_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
     params = parse_query(request, ListParams)
     me = owner(request, res, dict(request.query_params))
-    # System memories live in the global namespace every tenant receives (issue 13).
+    # System memories live in the global namespace every tenant receives
+    # (docs/design.md#categories).
     memories = await res.store.list_memories(ListQuery(
         tenant=GLOBAL_NAMESPACE if params.scope == "system" else me.tenant, user=me.user,
         include_retired=params.include_retired,
@@ -281,7 +283,7 @@ async def clear_memories(request: Request) -> Response:
     return json_response({"object": "memory.cleared", "deleted": count})
 
 
-# issue 12: edit, stats ------------------------------------------------------------------
+# edit, stats ----------------------------------------------------------------------------
 
 async def embed_texts(res: Resources, texts: list[str], *, tenant: str,
                       user: str) -> dict[str, tuple[float, ...]]:

@@ -134,12 +134,13 @@ def test_profile_style_and_impression_are_overwritten() -> None:
 ])
 def test_directives_are_recognised(text: str, directive: bool) -> None:
     """Orders to the assistant and links are directives; statements about the user are not
-    (case B30)."""
+    (a directive typed in chat must never become a standing instruction memory)."""
     assert is_directive(text) is directive
 
 
 def test_garbled_facts_are_dropped() -> None:
-    """A fact that lost characters to a broken escape (U+FFFD) is not stored (case B14)."""
+    """A fact that lost characters to a broken escape (U+FFFD) is not stored
+    (a broken surrogate escape in the model's JSON once silently lost facts)."""
     flt = FactFilter(user_text="My nickname is Spark", scrubber=Scrubber())
     assert flt.check(cand("Nickname is \ufffd")) == "garbled"
     assert flt.check(cand("Nickname is Spark")) is None

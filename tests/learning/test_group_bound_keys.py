@@ -1,8 +1,9 @@
-"""Group display names are identity only for trusted callers (issue 10, item 1).
+"""Group display names are identity only for trusted callers (docs/design.md#group-chats).
 
-An app key names the speakers of a group transcript (SPEC §3.10). A user-bound key speaks
-only for its own user: lines it sends under another participant's ``name`` never become that
-participant's statements or profile, and it binds no display name. Both backends.
+An app key names the speakers of a group transcript (docs/design.md#group-chats). A
+user-bound key speaks only for its own user: lines it sends under another participant's
+``name`` never become that participant's statements or profile, and it binds no display
+name. Both backends.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Group chats: facts go to the participant who stated them, names resolve only when
-unique, and private memories never reach a group request (SPEC §3.10, seed 001 §4)."""
+unique, and private memories never reach a group request (docs/design.md#group-chats)."""
 
 from __future__ import annotations
 

@@ -128,7 +128,8 @@ def context(existing: list[Memory], vectors: dict[str, tuple[float, ...]]) -> Ba
 
 
 def test_similarity_at_the_threshold_merges_and_below_creates() -> None:
-    """Cosine ≥ dedup_similarity (0.85, seed 000 §4.2) merges as evidence; 0.84 does not."""
+    """Cosine ≥ dedup_similarity (0.85, docs/design.md#evidence) merges as evidence; 0.84
+    does not."""
     memory = stored("Owns a puppy", (1.0, 0.0))
     for cos, merged in ((0.85, True), (0.95, True), (0.84, False)):
         vector = (cos, (1 - cos * cos) ** 0.5)

@@ -1,4 +1,5 @@
-"""The LearningQueue contract: every behaviour, checked on both backends (SPEC §3.1, §3.9).
+"""The LearningQueue contract: every behaviour, checked on both backends (docs/design.md#batching,
+docs/design.md#reliability).
 
 The ``queue`` fixture yields a fresh SQLite queue and a fresh Redis queue (its own key
 prefix on the session's test Redis); each test runs on both. Leases and delays are real
@@ -524,7 +525,7 @@ async def test_forget_user_drops_their_buffered_text_but_not_their_fingerprints(
                               now=1001) is None
 
 
-# issue 12: erasure ------------------------------------------------------------------------
+# erasure ----------------------------------------------------------------------------------
 
 async def test_scrub_user_blanks_the_users_queued_transcripts_only(queue: LearningQueue) -> None:
     """scrub_user blanks the text of the user's exchange jobs — ready, leased or dead,

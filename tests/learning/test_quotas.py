@@ -109,7 +109,8 @@ async def test_retention_purges_old_memories_never_used(tmp_path: Path) -> None:
 
 async def test_delete_all_during_learning_in_flight_wins(tmp_path: Path) -> None:
     """A user who clears their memory while the extraction call is running keeps an empty
-    memory: the job's results are discarded when applied (case B32, in-flight race)."""
+    memory: the job's results are discarded when applied: a deletion
+    wins over learning in flight, so a job queued before it must not bring the fact back."""
     upstream = FakeUpstream()
     settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1})
     async with running_gateway(settings, upstream) as gateway:

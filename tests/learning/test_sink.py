@@ -1,5 +1,5 @@
-"""The gateway's learning writer keeps what it was told while the queue store is away
-(issue 10, item 4): retried with backoff, dropped only past the buffer's cap, and counted."""
+"""The gateway's learning writer keeps what it was told while the queue store is away:
+retried with backoff, dropped only past the buffer's cap, and counted."""
 
 from __future__ import annotations
 

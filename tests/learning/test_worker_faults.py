@@ -214,7 +214,8 @@ async def test_truncated_extraction_is_retried_with_more_tokens(
 async def test_a_retry_never_shows_the_model_less_of_the_conversation(
     tmp_path: Path, upstream: FakeUpstream, window: int
 ) -> None:
-    """Case B16: a retried extraction asks for twice the reply tokens only while the
+    """An empty or length-cut answer, as reasoning models give, is a failure, not "no
+    facts"; a retried extraction asks for twice the reply tokens only while the
     transcript still fits beside them: with the shipped local model's 4096-token window
     and 2048 reply tokens, doubling would leave no room for the conversation, so the retry
     keeps 2048 and still sees (and learns) what the user said; with a large window it

@@ -1,5 +1,5 @@
 """Two ``memory-proxy worker`` processes learn the same fact from many conversations at
-once: every hit is counted and the fact is one row (issue 10, item 3). Both backends."""
+once: every hit is counted and the fact is one row. Both backends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several learning workers on one queue, and workers that die mid-job (SPEC §3.9).
+"""Several learning workers on one queue, and workers that die mid-job (docs/design.md#reliability).
 
 Each "node" is what one process opens (:func:`~proxy.resources.open_resources`): its own
 Redis client, queue handle, sink and worker; the learning model is the scripted upstream

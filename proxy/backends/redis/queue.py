@@ -428,7 +428,7 @@ class RedisLearningQueue:
             await self._publish(ns, live)
         await self._redis.srem(self._keys.outbox(ns), *keys)
 
-    # issue 13: learning budgets ----------------------------------------------------------
+    # learning budgets --------------------------------------------------------------------
     async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
         with unavailable_on_redis_error("learning queue postpone"):
             await self._retry(keys=self._jobs, args=[job.id, reason[:MAX_ERROR_CHARS],

@@ -328,7 +328,7 @@ class SqliteLearningQueue:
             "DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?", (tenant, user)
         ))
 
-    # issue 12: erasure -----------------------------------------------------------------
+    # erasure ---------------------------------------------------------------------------
     async def scrub_user(self, tenant: str, user: str) -> int:
         def run(conn: sqlite3.Connection) -> int:
             rewritten = 0
@@ -342,7 +342,7 @@ class SqliteLearningQueue:
 
         return await self._write(run)
 
-    # issue 13: learning budgets ----------------------------------------------------------
+    # learning budgets --------------------------------------------------------------------
     async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
         now = time.time()
         await self._write(lambda c: c.execute(
