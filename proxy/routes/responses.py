@@ -32,7 +32,7 @@ from proxy.errors import InvalidRequestError, ProxyError
 from proxy.http import read_body, until_disconnected
 from proxy.models import Route
 from proxy.protocols import responses as protocol
-from proxy.request import ChatRequest, parse_chat_request
+from proxy.request import ChatRequest, parse_chat_body
 from proxy.resources import Resources
 from proxy.routes import chat
 from proxy.routes.translated import SSE_HEADERS, stream_response
@@ -74,7 +74,7 @@ async def create_response(request: Request) -> Response:
     chat_body = protocol.chat_body(body)
     if body.get("stream"):
         chat_body["stream_options"] = {"include_usage": True}
-    request_chat = parse_chat_request(orjson.dumps(chat_body))
+    request_chat = parse_chat_body(chat_body)
     call = await chat.begin(request, principal, request_chat, started=started, route=route)
     shell = protocol.ResponseShell(id=protocol.new_id("resp"), model=body["model"],
                                    request=body)
