@@ -48,23 +48,23 @@ class ChatRequest:
 
 
 # How each checked location is told (see proxy.request.shapes for the rules themselves).
-M = ("messages", INDEX)
-PART = (*M, "content", INDEX)
+MESSAGE = ("messages", INDEX)
+PART = (*MESSAGE, "content", INDEX)
 CHAT_RULES: dict[Pattern, Rule] = {
     ("model",): Rule("'model' is required and must be a non-empty string.", required=True),
     ("messages",): Rule("'messages' is required and must be a non-empty array of message "
                         "objects.", required=True),
-    M: Rule("{param} must be an object with 'role' and 'content'."),
-    (*M, "role"): Rule("{param} is required and must be a string."),
-    (*M, "name"): Rule(f"{{param}} must be a string of at most {MAX_NAME_CHARS} printable "
+    MESSAGE: Rule("{param} must be an object with 'role' and 'content'."),
+    (*MESSAGE, "role"): Rule("{param} is required and must be a string."),
+    (*MESSAGE, "name"): Rule(f"{{param}} must be a string of at most {MAX_NAME_CHARS} printable "
                        "characters.", code="invalid_value"),
-    (*M, "content"): Rule("{param} must be a string, an array of content parts, or null."),
+    (*MESSAGE, "content"): Rule("{param} must be a string, an array of content parts, or null."),
     PART: Rule("{param} must be an object with a 'type'."),
     (*PART, "type"): Rule("{param} must be an object with a 'type'.", keep=4),
     (*PART, "text"): Rule("{param} must be a string."),
-    (*M, "tool_calls"): Rule("{param} must be an array of tool call objects."),
-    (*M, "tool_calls", INDEX): Rule("{param} must be an object."),
-    (*M, "tool_calls", INDEX, "function"): Rule("{param} must be an object."),
+    (*MESSAGE, "tool_calls"): Rule("{param} must be an array of tool call objects."),
+    (*MESSAGE, "tool_calls", INDEX): Rule("{param} must be an object."),
+    (*MESSAGE, "tool_calls", INDEX, "function"): Rule("{param} must be an object."),
     ("stream",): Rule("'stream' must be a boolean."),
     ("stream_options",): Rule("'stream_options' must be an object."),
     ("stream_options", "include_usage"): Rule("'stream_options.include_usage' must be a "

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from proxy.errors import InvalidRequestError
 
+ShapeT = TypeVar("ShapeT", bound=BaseModel)
 Pattern = tuple[str, ...]
 INDEX = "[]"  # an array index in a Pattern
 
@@ -27,13 +29,15 @@ class Rule:
     """How an error at one location pattern is told.
 
     ``message`` may name the location as ``{param}``; ``keep`` cuts the location to its
-    first ``keep`` segments (an error in a part's ``type`` names the part);
+    first ``keep`` segments (an error in a part's ``type`` names the part); ``suffix`` is
+    appended to the ``param`` (a turn that is no object names its ``.role``);
     ``required`` makes an absent or null value ``missing_required_parameter``.
     """
 
     message: str
     code: str = "invalid_type"
     keep: int | None = None
+    suffix: str = ""
     required: bool = False
 
 
@@ -67,8 +71,17 @@ def invalid_request(error: ValidationError, rules: Mapping[Pattern, Rule]) -> In
         return InvalidRequestError(f"{param}: {first['msg']}.", param=param, code=code)
     if rule.keep is not None:
         location = location[:rule.keep]
-    param = param_of(location)
+    param = param_of(location) + rule.suffix
     code = rule.code
     if rule.required and (first["type"] == "missing" or first.get("input") is None):
         code = "missing_required_parameter"
     return InvalidRequestError(rule.message.format(param=param), param=param, code=code)
+
+
+def checked(shape: type[ShapeT], body: dict[str, Any], rules: Mapping[Pattern, Rule]) -> ShapeT:
+    """``body`` validated as ``shape``; raises :class:`InvalidRequestError` (400) told by
+    ``rules`` for the first problem."""
+    try:
+        return shape.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_request(exc, rules) from None
