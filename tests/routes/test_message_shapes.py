@@ -155,3 +155,88 @@ def test_no_message_shape_is_a_server_error(served: Gateway) -> None:
         one()
     assert answered.get(200), answered
     assert answered.get(400), answered
+
+
+anthropic_blocks = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
+    st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": st.just("t1"),
+                           "content": st.one_of(texts, st.lists(st.fixed_dictionaries(
+                               {"type": st.just("text"), "text": texts}), max_size=2))}),
+)
+anthropic_turns = st.one_of(
+    st.fixed_dictionaries({"role": st.just("user"),
+                           "content": st.one_of(texts, st.lists(anthropic_blocks, min_size=1,
+                                                                max_size=3))}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(
+        texts, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
+                        min_size=1, max_size=2))}),
+)
+ANTHROPIC_PLACES = ["turn", "role", "content", "content[0]", "content[0].type",
+                    "content[0].text", "content[0].content", "system", "system[0]",
+                    "system[0].text", "metadata", "max_tokens"]
+
+
+def _replace_anthropic(body: dict[str, Any], index: int, place: str, value: Any) -> None:
+    turn = body["messages"][index]
+    if place in ("system", "metadata", "max_tokens"):
+        body[place] = value
+    elif place.startswith("system[0]"):
+        body["system"] = [{"type": "text", "text": "be brief"}]
+        if place == "system[0]":
+            body["system"][0] = value
+        else:
+            body["system"][0]["text"] = value
+    elif place == "turn":
+        body["messages"][index] = value
+    elif place.startswith("content[0]"):
+        if not isinstance(turn["content"], list):
+            turn["content"] = [{"type": "text", "text": "hi"}]
+        if place == "content[0]":
+            turn["content"][0] = value
+        else:
+            turn["content"][0][place.split(".")[1]] = value
+    else:
+        turn[place] = value
+
+
+@st.composite
+def anthropic_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    """A Messages request of valid turns, mostly with one value replaced by any JSON
+    value."""
+    body: dict[str, Any] = {"model": "m", "max_tokens": 16,
+                            "messages": draw(st.lists(anthropic_turns, min_size=1,
+                                                      max_size=3))}
+    if draw(st.integers(0, 3)):
+        _replace_anthropic(body, draw(st.integers(0, len(body["messages"]) - 1)),
+                           draw(st.sampled_from(ANTHROPIC_PLACES)),
+                           draw(st.one_of(scalars, json_values)))
+    if draw(st.booleans()):
+        body["stream"] = True
+    return body
+
+
+def test_no_anthropic_message_shape_is_a_server_error(served: Gateway) -> None:
+    """Whatever the shape of a Messages request's turns, system and metadata, the answer is
+    a 2xx or a 400 in Anthropic's error shape (``invalid_request_error``)."""
+    answered: dict[int, int] = {}
+
+    with httpx.Client(base_url=served.base_url, timeout=30,
+                      headers={"X-User-Id": "u1"}) as client:
+
+        @settings(max_examples=EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow,
+                                         HealthCheck.function_scoped_fixture])
+        @given(body=anthropic_bodies())
+        def one(body: dict[str, Any]) -> None:
+            response = client.post("/v1/messages", json=body)
+            answered[response.status_code] = answered.get(response.status_code, 0) + 1
+            assert response.status_code < 500, (body, response.text)
+            if response.status_code >= 400:
+                assert response.status_code == 400, (body, response.text)
+                assert response.json()["error"]["type"] == "invalid_request_error"
+            elif body.get("stream"):
+                assert b"api_error" not in response.content, (body, response.text)
+
+        one()
+    assert answered.get(200), answered
+    assert answered.get(400), answered
