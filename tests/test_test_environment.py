@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,14 +23,18 @@ def test_the_suite_runs_offline() -> None:
 
 
 @pytest.mark.slow
-def test_a_litellm_transport_test_passes_without_the_variables() -> None:
-    """A fresh shell without the variables runs a test of the litellm transport (and its
-    relay twin) to a pass."""
+def test_a_fresh_process_gets_the_variables_from_conftest() -> None:
+    """A process started without the variables gets them from tests/conftest.py (what
+    pytest imports first) before litellm is imported, and litellm then imports offline."""
     env = {name: value for name, value in os.environ.items() if name not in OFFLINE}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/routes/test_chat_stream_rules.py", "-k", "test_unrequested_usage_is_stripped"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout
+    script = ("import os, sys, orjson\n"
+              "import tests.conftest\n"
+              "assert 'litellm' not in sys.modules\n"
+              "import litellm\n"
+              f"print(orjson.dumps({{n: os.environ.get(n) for n in {sorted(OFFLINE)!r}}})"
+              ".decode())\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert orjson.loads(done.stdout.strip().splitlines()[-1]) == OFFLINE
