@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from proxy.errors import InvalidRequestError
 from proxy.request.problems import INDEX, Pattern, Rule, invalid_request
-from proxy.request.shapes import MAX_NAME_CHARS, ChatBody
+from proxy.request.shapes import CHAT_BODY, MAX_NAME_CHARS
 
 __all__ = ["MAX_NAME_CHARS", "ChatRequest", "Message", "message_text", "parse_chat_body",
            "parse_chat_request"]
@@ -94,7 +94,8 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
 
 
 def parse_chat_body(body: Any) -> ChatRequest:
-    """Check a decoded request body against :class:`~proxy.request.shapes.ChatBody`.
+    """Check a decoded request body against :class:`~proxy.request.shapes.ChatBody`
+    (through :data:`~proxy.request.shapes.CHAT_BODY`).
 
     Raises :class:`InvalidRequestError` (HTTP 400) for a body that is not an object
     (``invalid_json``), or naming the offending ``param`` for a part the gateway reads that
@@ -109,17 +110,17 @@ def parse_chat_body(body: Any) -> ChatRequest:
             code="invalid_json",
         )
     try:
-        shape = ChatBody.model_validate(body)
+        shape = CHAT_BODY.validate_python(body)
     except ValidationError as exc:
         raise invalid_request(exc, CHAT_RULES) from None
-    stream = bool(shape.stream)
-    options = shape.stream_options
+    stream = bool(shape.get("stream"))
+    options = shape.get("stream_options")
     return ChatRequest(
         body=body,
-        model=shape.model,
+        model=shape["model"],
         messages=body["messages"],
         stream=stream,
-        include_usage=bool(options and options.include_usage) and stream,
+        include_usage=bool(options and options.get("include_usage")) and stream,
     )
 
 
