@@ -16,9 +16,11 @@ from proxy.request.chat import (
     parse_chat_body,
     parse_chat_request,
 )
+from proxy.request.shapes import ChatMessage
 
 __all__ = [
     "MAX_NAME_CHARS",
+    "ChatMessage",
     "ChatRequest",
     "Message",
     "message_text",

@@ -56,8 +56,8 @@ CHAT_RULES: dict[Pattern, Rule] = {
                         "objects.", required=True),
     MESSAGE: Rule("{param} must be an object with 'role' and 'content'."),
     (*MESSAGE, "role"): Rule("{param} is required and must be a string."),
-    (*MESSAGE, "name"): Rule(f"{{param}} must be a string of at most {MAX_NAME_CHARS} printable "
-                       "characters.", code="invalid_value"),
+    (*MESSAGE, "name"): Rule(f"{{param}} must be a string of at most {MAX_NAME_CHARS} "
+                             "printable characters.", code="invalid_value"),
     (*MESSAGE, "content"): Rule("{param} must be a string, an array of content parts, or null."),
     PART: Rule("{param} must be an object with a 'type'."),
     (*PART, "type"): Rule("{param} must be an object with a 'type'.", keep=4),
