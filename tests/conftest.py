@@ -1,4 +1,11 @@
-"""Shared fixtures. Environment set here so that nothing reaches the network."""
+"""Shared fixtures.
+
+The environment the suite needs is set here, before any test module can import litellm or
+huggingface_hub (both read it at import), so plain ``python -m pytest`` behaves as
+``scripts/test``: litellm's bundled model cost map (no download), litellm on httpx instead of
+its aiohttp transport (so respx serves the litellm routes), Hugging Face offline. A value
+already in the environment wins (tests/test_test_environment.py checks both ways).
+"""
 
 from __future__ import annotations
 

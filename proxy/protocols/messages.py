@@ -22,6 +22,7 @@ import orjson
 
 from proxy.errors import InvalidRequestError, ProxyError
 from proxy.request import Message
+from proxy.request.messages import check_messages_body
 from proxy.transcript import Reply, Usage
 
 # finish_reason → stop_reason
@@ -76,14 +77,7 @@ def _system(system: Any, *, keep_cache: bool) -> Message | None:
         return None
     if isinstance(system, str):
         return {"role": "system", "content": system}
-    if not isinstance(system, list):
-        raise _bad("'system' must be a string or an array of text blocks.", "system",
-                   "invalid_type")
-    parts = []
-    for index, block in enumerate(system):
-        if not isinstance(block, dict) or block.get("type") != "text":
-            raise _bad(f"system[{index}] must be a text block.", f"system[{index}]")
-        parts.append(_text_part(block, keep_cache=keep_cache))
+    parts = [_text_part(block, keep_cache=keep_cache) for block in system]
     if not keep_cache or not any("cache_control" in p for p in parts):
         return {"role": "system", "content": "\n\n".join(p["text"] for p in parts)}
     return {"role": "system", "content": parts}
@@ -105,15 +99,10 @@ def _tool_result(block: dict[str, Any], where: str) -> Message:
 
 def _turn(message: Any, index: int, *, keep_cache: bool) -> list[Message]:
     where = f"messages[{index}]"
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise _bad(f"{where}.role must be 'user' or 'assistant'.", f"{where}.role")
     role = message["role"]
-    content = message.get("content")
+    content = message["content"]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
-    if not isinstance(content, list):
-        raise _bad(f"{where}.content must be a string or an array of blocks.",
-                   f"{where}.content", "invalid_type")
     out: list[Message] = []
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -191,15 +180,10 @@ def chat_body(body: dict[str, Any], *, keep_cache: bool) -> dict[str, Any]:
     """The chat completions body for a Messages request (``model`` kept; the end user from
     ``metadata.user_id`` as ``user``). ``keep_cache``: keep ``cache_control`` on content
     parts (litellm passes it on to Anthropic; OpenAI-compatible upstreams do not take it).
-    Raises :class:`InvalidRequestError` naming the parameter for what cannot be sent."""
-    max_tokens = body.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise _bad("'max_tokens' is required and must be a positive integer.", "max_tokens",
-                   "missing_required_parameter" if max_tokens is None else "invalid_type")
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise _bad("'messages' is required and must be a non-empty array.", "messages",
-                   "missing_required_parameter" if raw is None else "invalid_type")
+    Raises :class:`InvalidRequestError` naming the parameter for a part of the wrong type
+    (:func:`~proxy.request.messages.check_messages_body`) and for what cannot be sent."""
+    check_messages_body(body)
+    max_tokens, raw = body["max_tokens"], body["messages"]
     messages: list[Message] = []
     system = _system(body.get("system"), keep_cache=keep_cache)
     if system is not None:
@@ -223,8 +207,6 @@ def chat_body(body: dict[str, Any], *, keep_cache: bool) -> dict[str, Any]:
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         out["user"] = metadata["user_id"]
-    elif metadata is not None and not isinstance(metadata, dict):
-        raise _bad("'metadata' must be an object.", "metadata", "invalid_type")
     return out
 
 

@@ -26,6 +26,7 @@ import orjson
 
 from proxy.errors import InvalidRequestError, ProxyError
 from proxy.request import Message, message_text
+from proxy.request.responses import check_responses_input
 from proxy.transcript import Reply, Usage
 
 # Fields copied unchanged between the two APIs.
@@ -44,11 +45,9 @@ def new_id(prefix: str) -> str:
 
 
 def _part(part: Any, where: str, *, strict: bool) -> dict[str, Any] | None:
-    """A Responses content part as a chat content part (``None``: skipped)."""
+    """A Responses content part as a chat content part (``None``: skipped). Strict: the
+    part is an object (:func:`~proxy.request.responses.check_responses_input`)."""
     if not isinstance(part, dict):
-        if strict:
-            raise InvalidRequestError(f"{where} must be an object with a 'type'.", param=where,
-                                      code="invalid_type")
         return None
     kind = part.get("type")
     if kind in ("input_text", "output_text", "text", "refusal"):
@@ -80,10 +79,7 @@ def _content(content: Any, where: str, *, strict: bool) -> str | list[dict[str, 
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        if strict:
-            raise InvalidRequestError(f"{where} must be a string or an array of parts.",
-                                      param=where, code="invalid_type")
-        return ""
+        return ""  # strict: checked by check_responses_input
     parts = [_part(p, f"{where}[{i}]", strict=strict) for i, p in enumerate(content)]
     kept = [p for p in parts if p is not None]
     if all(p["type"] == "text" for p in kept):
@@ -94,24 +90,23 @@ def _content(content: Any, where: str, *, strict: bool) -> str | list[dict[str, 
 def input_messages(body: dict[str, Any], *, strict: bool) -> list[Message]:
     """``instructions`` + ``input`` as chat messages. ``strict`` raises
     :class:`InvalidRequestError` (400, ``param`` naming the item) for anything a chat
-    completions upstream cannot take; otherwise such items are skipped (a view of the
-    conversation for identity and recall only)."""
+    completions upstream cannot take (the shapes first:
+    :func:`~proxy.request.responses.check_responses_input`); otherwise such items are
+    skipped (a view of the conversation for identity and recall only)."""
+    if strict:
+        check_responses_input(body)
     messages: list[Message] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         messages.append({"role": "system", "content": instructions})
-    elif instructions is not None and strict and not isinstance(instructions, str):
-        raise InvalidRequestError("'instructions' must be a string.", param="instructions",
-                                  code="invalid_type")
     raw = body.get("input")
     if isinstance(raw, str):
         messages.append({"role": "user", "content": raw})
         return messages
     if not isinstance(raw, list):
-        if strict or raw is not None:
+        if raw is not None:  # strict: an absent input was refused above
             raise InvalidRequestError("'input' is required: a string or an array of items.",
-                                      param="input", code="missing_required_parameter"
-                                      if raw is None else "invalid_type")
+                                      param="input", code="invalid_type")
         return messages
     for index, item in enumerate(raw):
         where = f"input[{index}]"

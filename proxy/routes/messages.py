@@ -26,7 +26,7 @@ from proxy.errors import InvalidRequestError, ProxyError
 from proxy.http import read_body
 from proxy.memory.inject import splice
 from proxy.protocols import messages as protocol
-from proxy.request import parse_chat_request
+from proxy.request import parse_chat_body
 from proxy.resources import Resources
 from proxy.routes import chat
 from proxy.routes.translated import stream_response
@@ -71,7 +71,7 @@ async def _create(request: Request) -> Response:
     chat_body = protocol.chat_body(body, keep_cache=not route.relay)
     if body.get("stream"):
         chat_body["stream_options"] = {"include_usage": True}
-    request_chat = parse_chat_request(orjson.dumps(chat_body))
+    request_chat = parse_chat_body(chat_body)
     call = await chat.begin(request, principal, request_chat, started=started, route=route)
     injection = call.injection
     if injection.block and res.settings.memory.position != "system":

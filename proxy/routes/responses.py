@@ -28,11 +28,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.auth import Principal
-from proxy.errors import InvalidRequestError, ProxyError
+from proxy.errors import ProxyError
 from proxy.http import read_body, until_disconnected
 from proxy.models import Route
 from proxy.protocols import responses as protocol
-from proxy.request import ChatRequest, parse_chat_request
+from proxy.request import ChatRequest, parse_chat_body
+from proxy.request.responses import parse_responses_request
 from proxy.resources import Resources
 from proxy.routes import chat
 from proxy.routes.translated import SSE_HEADERS, stream_response
@@ -42,39 +43,18 @@ from proxy.upstream.base import UpstreamCall
 log = structlog.get_logger("proxy.responses")
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
-    """The request body. Raises :class:`InvalidRequestError` for a body that is not a JSON
-    object, a missing ``model`` or a ``stream`` that is not a boolean."""
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"The request body is not valid JSON ({exc.msg}).",
-                                  code="invalid_json") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequestError("The request body must be a JSON object with 'model' and "
-                                  "'input'.", code="invalid_json")
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequestError("'model' is required and must be a non-empty string.",
-                                  param="model", code="missing_required_parameter")
-    if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise InvalidRequestError("'stream' must be a boolean.", param="stream",
-                                  code="invalid_type")
-    return body
-
-
 async def create_response(request: Request) -> Response:
     res: Resources = request.app.state.resources
     started = time.perf_counter()
     principal = res.keyring.authenticate(request.headers)
-    body = _parse(await read_body(request, res.settings.server.max_request_bytes))
+    body = parse_responses_request(await read_body(request, res.settings.server.max_request_bytes))
     route = res.registry.route(body["model"])
     if route.supports_responses_api:
         return await _native(request, principal, body, route, started)
     chat_body = protocol.chat_body(body)
     if body.get("stream"):
         chat_body["stream_options"] = {"include_usage": True}
-    request_chat = parse_chat_request(orjson.dumps(chat_body))
+    request_chat = parse_chat_body(chat_body)
     call = await chat.begin(request, principal, request_chat, started=started, route=route)
     shell = protocol.ResponseShell(id=protocol.new_id("resp"), model=body["model"],
                                    request=body)
