@@ -87,7 +87,8 @@ async def _native(request: Request, principal: Principal, body: dict[str, Any],
     call = await chat.begin(request, principal, request_chat, started=started, route=route)
     sent = dict(body)
     if "user" in view and view.get("user") != body.get("user"):
-        sent["user"] = view["user"]  # a user-bound key names its user upstream (B26)
+        # A user-bound key names its user upstream (docs/design.md#identity).
+        sent["user"] = view["user"]
     block = call.injection.block
     if block:
         instructions = body.get("instructions")

@@ -1,5 +1,4 @@
-"""Bad values the gateway reads are a 400 naming the parameter; nothing else is 5xx
-(issue 10, item 5)."""
+"""Bad values the gateway reads are a 400 naming the parameter; nothing else is 5xx."""
 
 from __future__ import annotations
 
