@@ -420,11 +420,18 @@ async def memory_stats(request: Request) -> Response:
     })
 
 
+_ADD_DESCRIPTION = (
+    "The request's X-Conversation-Id header (the identity settings' conversation_header) "
+    "becomes the memory's source_conversation_id; created_at (ISO 8601, UTC without an "
+    "offset; default now) dates it and may lie at most 5 minutes after the gateway's "
+    "clock, else 400 with param created_at.")
+
 openapi.register(
     openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first)",
                       query=ListParams, response=MemoryList, tags=("memories",)),
     openapi.Operation("POST", "/v1/memories", "Add a memory by hand", body=NewMemory,
-                      response=MemoryOut, status=201, errors=(409,), tags=("memories",)),
+                      response=MemoryOut, status=201, errors=(409,), tags=("memories",),
+                      description=_ADD_DESCRIPTION),
     openapi.Operation("DELETE", "/v1/memories", "Delete all of the user's memories and "
                       "profile (needs confirm=true)", query=ConfirmParams,
                       response=MemoriesCleared, tags=("memories",)),

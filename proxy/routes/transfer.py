@@ -447,5 +447,9 @@ openapi.register(
                       tags=("memories",)),
     openapi.Operation("POST", "/v1/memories/import", "Import our export or mem0's get_all "
                       "JSON", body=ImportBody, response=ImportResult, errors=(409,),
-                      tags=("memories",)),
+                      tags=("memories",), description=(
+                          "Items naming no source_conversation_id take the request's "
+                          "X-Conversation-Id header; mem0's created_at and updated_at are "
+                          "kept. An item whose created_at lies more than 5 minutes after "
+                          "the gateway's clock is rejected (invalid_value).")),
 )
