@@ -378,7 +378,7 @@ def index_terms(text: str) -> str:
     among them (repeats of a sub-word kept: they are its term frequency). Text without
     CJK gives its tokens alone, as before sub-words existed."""
     words = tokens(text)
-    if not has_cjk(text):
+    if text.isascii() or not has_cjk(text):
         return " ".join(words)
     seen = set(words)
     extra = [t for run in _cjk_runs(text) for t in cjk_subwords(run) if t not in seen]
@@ -415,7 +415,7 @@ def query_terms(text: str, *, limit: int = 32, subwords: bool = True) -> list[st
             seen[term] = None
             if len(seen) >= limit:
                 return list(seen)
-    if subwords and has_cjk(text):
+    if subwords and not text.isascii() and has_cjk(text):
         for run in _cjk_runs(text):
             for i in range(len(run) - 1):
                 pair = run[i:i + 2]

@@ -20,9 +20,11 @@ import pytest
 from proxy.backends.sqlite.codec import COLUMNS, ns_token, row_values
 from proxy.backends.sqlite.database import MIGRATIONS, SqliteDatabase
 from proxy.backends.sqlite.store import SqliteMemoryStore
+from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory, new_id
+from proxy.memory.retrieve import Retriever, plan_queries
 from proxy.memory.store import MemoryStore, SearchQuery
-from proxy.memory.text import query_terms, tokens
+from proxy.memory.text import STOPWORDS, cjk_subwords, index_terms, query_terms, tokens
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 # The first migration after the words-only terms rule: re-terms CJK memories.
@@ -137,6 +139,19 @@ async def test_the_best_match_comes_first(store: MemoryStore) -> None:
     assert TEA in found
 
 
+async def test_chat_recall_brings_the_tea_memory(store: MemoryStore) -> None:
+    """The whole recall path (query plan, keyword search, ranking) as chat runs it."""
+    for i, content in enumerate(CORPUS):
+        await store.add(mem(content, minutes=i))
+    retriever = Retriever(store=store, embedder=None, weights=RankWeights(),
+                          candidate_pool=30)
+    queries = plan_queries([{"role": "user", "content": "推荐一款茶吧"}], context_turns=2,
+                           max_subqueries=3, subquery_weight=0.8)
+    found = await retriever.recall(tenant="t1", user="u1", queries=queries, limit=5,
+                                   now=T0 + timedelta(days=1))
+    assert [r.memory.content for r in found.ranked][:1] == [TEA]
+
+
 async def test_english_memories_are_untouched_by_cjk_terms(store: MemoryStore) -> None:
     await store.add(mem("Drinks oolong tea every morning", title="Tea"))
     await store.add(mem(TEA, minutes=1))
@@ -206,3 +221,28 @@ async def test_an_old_redis_store_finds_tea_after_a_restart(redis_url: str,
         assert await recalled(restarted, "推荐一款茶吧") == [TEA]
         assert await recalled(restarted, "oolong tea") == ["Drinks oolong tea"]
         assert await client.get(terms_version_key(layout)) == b"2"
+
+
+@pytest.mark.parametrize("text", [
+    "What does the user usually drink in the morning before work?",
+    "Is allergic to hazelnuts; café au lait, naïve Ünïcödé",
+    "Ігнор Cyrillic and Ελληνικά words, digits 42 and under_scores",
+    "",
+])
+def test_text_without_cjk_keeps_exactly_its_words(text: str) -> None:
+    words = list(dict.fromkeys(
+        t for t in tokens(text) if t not in STOPWORDS and not (len(t) == 1 and t.isascii())))
+    assert index_terms(text) == " ".join(tokens(text))
+    assert query_terms(text) == words == query_terms(text, subwords=False)
+
+
+def test_cjk_sub_words() -> None:
+    assert cjk_subwords("乌龙茶") == ["乌龙", "龙茶", "乌", "龙", "茶"]
+    assert cjk_subwords("茶") == ["茶"]
+    assert index_terms("乌龙茶 tea").split() == [
+        "乌龙", "乌龙茶", "tea", "龙茶", "乌", "龙", "茶"]
+    # Words first, then bigrams not made of stopwords alone; a substring filter gets words.
+    assert query_terms("推荐一款茶吧") == ["推荐", "一款", "茶", "荐一", "款茶", "茶吧"]
+    assert query_terms("推荐一款茶吧", subwords=False) == ["推荐", "一款", "茶"]
+    assert query_terms("我的") == []
+    assert query_terms("推荐一款茶吧", limit=4) == ["推荐", "一款", "茶", "荐一"]
