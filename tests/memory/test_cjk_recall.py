@@ -23,7 +23,7 @@ from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory, new_id
 from proxy.memory.retrieve import Retriever, plan_queries
-from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.memory.store import ListQuery, MemoryStore, SearchQuery
 from proxy.memory.text import STOPWORDS, cjk_subwords, index_terms, query_terms, tokens
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -150,6 +150,21 @@ async def test_chat_recall_brings_the_tea_memory(store: MemoryStore) -> None:
     found = await retriever.recall(tenant="t1", user="u1", queries=queries, limit=5,
                                    now=T0 + timedelta(days=1))
     assert [r.memory.content for r in found.ranked][:1] == [TEA]
+
+
+async def test_search_finds_a_word_inside_a_longer_one(store: MemoryStore) -> None:
+    """The list route's text filter (every query word a substring of the memory) keeps its
+    words-only terms: a bigram spanning two query words would narrow it."""
+    for i, content in enumerate(CORPUS):
+        await store.add(mem(content, minutes=i))
+
+    async def listed(text: str) -> list[str]:
+        found = await store.list_memories(ListQuery(tenant="t1", user="u1", text=text))
+        return [m.content for m in found]
+
+    assert await listed("茶") == [TEA]
+    assert await listed("咖啡") == [TEA]
+    assert await listed("红茶") == []
 
 
 async def test_english_memories_are_untouched_by_cjk_terms(store: MemoryStore) -> None:
