@@ -8,9 +8,10 @@ described in :mod:`proxy.backends.redis.codec`):
   ``ix_chan`` (source channel), ``ix_active``, ``ix_retired``, ``enabled``, ``ix_about``;
   TAG ``scope`` and ``source`` (fixed vocabularies);
 - TEXT ``ix_terms`` (``NOSTEM``): pre-segmented terms (:func:`proxy.memory.text.index_terms`,
-  jieba for CJK) turned into exactly the terms SQLite's ``porter unicode61
-  remove_diacritics 2`` tokenizer indexes (:func:`~proxy.backends.redis.codec.stemmed_terms`:
-  Latin diacritics folded, Porter stems), at write and at query time. RediSearch does no
+  jieba's words plus character bigrams and characters for CJK) turned into exactly the
+  terms SQLite's ``porter unicode61 remove_diacritics 2`` tokenizer indexes
+  (:func:`~proxy.backends.redis.codec.stemmed_terms`: Latin diacritics folded, Porter
+  stems), at write and at query time. RediSearch does no
   stemming of its own (it would index word and stem both, double-crediting stemmed
   words) and keeps its default LANGUAGE english: never ``chinese``, whose tokenizer would
   segment the already-segmented words again, differently from jieba. ``STOPWORDS 0``:
