@@ -416,13 +416,20 @@ def query_terms(text: str, *, limit: int = 32, subwords: bool = True) -> list[st
             if len(seen) >= limit:
                 return list(seen)
     if subwords and not text.isascii() and has_cjk(text):
-        for run in _cjk_runs(text):
-            for i in range(len(run) - 1):
-                pair = run[i:i + 2]
-                if pair in seen or pair in STOPWORDS or (
-                        pair[0] in STOPWORDS and pair[1] in STOPWORDS):
-                    continue
+        for pair in _query_bigrams(text):
+            if pair not in seen:
                 seen[pair] = None
                 if len(seen) >= limit:
-                    return list(seen)
+                    break
     return list(seen)
+
+
+@lru_cache(maxsize=4096)
+def _query_bigrams(text: str) -> tuple[str, ...]:
+    """The character bigrams of ``text``'s CJK runs, in order, less those that are a
+    stopword or made of two stopword characters (memoised like :func:`tokens`: a chat's
+    history is asked again on every turn)."""
+    return tuple(
+        pair for run in _cjk_runs(text) for pair in (run[i:i + 2] for i in range(len(run) - 1))
+        if pair not in STOPWORDS and not (pair[0] in STOPWORDS and pair[1] in STOPWORDS)
+    )
