@@ -7,6 +7,13 @@ only when CJK text first appears: code on the event loop awaits
 a worker thread, never on the loop. The result is a space-joined string that an
 FTS5 ``porter unicode61`` tokenizer (SQLite) or a RediSearch TEXT field indexes as is, so
 both backends see identical terms. Stemming of Latin words is left to the index.
+
+Beside jieba's words, each CJK run also gives its character bigrams and single characters
+(:func:`cjk_subwords`): a query's single-character word (茶) then finds a memory whose
+jieba word is longer (乌龙茶), and a word jieba cuts differently in the query and in the
+memory still meets it through the bigrams they share. Text without CJK gets exactly the
+terms it got before sub-words existed; :data:`TERMS_VERSION` names the current rule so
+stores can re-term what an older rule indexed.
 """
 
 from __future__ import annotations
@@ -21,6 +28,11 @@ from typing import Any
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _RUN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)", re.UNICODE)
 _HAS_CJK = re.compile(rf"[{_CJK}]")
+_CJK_RUN = re.compile(rf"[{_CJK}]+")
+# The rule that turns text into index terms; stores compare it with the one their index
+# was built with and re-term stored memories when it changed. 1: jieba words only; 2: also
+# the character bigrams and characters of CJK runs.
+TERMS_VERSION = 2
 _SPACE = re.compile(r"\s+")
 # Latin-1 Supplement, Latin Extended-A/B, Latin Extended Additional: letters with marks.
 _LATIN_MARKED = re.compile("[\u00c0-\u024f\u1e00-\u1eff]")
@@ -350,9 +362,27 @@ def content_terms(text: str) -> tuple[str, ...]:
     )
 
 
+def cjk_subwords(run: str) -> list[str]:
+    """The character bigrams of one CJK run, in order, then its characters:
+    ``乌龙茶`` → ``乌龙 龙茶 乌 龙 茶``. A one-character run gives just that character."""
+    return [run[i:i + 2] for i in range(len(run) - 1)] + list(run)
+
+
+def _cjk_runs(text: str) -> list[str]:
+    return _CJK_RUN.findall(unicodedata.normalize("NFKC", text))
+
+
 def index_terms(text: str) -> str:
-    """The space-joined term string stored in the keyword index for ``text``."""
-    return " ".join(tokens(text))
+    """The space-joined term string stored in the keyword index for ``text``: its
+    :func:`tokens`, then the :func:`cjk_subwords` of its CJK runs that are not already
+    among them (repeats of a sub-word kept: they are its term frequency). Text without
+    CJK gives its tokens alone, as before sub-words existed."""
+    words = tokens(text)
+    if text.isascii() or not has_cjk(text):
+        return " ".join(words)
+    seen = set(words)
+    extra = [t for run in _cjk_runs(text) for t in cjk_subwords(run) if t not in seen]
+    return " ".join((*words, *extra))
 
 
 def fold_diacritics(text: str) -> str:
@@ -370,12 +400,36 @@ def fold_diacritics(text: str) -> str:
     return _LATIN_MARKED.sub(bare, text)
 
 
-def query_terms(text: str, *, limit: int = 32) -> list[str]:
-    """Distinct content terms of a query, first ``limit`` of them, in order."""
+def query_terms(text: str, *, limit: int = 32, subwords: bool = True) -> list[str]:
+    """Distinct content terms of a query, first ``limit`` of them, in order: its words
+    (:func:`content_terms`), then — with ``subwords`` and only for CJK runs — the runs'
+    character bigrams not already among them that are not made of stopwords alone
+    (``推荐一款茶吧`` → ``推荐 一款 茶 荐一 款茶 茶吧``). The index holds each CJK
+    character too, so a one-character word (茶) matches inside longer words (乌龙茶).
+    Text without CJK gives exactly its words. ``subwords=False`` is for callers that
+    require every term (substring filters), where a bigram spanning two words would narrow
+    the match."""
     seen: dict[str, None] = {}
     for term in content_terms(text):
         if term not in seen:
             seen[term] = None
             if len(seen) >= limit:
-                break
+                return list(seen)
+    if subwords and not text.isascii() and has_cjk(text):
+        for pair in _query_bigrams(text):
+            if pair not in seen:
+                seen[pair] = None
+                if len(seen) >= limit:
+                    break
     return list(seen)
+
+
+@lru_cache(maxsize=4096)
+def _query_bigrams(text: str) -> tuple[str, ...]:
+    """The character bigrams of ``text``'s CJK runs, in order, less those that are a
+    stopword or made of two stopword characters (memoised like :func:`tokens`: a chat's
+    history is asked again on every turn)."""
+    return tuple(
+        pair for run in _cjk_runs(text) for pair in (run[i:i + 2] for i in range(len(run) - 1))
+        if pair not in STOPWORDS and not (pair[0] in STOPWORDS and pair[1] in STOPWORDS)
+    )

@@ -15,7 +15,8 @@ parameter).
 - ``PATCH /v1/memories/{id}`` ``{title?, content?, category?, subcategory?, tags?,
   enabled?}`` → the memory (:func:`patch_memory`)
 - ``GET /v1/memories/stats`` → counts and learning switches (:func:`memory_stats`)
-- ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?}``
+- ``POST /v1/memories`` ``{"content", "title"?, "category"?, "subcategory"?, "tags"?,
+  "created_at"?}`` (header ``X-Conversation-Id``: the memory's conversation)
   → 201 with the memory (``source: "manual"``; embedded when an embedder is configured,
   stored without a vector when it fails — ``has_embedding`` says which); at the per-user
   quota it makes room from retired, then learned memories, else 409
@@ -62,9 +63,11 @@ from proxy.routes.shapes import (
     MemoryStats,
     NewMemory,
     UserParams,
+    given_time,
     parse_body,
     parse_query,
     read_json,
+    request_conversation,
 )
 from proxy.settings import GLOBAL_NAMESPACE
 
@@ -152,20 +155,26 @@ async def create_memory(request: Request) -> Response:
                                   code="invalid_json")
     new = parse_body(raw, NewMemory)
     me = owner(request, res, raw)
-    memory = await add_manual(res, me, new)
+    memory = await add_manual(res, me, new, conversation=request_conversation(request))
     return json_response(memory.to_api(), status_code=201)
 
 
 async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
-                     via: str = "api") -> Memory:
+                     via: str = "api", conversation: str | None = None) -> Memory:
     """Store a manual memory for the caller ``me`` — cleaned, checked
     (:func:`check_manual`), embedded when an embedder is configured — with a ``created``
     audit event (``detail.via``: the surface it came from when not the REST API, e.g.
     ``mcp``); the user joins the tenant's users index (``Ledger.register_user``). At the
     per-user quota, retired then learned memories are evicted in the same write
-    (:func:`room_for`). Raises :class:`InvalidRequestError`, and :class:`ConflictError`
-    when only the user's own manual memories fill the quota."""
+    (:func:`room_for`). ``conversation`` (the request's conversation id) and
+    ``new.created_at`` (default now; also its last sighting) give the memory the date and
+    conversation the ranking's signals read, as for a learned one. Raises
+    :class:`InvalidRequestError` (also for a ``created_at`` that is not ISO 8601 or lies
+    beyond the clock skew allowed), and :class:`ConflictError` when only the user's own
+    manual memories fill the quota."""
     tenant, user = me.tenant, me.user
+    now = res.clock()
+    created = given_time(new.created_at, "created_at", now=now) or now
     for name in ("content", "title", "subcategory", "subject"):
         check_text(getattr(new, name), name)
     for tag in new.tags:
@@ -180,14 +189,13 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     tags = (strip_invisible(t).strip() for t in new.tags)
     # The subject is injected too ("About <subject>: …"), so it meets the same rules.
     check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
-    now = res.clock()
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
         title=title or content[:30], category=new.category,
         subcategory=strip_invisible(new.subcategory).strip(),
         tags=tuple(dict.fromkeys(t for t in tags if t)),
-        subject=subject, source="manual", score=1.0,
-        created_at=now, updated_at=now, last_seen_at=now,
+        subject=subject, source="manual", score=1.0, source_conversation_id=conversation,
+        created_at=created, updated_at=now, last_seen_at=created,
     )
     evicted = await _make_room(res, tenant, user, now)
     embedding = await embed_manual(res, tenant, user, memory.content)
@@ -414,11 +422,18 @@ async def memory_stats(request: Request) -> Response:
     })
 
 
+_ADD_DESCRIPTION = (
+    "The request's X-Conversation-Id header (the identity settings' conversation_header) "
+    "becomes the memory's source_conversation_id; created_at (ISO 8601, UTC without an "
+    "offset; default now) dates it and may lie at most 5 minutes after the gateway's "
+    "clock, else 400 with param created_at.")
+
 openapi.register(
     openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first)",
                       query=ListParams, response=MemoryList, tags=("memories",)),
     openapi.Operation("POST", "/v1/memories", "Add a memory by hand", body=NewMemory,
-                      response=MemoryOut, status=201, errors=(409,), tags=("memories",)),
+                      response=MemoryOut, status=201, errors=(409,), tags=("memories",),
+                      description=_ADD_DESCRIPTION),
     openapi.Operation("DELETE", "/v1/memories", "Delete all of the user's memories and "
                       "profile (needs confirm=true)", query=ConfirmParams,
                       response=MemoriesCleared, tags=("memories",)),

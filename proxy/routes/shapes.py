@@ -7,6 +7,7 @@ envelope, …); ``tests/test_openapi.py`` checks live answers against them (sche
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -15,8 +16,9 @@ from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError, invalid_value
 from proxy.http import read_body
+from proxy.identity import MAX_ID_LENGTH, header_text
 from proxy.memory.categories import Category as CategoryName
-from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, from_iso
 from proxy.routes.params import check_query
 
 SourceName = Literal["auto", "manual", "system"]
@@ -24,6 +26,10 @@ MAX_TAGS = 20
 MAX_SUBCATEGORY_CHARS = 60
 MAX_SUBJECT_CHARS = 120
 MAX_PAGE = 500  # largest page of GET /v1/memories
+# How far after the gateway's clock a given created_at may be: a client's clock that runs
+# a little ahead is not an error; a date further on is (a memory cannot come from the
+# future, and the ranking's date signal would misread it).
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -45,6 +51,45 @@ async def read_json(request: Request) -> Any:
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError("The request body is not valid JSON.",
                                   code="invalid_json") from exc
+
+
+def given_time(value: str | None, param: str, *,
+               now: datetime | None = None) -> datetime | None:
+    """``value`` (ISO 8601; without an offset it is UTC) as a UTC time, ``None`` when
+    absent. Given ``now``, a time more than :data:`MAX_CLOCK_SKEW` after it is refused.
+    Raises :class:`InvalidRequestError` (400 ``invalid_value`` naming ``param``) for text
+    that is not such a time, one UTC cannot hold, or one too far ahead."""
+    if value is None:
+        return None
+    try:
+        parsed = from_iso(value)
+        at = parsed.astimezone(UTC) if parsed is not None else None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidRequestError(f"{param}: not an ISO 8601 time in UTC's range",
+                                  param=param, code="invalid_value") from exc
+    if now is not None and at is not None and at > now + MAX_CLOCK_SKEW:
+        raise InvalidRequestError(
+            f"{param}: {value} is in the future (at most "
+            f"{int(MAX_CLOCK_SKEW.total_seconds() // 60)} minutes after the gateway's "
+            "clock)", param=param, code="invalid_value")
+    return at
+
+
+def request_conversation(request: Request) -> str | None:
+    """The conversation the request names in the identity settings' conversation header
+    (``X-Conversation-Id`` by default), trimmed; ``None`` when absent or blank. Raises
+    :class:`InvalidRequestError` (400 naming the header) for an id longer than
+    :data:`~proxy.identity.MAX_ID_LENGTH` or holding control characters, as for chat."""
+    header = request.app.state.resources.settings.identity.conversation_header
+    value = header_text(request.headers.get(header))
+    if not value or not value.strip():
+        return None
+    value = value.strip()
+    if len(value) > MAX_ID_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidRequestError(
+            f"{header} must be at most {MAX_ID_LENGTH} printable characters.",
+            param=header, code="invalid_value")
+    return value
 
 
 def parse_query(request: Request, model: type[M]) -> M:
@@ -147,6 +192,10 @@ class NewMemory(_Strict):
     subcategory: str = Field(default="", max_length=MAX_SUBCATEGORY_CHARS)
     tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
     subject: str = Field(default="user", max_length=MAX_SUBJECT_CHARS)
+    created_at: str | None = Field(
+        default=None, max_length=64,
+        description="When the fact was stated (ISO 8601; no offset: UTC); default now. "
+        "At most 5 minutes after the gateway's clock.")
     user: str | None = None  # accepted like the chat body's ``user``
 
 

@@ -36,7 +36,7 @@ import functools
 import weakref
 from dataclasses import dataclass
 from dataclasses import field as _field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,7 +46,7 @@ from starlette.responses import Response
 from proxy import openapi
 from proxy.errors import InvalidRequestError
 from proxy.memory.categories import CATEGORIES
-from proxy.memory.records import Memory, from_iso, new_id, to_iso
+from proxy.memory.records import Memory, new_id, to_iso
 from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
 from proxy.resources import Resources
@@ -66,10 +66,12 @@ from proxy.routes.shapes import (
     ExportParams,
     ImportBody,
     ImportResult,
+    given_time,
     invalid,
     parse_body,
     parse_query,
     read_json,
+    request_conversation,
 )
 from proxy.routes.users import settings_api, user_profile
 
@@ -158,14 +160,7 @@ def _from_mem0(item: Any) -> dict[str, Any]:
 def _time(value: str | None, field: str) -> datetime | None:
     """``value`` (ISO 8601) as a UTC time. Raises :class:`InvalidRequestError` for text
     that is not one, or a time UTC cannot hold (``0001-01-01T00:00:00+14:00``)."""
-    if value is None:
-        return None
-    try:
-        parsed = from_iso(value)
-        return parsed.astimezone(UTC) if parsed is not None else None
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidRequestError(f"{field}: not an ISO 8601 time in UTC's range",
-                                  param=field, code="invalid_value") from exc
+    return given_time(value, field)
 
 
 def _link_error(field: str, index: int, name: str, message: str) -> InvalidRequestError:
@@ -250,11 +245,13 @@ def check_links(items: list[Any], field: str, stored: set[str]) -> None:
                           f"the superseded_by links form a cycle: {chain}")
 
 
-def _accept(me: Owner, raw: Any, now: datetime) -> tuple[Memory, str]:
+def _accept(me: Owner, raw: Any, now: datetime,
+            conversation: str | None = None) -> tuple[Memory, str]:
     """Our memory for one import item (new id), its fields validated and cleaned, and the
     text the manual-memory rules judge (title, content and subject as given; checked by
-    the caller, :func:`_check`). Raises :class:`InvalidRequestError` with the rule it
-    breaks."""
+    the caller, :func:`_check`). An item naming no ``source_conversation_id`` takes
+    ``conversation`` (the request's). Raises :class:`InvalidRequestError` with the rule it
+    breaks (a ``created_at`` beyond the allowed clock skew after ``now`` is one)."""
     if not isinstance(raw, dict):
         raise InvalidRequestError("an item must be an object", code="invalid_type")
     try:
@@ -268,6 +265,7 @@ def _accept(me: Owner, raw: Any, now: datetime) -> tuple[Memory, str]:
                                   code="invalid_value")
     given = {name: _time(getattr(item, name), name)
              for name in ("created_at", "updated_at", "last_seen_at", "superseded_at")}
+    given_time(item.created_at, "created_at", now=now)  # not beyond the clock skew
     # Without created_at: the earliest time the item gives (never after its own retirement
     # or last sighting), else now.
     created = given["created_at"] or min(
@@ -278,7 +276,7 @@ def _accept(me: Owner, raw: Any, now: datetime) -> tuple[Memory, str]:
         subcategory=clean_text(item.subcategory),
         tags=tuple(dict.fromkeys(t for t in (clean_text(t) for t in item.tags) if t)),
         subject=subject, source="auto" if item.source == "auto" else "manual",
-        source_conversation_id=item.source_conversation_id,
+        source_conversation_id=item.source_conversation_id or conversation,
         source_channel=item.source_channel, score=min(item.score, 1.0),
         enabled=item.enabled, hits=item.hits, created_at=created,
         updated_at=given["updated_at"] or now,
@@ -326,7 +324,8 @@ class _Prepared:
 
 
 def _prepare(res: Resources, me: Owner, items: list[Any], *, field_name: str,
-             stored: list[Memory], now: datetime) -> _Prepared:
+             stored: list[Memory], now: datetime,
+             conversation: str | None = None) -> _Prepared:
     """Check, clean and deduplicate every item against the user's ``stored`` memories:
     pure CPU (the manual-memory rules scan each item's text: about 2 ms per 1,000
     characters, bench/import_latency.py), so :func:`import_memories` runs it in a worker
@@ -341,7 +340,7 @@ def _prepare(res: Resources, me: Owner, items: list[Any], *, field_name: str,
     old_ids: dict[str, str] = {}
     for index, item in enumerate(items):
         try:
-            memory, text = _accept(me, item, now)
+            memory, text = _accept(me, item, now, conversation)
             key = (normalize(memory.content), memory.superseded_at is not None)
             twin = existing.get(key)
             if twin is None:
@@ -390,6 +389,7 @@ async def import_memories(request: Request) -> Response:
     body = parse_body(raw, ImportBody)
     me = owner(request, res, {**request.query_params, **raw})
     items, field_name = _items(body)
+    conversation = request_conversation(request)
     now = res.clock()
     batch = f"import:{new_id()}"
     stored = await all_memories(res, me.tenant, me.user)
@@ -397,7 +397,8 @@ async def import_memories(request: Request) -> Response:
     # chat and /healthz are served meanwhile; nothing is written until it is all decided.
     async with _import_slots():
         prepared = await asyncio.to_thread(functools.partial(
-            _prepare, res, me, items, field_name=field_name, stored=stored, now=now))
+            _prepare, res, me, items, field_name=field_name, stored=stored, now=now,
+            conversation=conversation))
     created, merged = prepared.created, prepared.merged
     limit = (await res.tenants.get(me.tenant)).learning.max_memory_per_user
     evicted = room_for(stored, len(created), limit=limit, now=now, param=field_name)
@@ -446,5 +447,9 @@ openapi.register(
                       tags=("memories",)),
     openapi.Operation("POST", "/v1/memories/import", "Import our export or mem0's get_all "
                       "JSON", body=ImportBody, response=ImportResult, errors=(409,),
-                      tags=("memories",)),
+                      tags=("memories",), description=(
+                          "Items naming no source_conversation_id take the request's "
+                          "X-Conversation-Id header; mem0's created_at and updated_at are "
+                          "kept. An item whose created_at lies more than 5 minutes after "
+                          "the gateway's clock is rejected (invalid_value).")),
 )

@@ -24,7 +24,7 @@ Decoding ignores ``ix_*``; it reads what the record fields say.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -151,9 +151,13 @@ def memory_to_hash(memory: Memory) -> dict[str, Value]:
         if m.embedding_model is not None:
             out[VECTOR_MODEL_FIELD] = m.embedding_model
     if m.active:
-        out["ix_terms"] = stemmed_terms(
-            index_terms(f"{m.title}\n{m.content}\n{' '.join(m.tags)}"))
+        out["ix_terms"] = terms_field(m.title, m.content, m.tags)
     return out
+
+
+def terms_field(title: str, content: str, tags: Sequence[str]) -> str:
+    """The ``ix_terms`` value of an active memory with this title, content and tags."""
+    return stemmed_terms(index_terms(f"{title}\n{content}\n{' '.join(tags)}"))
 
 
 def memory_from_hash(data: Hash) -> Memory:

@@ -8,9 +8,10 @@ described in :mod:`proxy.backends.redis.codec`):
   ``ix_chan`` (source channel), ``ix_active``, ``ix_retired``, ``enabled``, ``ix_about``;
   TAG ``scope`` and ``source`` (fixed vocabularies);
 - TEXT ``ix_terms`` (``NOSTEM``): pre-segmented terms (:func:`proxy.memory.text.index_terms`,
-  jieba for CJK) turned into exactly the terms SQLite's ``porter unicode61
-  remove_diacritics 2`` tokenizer indexes (:func:`~proxy.backends.redis.codec.stemmed_terms`:
-  Latin diacritics folded, Porter stems), at write and at query time. RediSearch does no
+  jieba's words plus character bigrams and characters for CJK) turned into exactly the
+  terms SQLite's ``porter unicode61 remove_diacritics 2`` tokenizer indexes
+  (:func:`~proxy.backends.redis.codec.stemmed_terms`: Latin diacritics folded, Porter
+  stems), at write and at query time. RediSearch does no
   stemming of its own (it would index word and stem both, double-crediting stemmed
   words) and keeps its default LANGUAGE english: never ``chinese``, whose tokenizer would
   segment the already-segmented words again, differently from jieba. ``STOPWORDS 0``:
@@ -49,7 +50,10 @@ agree on the same data.
    indexes with ``FT.DROPINDEX`` *without* ``DD``: index structures go, hashes stay.
 
 So data is never deleted by a migration; the cost of a dimension change is one background
-re-index. A future document layout change bumps ``DOC_VERSION`` in the codec and must
+re-index. Before step 1, a change of the keyword terms rule
+(:data:`~proxy.memory.text.TERMS_VERSION`) rewrites the ``ix_terms`` of the memories whose
+terms it changes (:func:`~proxy.backends.redis.memories.reterm_documents`), once per key
+prefix. A future document layout change bumps ``DOC_VERSION`` in the codec and must
 rewrite documents before step 4. All processes sharing a key prefix must agree on the
 vector dimension: each start drops the other dimension's index.
 """
@@ -78,6 +82,7 @@ from redisvl.utils.token_escaper import TokenEscaper
 
 from proxy.backends.redis.codec import embedding_field, stemmed_terms
 from proxy.backends.redis.keys import SHARED_USER, KeyLayout, channel_token
+from proxy.backends.redis.memories import reterm_documents
 from proxy.errors import MemoryProxyError
 
 SCHEMA_VERSION = 1
@@ -237,9 +242,11 @@ class MemoryIndex:
 
     # lifecycle ---------------------------------------------------------------------------
     async def ensure(self) -> None:
-        """Create or verify the index, then retire older versions once it is built
-        (module docstring). Raises :class:`IndexMismatchError`, ``redis`` or ``redisvl``
+        """Bring stored terms to today's rule (:func:`~proxy.backends.redis.memories.
+        reterm_documents`), create or verify the index, then retire older versions once it
+        is built (module docstring). Raises :class:`IndexMismatchError`, ``redis`` or ``redisvl``
         errors."""
+        await reterm_documents(self._client, self.layout)
         existing = await self.names()
         self._stale = [n for n in existing if self._ours.match(n) and n != self.name]
         if self.name in existing:

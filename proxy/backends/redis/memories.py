@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import orjson
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -22,11 +23,12 @@ from proxy.backends.redis.codec import (
     embedding_field,
     memory_from_hash,
     memory_to_hash,
+    terms_field,
 )
 from proxy.backends.redis.keys import KeyLayout, namespace_token
 from proxy.memory.records import Memory
 from proxy.memory.store import VectorUpdate
-from proxy.memory.text import load_segmenter_for
+from proxy.memory.text import TERMS_VERSION, has_cjk, load_segmenter_for
 
 log = structlog.get_logger("proxy.memory.redis")
 
@@ -144,3 +146,60 @@ class MemoryHashes:
             return 1
 
         return await transact(self._redis, [key], body)
+
+
+# ix_terms := ARGV[2] only while it still is ARGV[1]: a memory rewritten meanwhile (by this
+# code: already the new terms; or retired: no terms) is left as its writer left it.
+_RETERM_LUA = """
+if redis.call('HGET', KEYS[1], 'ix_terms') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'ix_terms', ARGV[2])
+  return 1
+end
+return 0
+"""
+RETERM_SCAN_COUNT = 500  # keys per SCAN step of the re-terming pass
+
+
+def terms_version_key(layout: KeyLayout) -> str:
+    """The string key holding the terms rule (:data:`~proxy.memory.text.TERMS_VERSION`)
+    that every memory's ``ix_terms`` was last written with; absent before the first pass."""
+    return f"{layout.prefix}:terms_version"
+
+
+async def reterm_documents(client: Redis, layout: KeyLayout) -> int:
+    """Bring every active memory's ``ix_terms`` to today's terms rule, once per key prefix:
+    when :func:`terms_version_key` holds an older rule (or none), one ``SCAN`` pass over the
+    memory hashes recomputes the terms of those whose text holds CJK (the only text whose
+    terms changed), writes them with a compare-and-set, then records the rule. RediSearch
+    re-indexes each rewritten hash by itself. A start that dies mid-pass leaves the marker
+    old, so the next start runs the pass again. Returns how many hashes were rewritten."""
+    marker = terms_version_key(layout)
+    if as_text(await client.get(marker) or b"") == str(TERMS_VERSION):
+        return 0
+    script = client.register_script(_RETERM_LUA)
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in layout.prefix)
+    cursor, changed = 0, 0
+    while True:
+        cursor, keys = await client.scan(cursor, match=f"{pattern}:m:*",
+                                         count=RETERM_SCAN_COUNT, _type="HASH")
+        async with client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hmget(key, ["title", "content", "tags", "ix_terms"])
+            found = await pipe.execute() if keys else []
+        for key, (raw_title, raw_content, tags, old) in zip(keys, found, strict=True):
+            if old is None or raw_title is None or raw_content is None:
+                continue
+            title, content = as_text(raw_title), as_text(raw_content)
+            names = orjson.loads(tags) if tags else []
+            if not has_cjk(f"{title}\n{content}\n{' '.join(names)}"):
+                continue
+            await load_segmenter_for(title, content, *names)
+            new = terms_field(title, content, names)
+            if new != as_text(old):
+                changed += int(await script(keys=[key], args=[old, new]))
+        if int(cursor) == 0:
+            break
+    await client.set(marker, str(TERMS_VERSION))
+    if changed:
+        log.info("redis_memories_retermed", count=changed, terms_version=TERMS_VERSION)
+    return changed

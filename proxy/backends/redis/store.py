@@ -260,8 +260,8 @@ class RedisMemoryStore:
                 rows = await self._index.find(where, offset=query.offset, limit=query.limit)
                 return await self._hashes.load([r["id"] for r in rows])
             # A text filter or a cursor is applied over the namespace's rows.
-            terms = [t.lower() for t in query_terms(query.text, limit=8) or [query.text]] \
-                if query.text else []
+            terms = [t.lower() for t in query_terms(
+                query.text, limit=8, subwords=False) or [query.text]] if query.text else []
             keys = await self._index.matching(where, terms=terms, after=query.after)
             return await self._hashes.load(keys[query.offset:query.offset + query.limit])
 

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.backends.sqlite.rows import reterm_index
+
 T = TypeVar("T")
 # How long a statement waits for another process's lock before failing (then callers see
 # StoreUnavailableError: 503 on the API, degraded memory on chat, a retried learning job).
@@ -305,7 +307,14 @@ MIGRATIONS: tuple[str, ...] = (
         GROUP BY tenant, user_id
         ON CONFLICT(tenant, user_id) DO NOTHING;
     """,
+    # 12: keyword terms gained the character bigrams and characters of CJK runs (beside
+    # jieba's words): memories holding CJK are re-termed (reterm_index, in Python).
+    "python:reterm_index",
 )
+# Migrations written in Python: the entry "python:<name>" runs the function of that name.
+_PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
+    "reterm_index": reterm_index,
+}
 
 
 class SqliteDatabase:
@@ -448,8 +457,12 @@ def _migrate(conn: sqlite3.Connection) -> None:
             if version >= len(MIGRATIONS):
                 conn.execute("COMMIT")
                 return
-            for statement in _statements(MIGRATIONS[version]):
-                conn.execute(statement)
+            script = MIGRATIONS[version]
+            if script.startswith("python:"):
+                _PYTHON_MIGRATIONS[script.removeprefix("python:")](conn)
+            else:
+                for statement in _statements(script):
+                    conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException:
             conn.execute("ROLLBACK")

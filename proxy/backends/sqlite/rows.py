@@ -6,11 +6,19 @@ caller's write transaction. Errors are the caller's to translate.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from proxy.backends.sqlite.codec import COLUMNS, ns_token, row_values
 from proxy.memory.records import Memory
-from proxy.memory.text import index_terms
+from proxy.memory.text import has_cjk, index_terms
+
+
+def indexed_text(title: str, content: str, tags: Sequence[str]) -> str:
+    """What the keyword index holds terms of: title, content and tags, one per line."""
+    return f"{title}\n{content}\n{' '.join(tags)}"
 
 
 def upsert_memory(conn: sqlite3.Connection, memory: Memory) -> None:
@@ -25,7 +33,7 @@ def upsert_memory(conn: sqlite3.Connection, memory: Memory) -> None:
     rowid = conn.execute("SELECT rowid FROM memories WHERE id = ?", (memory.id,)).fetchone()[0]
     conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
     if memory.active:
-        text = f"{memory.title}\n{memory.content}\n{' '.join(memory.tags)}"
+        text = indexed_text(memory.title, memory.content, memory.tags)
         conn.execute(
             "INSERT INTO memories_fts (rowid, ns, terms) VALUES (?, ?, ?)",
             (rowid, ns_token(memory), index_terms(text)),
@@ -42,3 +50,23 @@ def delete_memories(conn: sqlite3.Connection, where: str,
         conn.execute("DELETE FROM memory_evidence WHERE memory_id = ?", (row[1],))
     conn.execute(f"DELETE FROM memories WHERE {where}", args)
     return [row[1] for row in rows]
+
+
+def reterm_index(conn: sqlite3.Connection) -> int:
+    """Rewrite the keyword-index terms of every indexed memory whose text holds CJK with
+    today's :func:`~proxy.memory.text.index_terms` (a migration: the terms rule gained CJK
+    sub-words; text without CJK has the same terms under both rules and is left alone).
+    Runs in the caller's transaction; loads the Chinese dictionary when such a memory
+    exists. Returns how many index rows were rewritten."""
+    rows = conn.execute(
+        "SELECT m.rowid, m.title, m.content, m.tags FROM memories m "
+        "JOIN memories_fts f ON f.rowid = m.rowid"
+    ).fetchall()
+    changed = 0
+    for rowid, title, content, tags in rows:
+        text = indexed_text(title, content, orjson.loads(tags))
+        if has_cjk(text):
+            conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?",
+                         (index_terms(text), rowid))
+            changed += 1
+    return changed

@@ -149,7 +149,7 @@ class SqliteMemoryStore:
             args.append(query.category)
         if query.text:
             await load_segmenter_for(query.text)
-            for term in query_terms(query.text, limit=8) or [query.text]:
+            for term in query_terms(query.text, limit=8, subwords=False) or [query.text]:
                 where.append("(m.norm LIKE ? OR lower(m.title) LIKE ?)")
                 pattern = f"%{term.lower()}%"
                 args.extend([pattern, pattern])
