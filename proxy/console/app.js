@@ -673,7 +673,7 @@
   function trendChart(daily, days) {
     // One bar per day (learned memories) over a y axis (0 … the busiest day) and an x axis
     // labelled with the first, middle and last dates; the table below has every value.
-    const width = 600, height = 220, left = 44, bottom = 34, top = 12, right = 8, gap = 2;
+    const width = 400, height = 180, left = 34, bottom = 26, top = 10, right = 6, gap = 1;
     const plotW = width - left - right, plotH = height - top - bottom;
     const max = Math.max(1, ...daily.map((d) => d.learned || 0));
     const step = plotW / Math.max(1, daily.length);
@@ -698,14 +698,14 @@
     for (const tick of [...new Set([0, Math.round(max / 2), max])]) {
       const y = top + plotH - (tick / max) * plotH;
       axes.append(el("line", { x1: left - 5, y1: y, x2: left, y2: y }),
-        el("text", { x: left - 8, y: y + 6, "text-anchor": "end", class: "y-tick" }, String(tick)));
+        el("text", { x: left - 7, y: y + 5, "text-anchor": "end", class: "y-tick" }, String(tick)));
     }
     const labelled = [...new Set([0, Math.floor((daily.length - 1) / 2), daily.length - 1])].filter((i) => i >= 0);
     for (const i of labelled) {
       const x = left + i * step + step / 2;
       const anchor = i === 0 ? "start" : i === daily.length - 1 ? "end" : "middle";
       axes.append(el("text", { x: i === 0 ? left : i === daily.length - 1 ? left + plotW : x,
-        y: height - 8, "text-anchor": anchor, class: "x-tick" }, day(daily[i].date)));
+        y: height - 6, "text-anchor": anchor, class: "x-tick" }, day(daily[i].date)));
     }
     svg.append(axes);
     daily.forEach((d, i) => {
