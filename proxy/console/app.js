@@ -439,8 +439,8 @@
     }
     const select = pick ? h("label", { class: "check pick" }, h("input", { type: "checkbox",
       checked: pick.selected, onchange: (event) => pick.onselect(event.target.checked) }),
-    h("span", {}, t("selectOne", { title: memory.title }))) : null;
-    return h("li", { class: memory.enabled ? "card" : "card off", "data-memory-id": memory.id },
+    h("span", { class: "visually-hidden" }, t("selectOne", { title: memory.title }))) : null;
+    return h("li", { class: `card${memory.enabled ? "" : " off"}${pick ? " pickable" : ""}`, "data-memory-id": memory.id },
       select,
       h("h3", { id: titleId, tabindex: -1 }, memory.title),
       h("p", {}, h("span", { class: `badge source-${memory.source}` }, t(`source.${memory.source}`)),
@@ -448,7 +448,7 @@
         memory.subcategory ? h("span", { class: "badge" }, subcat(memory.subcategory)) : null,
         memory.enabled ? null : h("span", { class: "badge" }, t("disabled"))),
       h("p", {}, memory.content),
-      h("p", { class: "help" }, `${t("evidence")}: ${tn("evidenceCount", memory.hits)} · ${when(memory.created_at, true)}`),
+      h("p", { class: "help" }, `${t("evidenceLine", { count: tn("evidenceCount", memory.hits) })} · ${when(memory.created_at, true)}`),
       h("details", {}, h("summary", {}, t("details")), info),
       h("div", { class: "actions" }, buttons));
   }
@@ -526,7 +526,7 @@
       return h("li", { class: "card" },
         h("h3", {}, f.title || f.content || f.text),
         f.title && f.content ? h("p", {}, f.content) : null,
-        h("p", { class: "help" }, `${t("evidence")}: ${tn("evidenceCount", f.hits ?? 1)}`),
+        h("p", { class: "help" }, t("evidenceLine", { count: tn("evidenceCount", f.hits ?? 1) })),
         h("ol", { class: "timeline", "aria-label": t("lastSeen") },
           events.length ? events.map((e) => h("li", {}, `${when(e.at || e.date)} · ${e.action || e.event || e.kind || ""}`))
             : [h("li", {}, `${t("firstSeen")}: ${when(f.first_seen || f.created_at)}`),
