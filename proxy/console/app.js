@@ -1068,6 +1068,15 @@
     };
     return { wraps, read };
   }
+  function shownValue(setting, value) {
+    // A setting's value in words: on/off, "Private chats 5 · Group chats 25", "no cap".
+    if (value === null || value === undefined) return setting.type === "budget" ? t("noCapShort") : "—";
+    if (setting.type === "bool") return t(value ? "on" : "off");
+    if (setting.parts) {
+      return setting.parts.map((part) => `${t(`set.${setting.name}.${part}`)} ${value[part] ?? t("noCapShort")}`).join(" · ");
+    }
+    return String(value);
+  }
   class FieldProblem {
     constructor(path, message) { this.path = path; this.message = message; }
   }
@@ -1096,6 +1105,8 @@
           const origin = h("p", { class: "origin" },
             h("span", { class: overridden ? "badge override" : "badge" },
               overridden ? t("overridden") : t("fromConfig")),
+            overridden && answer.defaults && name in answer.defaults
+              ? h("span", { class: "help" }, t("configValue", { value: shownValue(setting, answer.defaults[name]) })) : null,
             overridden ? h("button", { type: "button", class: "quiet small", "aria-label": t("resetOne", { name: label }),
               onclick: async () => {
                 try {

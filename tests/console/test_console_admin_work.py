@@ -125,6 +125,7 @@ async def test_settings_are_typed_fields_with_their_origin_and_a_reset(
     stored = await admin_get(console_gateway, "/v1/admin/settings")
     assert stored["overrides"] == {"learning.batch_messages": {"private": 3, "group": 1}}
     await expect(batch).to_contain_text("Override for this tenant")
+    await expect(batch).to_contain_text("config.yaml: Private chats 1 · Group chats 1")
     threshold = page.locator(".setting", has=page.get_by_label("Score threshold (0–1)"))
     await expect(threshold).to_contain_text("Default from config.yaml")
     assert await axe_violations(page) == []
