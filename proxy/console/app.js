@@ -673,7 +673,7 @@
   function trendChart(daily, days) {
     // One bar per day (learned memories) over a y axis (0 … the busiest day) and an x axis
     // labelled with the first, middle and last dates; the table below has every value.
-    const width = 400, height = 180, left = 34, bottom = 26, top = 10, right = 6, gap = 1;
+    const width = 400, height = 190, left = 36, bottom = 30, top = 10, right = 6, gap = 1;
     const plotW = width - left - right, plotH = height - top - bottom;
     const max = Math.max(1, ...daily.map((d) => d.learned || 0));
     const step = plotW / Math.max(1, daily.length);
@@ -827,9 +827,9 @@
         more.hidden = page.data.length < 50;
         await describeMemories(seen);
         rows.replaceChildren(seen.length ? table(
-          [t("at"), t("user"), t("conversation"), t("action"), t("actor"), t("reason"), t("memory")],
-          seen.map((e) => [when(e.at), e.user_id || "—", e.conversation_id || "—", e.action, e.actor,
-            e.reason || "", memoryCell(e)]), t("learningLog")) : h("p", { class: "help" }, t("none")));
+          [t("at"), t("user"), t("action"), t("memory"), t("conversation"), t("actor"), t("reason")],
+          seen.map((e) => [when(e.at), e.user_id || "—", e.action, memoryCell(e), e.conversation_id || "—",
+            e.actor, e.reason || ""]), t("learningLog")) : h("p", { class: "help" }, t("none")));
       } catch (err) {
         if (f[err.param]) showFieldError(f[err.param], err.message); else failed(err, rows);
       }
