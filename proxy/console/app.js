@@ -1209,7 +1209,7 @@
         rows.replaceChildren(page.data.length ? table(
           [t("failedAt"), t("user"), t("conversation"), t("kind"), t("attempts"), t("lastError"), t("messages"), ""],
           page.data.map((d) => [when(fromEpoch(d.failed_at)), d.user || "—", d.conversation || "—", d.kind,
-            d.attempts, d.last_error, transcript(d), h("div", { class: "actions" },
+            d.attempts, h("span", { class: "error-text" }, d.last_error), transcript(d), h("div", { class: "actions" },
               h("button", { type: "button", class: "quiet", "aria-label": `${t("requeue")} ${d.id}`, onclick: async () => {
                 try { await api("POST", `${path(d)}/requeue`); status(t("done")); await load(); } catch (err) { failed(err); }
               } }, t("requeue")),

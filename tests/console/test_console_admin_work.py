@@ -58,6 +58,7 @@ async def test_dead_letters_say_when_whose_job_failed_and_show_its_messages(
     assert await one_line_headers(page, letters) == []
     assert await axe_violations(page) == []
     assert await fits_width(page)
+    await page.locator(".table-wrap").evaluate("wrap => { wrap.scrollLeft = 0; }")
     await page.get_by_role("heading", name="Dead letters").scroll_into_view_if_needed()
     await screenshot(page, "admin-dead-letters")
 
