@@ -776,7 +776,9 @@
         try {
           logMemories.set(k, await api("GET", `/v1/memories/${encodeURIComponent(id)}`, { user }));
         } catch (err) {
-          if (err.status === 404) logMemories.set(k, null); else throw err;
+          // Gone (404) reads "deleted"; any other failure shows the bare id, never
+          // hides the log.
+          logMemories.set(k, err.status === 404 ? null : undefined);
         }
       }));
     }
