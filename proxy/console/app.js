@@ -13,18 +13,6 @@
   const AUDIT_ACTIONS = ["created", "merged", "edited", "retired", "deleted", "cleared",
     "disabled", "enabled", "imported", "erased", "promoted", "rejected", "settings_changed"];
   const AUDIT_ACTORS = ["learning", "user", "admin", "system"];
-  const SETTINGS = [
-    ["learning.enabled", "bool"],
-    ["learning.score_threshold", "float"],
-    ["learning.batch_messages", "int"],
-    ["learning.max_memory_per_user", "int"],
-    ["learning.retention_days", "int"],
-    ["learning.model", "text"],
-    ["memory.injection_count", "int"],
-    ["memory.token_budget_percent", "float"],
-    ["learning.budget.tokens_per_day", "int?"],
-    ["learning.budget.tokens_per_month", "int?"],
-  ];
   // The API lives beside /console (a gateway mounted under a path prefix keeps it).
   const BASE = location.pathname.replace(/\/console(\/.*)?$/, "");
 
@@ -37,8 +25,20 @@
     return template.replace(/\{(\w+)\}/g, (_, name) =>
       vars && vars[name] !== undefined && vars[name] !== null ? String(vars[name]) : "");
   }
+  // A text with a count: "{key}.one" / "{key}.other" by the language's plural rule
+  // (Chinese has only "other"); {n} is the count.
+  const PLURALS = new Intl.PluralRules(LANG === "zh" ? "zh-CN" : "en-US");
+  function tn(key, n, vars) {
+    const form = `${key}.${PLURALS.select(Number(n) || 0)}`;
+    const chosen = (TEXT[LANG] && TEXT[LANG][form]) || TEXT.en[form] ? form : `${key}.other`;
+    return t(chosen, { ...vars, n });
+  }
   // A category's label; an unknown one (a newer gateway) is shown as the API names it.
   const cat = (name) => (TEXT.en[`cat.${name}`] ? t(`cat.${name}`) : name);
+  // A preset subcategory's label; a free-form one is shown as written.
+  const subcat = (name) => (TEXT.en[`sub.${name}`] ? t(`sub.${name}`) : name);
+  // Epoch seconds (the queue's times) as the Date that when() reads.
+  const fromEpoch = (seconds) => (seconds ? new Date(Number(seconds) * 1000) : null);
   function when(iso, dateOnly) {
     if (!iso) return "—";
     const d = new Date(iso);
@@ -104,6 +104,15 @@
     box.textContent = message;
     clearTimeout(status.timer);
     status.timer = setTimeout(() => { box.textContent = ""; }, bad ? 8000 : 3000);
+  }
+  function clearStatus() {
+    // An error belongs to the place it happened: leaving it drops the error (a success
+    // message, like "Everything about bob was erased.", stays for its few seconds).
+    const box = $("status");
+    if (!box.classList.contains("bad")) return;
+    clearTimeout(status.timer);
+    box.className = "status";
+    box.textContent = "";
   }
   function failed(err, where) {
     const message = t("error", { message: err.message || String(err) });
@@ -219,6 +228,7 @@
         b.tabIndex = i === index ? 0 : -1;
       });
       panel.setAttribute("aria-labelledby", buttons[index].id);
+      clearStatus();  // a message of the tab left behind is stale here
       panel.replaceChildren();
       defs[index].render(panel);
     }
@@ -280,7 +290,7 @@
     const main = $("main");
     const heading = h("h2", { tabindex: -1 }, t("viewingUser", { user: ctx.user }));
     main.replaceChildren(...[
-      ctx.admin ? h("button", { type: "button", class: "quiet", onclick: () => adminView(3) }, t("backToAdmin")) : null,
+      ctx.admin ? h("button", { type: "button", class: "quiet", onclick: () => adminView(ctx.back ?? 3) }, t("backToAdmin")) : null,
       heading,
       tabs(t("viewingUser", { user: ctx.user }), [
         { label: t("tabMemories"), render: (p) => memoriesTab(p, ctx, as) },
@@ -290,25 +300,61 @@
     heading.focus();
   }
 
+  // Orders of the memory cards (over the memories loaded so far).
+  const SORTS = {
+    newest: (a, b) => String(b.created_at || "").localeCompare(String(a.created_at || "")),
+    oldest: (a, b) => String(a.created_at || "").localeCompare(String(b.created_at || "")),
+    evidence: (a, b) => (Number(b.hits) || 0) - (Number(a.hits) || 0) || SORTS.newest(a, b),
+  };
+
   function memoriesTab(panel, ctx, as) {
     const statsBox = h("section", { class: "panel", "aria-labelledby": "stats-h" },
       h("h2", { id: "stats-h" }, t("stats")), h("p", {}, t("loading")));
     const search = h("input", { type: "search", autocomplete: "off" });
     const category = h("select", {}, h("option", { value: "" }, t("allCategories")),
       CATEGORIES.map((c) => h("option", { value: c }, cat(c))));
+    const sort = h("select", {}, Object.keys(SORTS).map((k) => h("option", { value: k }, t(`sort.${k}`))));
     const list = h("ul", { class: "cards", "aria-labelledby": "mem-h" });
     const more = h("button", { type: "button", class: "quiet", hidden: true }, t("loadMore"));
+    const selected = new Set();
+    const selectedCount = h("span", { "aria-live": "polite" }, tn("selectedCount", 0));
+    const bulkDelete = h("button", { type: "button", class: "danger", disabled: true }, t("deleteSelected"));
+    const selectAll = h("input", { type: "checkbox" });
+    let loaded = [];
     let cursor = null;
+    const refresh = () => { load(true); loadStats(); };
+    function selectionChanged() {
+      selectedCount.textContent = tn("selectedCount", selected.size);
+      bulkDelete.disabled = selected.size === 0;
+      selectAll.checked = loaded.length > 0 && selected.size === loaded.length;
+    }
+    function render() {
+      const ordered = [...loaded].sort(SORTS[sort.value]);
+      list.replaceChildren(...(ordered.length ? ordered.map((memory) => memoryCard(memory, ctx, as, refresh, {
+        selected: selected.has(memory.id),
+        onselect: (on) => { if (on) selected.add(memory.id); else selected.delete(memory.id); selectionChanged(); },
+      })) : [h("li", { class: "help" }, t("none"))]));
+      if (ctx.focus) {
+        const target = list.querySelector(`[data-memory-id="${CSS.escape(ctx.focus)}"]`);
+        if (target) {
+          target.classList.add("focus");
+          target.scrollIntoView({ block: "center" });
+          target.querySelector("h3").focus();
+          ctx.focus = null;
+        }
+      }
+      selectionChanged();
+    }
     async function load(reset) {
-      if (reset) { cursor = null; list.replaceChildren(); }
+      if (reset) { cursor = null; loaded = []; selected.clear(); }
       try {
         const page = await api("GET", "/v1/memories", as({ query: {
           q: search.value.trim(), category: category.value, limit: 50, after: cursor,
         } }));
-        for (const memory of page.data) list.append(memoryCard(memory, ctx, as, () => { load(true); loadStats(); }));
-        if (!list.children.length) list.append(h("li", { class: "help" }, t("none")));
+        loaded = loaded.concat(page.data);
         cursor = page.last_id || null;
         more.hidden = !page.has_more || !cursor;
+        render();
       } catch (err) { failed(err, list); }
     }
     async function loadStats() {
@@ -326,24 +372,45 @@
       } catch (err) { failed(err, statsBox); }
     }
     more.addEventListener("click", () => load(false));
+    sort.addEventListener("change", render);
+    selectAll.addEventListener("change", () => {
+      for (const memory of loaded) { if (selectAll.checked) selected.add(memory.id); else selected.delete(memory.id); }
+      render();
+    });
+    bulkDelete.addEventListener("click", async () => {
+      const ids = [...selected];
+      if (!ids.length || !await confirmAction(tn("deleteMany", ids.length), t("delete"))) return;
+      let deleted = 0;
+      try {
+        for (const id of ids) {
+          await api("DELETE", `/v1/memories/${encodeURIComponent(id)}`, as());
+          deleted += 1;
+        }
+        status(tn("cleared", deleted));
+      } catch (err) { failed(err); }
+      refresh();
+    });
     const filters = h("form", { class: "row", role: "search", onsubmit: (e) => { e.preventDefault(); load(true); } },
       h("div", { class: "grow" }, field(t("search"), search)),
       h("div", { class: "grow" }, field(t("category"), category)),
       h("button", { type: "submit" }, t("search")));
     category.addEventListener("change", () => load(true));
-    panel.append(statsBox, h("h2", { id: "mem-h" }, t("memories")), filters, list, more);
+    const bulk = h("div", { class: "row bulk" },
+      h("div", { class: "grow" }, field(t("sortBy"), sort)),
+      h("label", { class: "check" }, selectAll, h("span", {}, t("selectAll"))),
+      selectedCount, bulkDelete);
+    panel.append(statsBox, h("h2", { id: "mem-h" }, t("memories")), filters, bulk, list, more);
     loadStats();
     load(true);
   }
 
-  function memoryCard(memory, ctx, as, changed) {
+  function memoryCard(memory, ctx, as, changed, pick) {
     const titleId = nextId("mem");
     const info = h("dl", { class: "facts" },
-      h("dt", {}, t("evidence")), h("dd", {}, t("evidenceCount", { n: memory.hits })),
+      h("dt", {}, t("evidence")), h("dd", {}, tn("evidenceCount", memory.hits)),
       h("dt", {}, t("firstSeen")), h("dd", {}, when(memory.created_at)),
       h("dt", {}, t("lastSeen")), h("dd", {}, when(memory.last_seen_at)),
       h("dt", {}, t("sourceConversation")), h("dd", {}, memory.source_conversation_id || "—"),
-      h("dt", {}, t("source")), h("dd", {}, memory.source),
       memory.tags && memory.tags.length ? [h("dt", {}, t("tags")), h("dd", {}, memory.tags.join(", "))] : null);
     const act = (label, run, cls) => h("button", { type: "button", class: cls || "quiet",
       "aria-describedby": titleId, onclick: async () => {
@@ -370,12 +437,18 @@
         return true;
       }));
     }
-    return h("li", { class: memory.enabled ? "card" : "card off" },
-      h("h3", { id: titleId }, memory.title),
-      h("p", {}, h("span", { class: "badge" }, cat(memory.category)),
-        memory.subcategory ? h("span", { class: "badge" }, memory.subcategory) : null,
+    const select = pick ? h("label", { class: "check pick" }, h("input", { type: "checkbox",
+      checked: pick.selected, onchange: (event) => pick.onselect(event.target.checked) }),
+    h("span", { class: "visually-hidden" }, t("selectOne", { title: memory.title }))) : null;
+    return h("li", { class: `card${memory.enabled ? "" : " off"}${pick ? " pickable" : ""}`, "data-memory-id": memory.id },
+      select,
+      h("h3", { id: titleId, tabindex: -1 }, memory.title),
+      h("p", {}, h("span", { class: `badge source-${memory.source}` }, t(`source.${memory.source}`)),
+        h("span", { class: "badge" }, cat(memory.category)),
+        memory.subcategory ? h("span", { class: "badge" }, subcat(memory.subcategory)) : null,
         memory.enabled ? null : h("span", { class: "badge" }, t("disabled"))),
       h("p", {}, memory.content),
+      h("p", { class: "help" }, `${t("evidenceLine", { count: tn("evidenceCount", memory.hits) })} · ${when(memory.created_at, true)}`),
       h("details", {}, h("summary", {}, t("details")), info),
       h("div", { class: "actions" }, buttons));
   }
@@ -415,9 +488,11 @@
       api("GET", "/v1/profile", as()),
       api("GET", "/v1/memories", as({ query: { include_retired: "true", limit: 200 } })),
     ]).then(([profile, all]) => {
+      // Scores add up with every mention (no upper bound): bars are scaled against the
+      // highest score of the list.
       const scored = (items, label) => items && items.length
-        ? bars(items.map((x) => [`${x.text} (${t("hits")} ${x.hits})`,
-          Number(x.effective_score ?? x.score).toFixed(2)]), label, 1)
+        ? bars(items.map((x) => [`${x.text} (${tn("evidenceCount", x.hits)})`,
+          Number(x.effective_score ?? x.score).toFixed(2)]), label)
         : h("p", { class: "help" }, t("none"));
       const retired = all.data.filter((m) => m.superseded_at);
       box.replaceChildren(
@@ -451,7 +526,7 @@
       return h("li", { class: "card" },
         h("h3", {}, f.title || f.content || f.text),
         f.title && f.content ? h("p", {}, f.content) : null,
-        h("p", { class: "help" }, `${t("evidence")}: ${t("evidenceCount", { n: f.hits ?? 1 })}`),
+        h("p", { class: "help" }, t("evidenceLine", { count: tn("evidenceCount", f.hits ?? 1) })),
         h("ol", { class: "timeline", "aria-label": t("lastSeen") },
           events.length ? events.map((e) => h("li", {}, `${when(e.at || e.date)} · ${e.action || e.event || e.kind || ""}`))
             : [h("li", {}, `${t("firstSeen")}: ${when(f.first_seen || f.created_at)}`),
@@ -497,7 +572,7 @@
     };
     const file = h("input", { type: "file", accept: ".json,application/json" });
     const fileField = field(t("importFile"), file);
-    const importResult = h("p", { class: "help", "aria-live": "polite" });
+    const importResult = h("div", { class: "help", "aria-live": "polite" });
     const data = h("section", { class: "panel", "aria-labelledby": "data-h" },
       h("h2", { id: "data-h" }, t("exportImport")),
       h("div", { class: "actions" },
@@ -510,8 +585,13 @@
         try {
           const text = await file.files[0].text();
           const result = await api("POST", "/v1/memories/import", as({ body: text }));
-          importResult.textContent = t("importResult", { imported: result.imported,
-            merged: result.merged, rejected: (result.rejected || []).length });
+          const rejected = result.rejected || [];
+          // Each refused item with its place in the file (1-based) and the API's reason.
+          importResult.replaceChildren(h("p", {}, t("importResult", { imported: result.imported,
+            merged: result.merged, rejected: rejected.length })),
+          rejected.length ? h("ul", { "aria-label": t("rejectedItems") }, rejected.map((r) =>
+            h("li", {}, t("rejectedItem", { n: Number(r.index) + 1,
+              reason: r.message ? `${r.message} (${r.reason})` : r.reason })))) : null);
         } catch (err) { showFieldError(fileField, err.message); }
       } }, fileField, h("div", { class: "actions" }, h("button", { type: "submit" }, t("import")))),
       importResult);
@@ -522,7 +602,7 @@
         if (!await confirmAction(t("clearAllConfirm", { user: ctx.user }), t("clearAll"))) return;
         try {
           const result = await api("DELETE", "/v1/memories", as({ query: { confirm: "true" } }));
-          status(t("cleared", { n: result.deleted }));
+          status(tn("cleared", result.deleted));
         } catch (err) { failed(err); }
       } }, t("clearAll")),
       h("p", { class: "help" }, t("forgetMeHelp")),
@@ -558,18 +638,26 @@
       { label: t("tabUsage"), render: usageTab },
       { label: t("tabDead"), render: deadTab },
     ];
+    // A global admin picks the tenant from those the configuration names (GET /v1/me
+    // lists them); the first one is open from the start.
+    const known = global ? (session.me.tenants || []) : [];
+    if (global && !session.tenant && known.length) session.tenant = known[0];
     let view = tabs(t("title"), defs);
     let tenantForm = null;
     if (global) {
-      const input = h("input", { type: "text", autocomplete: "off", value: session.tenant || "" });
+      const input = known.length
+        ? h("select", {}, known.map((name) => h("option", { value: name, selected: name === session.tenant }, name)))
+        : h("input", { type: "text", autocomplete: "off", value: session.tenant || "" });
       tenantForm = h("form", { class: "row", onsubmit: (event) => {
         event.preventDefault();
         session.tenant = input.value.trim();
         const fresh = tabs(t("title"), defs);
         view.replaceWith(fresh);
         view = fresh;
-      } }, h("div", { class: "grow" }, field(t("tenant"), input, t("tenantHelp"))),
+      } }, h("div", { class: "grow" }, field(t("tenant"), input,
+        known.length ? t("tenantHelp") : t("tenantNone"))),
       h("button", { type: "submit" }, t("open")));
+      input.addEventListener("change", () => { if (input.tagName === "SELECT") tenantForm.requestSubmit(); });
     }
     $("main").replaceChildren(...[heading, tenantForm, view].filter(Boolean));
     if (tabIndex) view.querySelectorAll("[role=tab]")[tabIndex].click();
@@ -583,27 +671,48 @@
   }
 
   function trendChart(daily, days) {
-    // One bar per day (learned memories); a table of every column follows for screen readers.
-    const width = 600, height = 150, gap = 2;
+    // One bar per day (learned memories) over a y axis (0 … the busiest day) and an x axis
+    // labelled with the first, middle and last dates; the table below has every value.
+    const width = 400, height = 190, left = 36, bottom = 30, top = 10, right = 6, gap = 1;
+    const plotW = width - left - right, plotH = height - top - bottom;
     const max = Math.max(1, ...daily.map((d) => d.learned || 0));
-    const step = width / Math.max(1, daily.length);
+    const step = plotW / Math.max(1, daily.length);
     const total = daily.reduce((sum, d) => sum + (d.learned || 0), 0);
     const ns = "http://www.w3.org/2000/svg";
-    const svg = document.createElementNS(ns, "svg");
-    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    svg.setAttribute("class", "chart");
-    svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", t("trendLabel", { days, total }));
+    const el = (tag, attrs, text) => {
+      const node = document.createElementNS(ns, tag);
+      for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+      if (text !== undefined) node.textContent = text;
+      return node;
+    };
+    const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, class: "chart", role: "img",
+      "aria-label": t("trendLabel", { days, total }) });
+    const day = (iso) => {
+      const d = new Date(`${iso}T00:00:00Z`);
+      return Number.isNaN(d.getTime()) ? iso : d.toLocaleDateString(LANG === "zh" ? "zh-CN" : "en-US",
+        { month: "short", day: "numeric", timeZone: "UTC" });
+    };
+    const axes = el("g", { class: "axes", "aria-hidden": "true" });
+    axes.append(el("line", { x1: left, y1: top, x2: left, y2: top + plotH }),
+      el("line", { x1: left, y1: top + plotH, x2: left + plotW, y2: top + plotH }));
+    for (const tick of [...new Set([0, Math.round(max / 2), max])]) {
+      const y = top + plotH - (tick / max) * plotH;
+      axes.append(el("line", { x1: left - 5, y1: y, x2: left, y2: y }),
+        el("text", { x: left - 7, y: y + 5, "text-anchor": "end", class: "y-tick" }, String(tick)));
+    }
+    const labelled = [...new Set([0, Math.floor((daily.length - 1) / 2), daily.length - 1])].filter((i) => i >= 0);
+    for (const i of labelled) {
+      const x = left + i * step + step / 2;
+      const anchor = i === 0 ? "start" : i === daily.length - 1 ? "end" : "middle";
+      axes.append(el("text", { x: i === 0 ? left : i === daily.length - 1 ? left + plotW : x,
+        y: height - 6, "text-anchor": anchor, class: "x-tick" }, day(daily[i].date)));
+    }
+    svg.append(axes);
     daily.forEach((d, i) => {
-      const rect = document.createElementNS(ns, "rect");
-      const barHeight = Math.max(1, ((d.learned || 0) / max) * (height - 10));
-      rect.setAttribute("x", String(i * step + gap / 2));
-      rect.setAttribute("y", String(height - barHeight));
-      rect.setAttribute("width", String(Math.max(1, step - gap)));
-      rect.setAttribute("height", String(barHeight));
-      const title = document.createElementNS(ns, "title");
-      title.textContent = `${d.date}: ${d.learned || 0}`;
-      rect.append(title);
+      const barHeight = Math.max(d.learned ? 2 : 0, ((d.learned || 0) / max) * plotH);
+      const rect = el("rect", { x: left + i * step + gap / 2, y: top + plotH - barHeight,
+        width: Math.max(1, step - gap), height: barHeight });
+      rect.append(el("title", {}, `${d.date}: ${d.learned || 0}`));
       svg.append(rect);
     });
     return svg;
@@ -655,6 +764,40 @@
     panel.append(...[stats, session.me.role === "global_admin" ? null : auditLog()].filter(Boolean));
   }
 
+  // The memories the learning log names, read once each: "user/id" → memory, or null
+  // when it is gone (deleted or erased). Shared and system memories have no user here.
+  const logMemories = new Map();
+  async function describeMemories(events) {
+    const wanted = [...new Set(events.filter((e) => e.memory_id && e.user_id)
+      .map((e) => `${e.user_id}/${e.memory_id}`))].filter((k) => !logMemories.has(k));
+    for (let i = 0; i < wanted.length; i += 8) {  // a few requests at a time
+      await Promise.all(wanted.slice(i, i + 8).map(async (k) => {
+        const [user, id] = [k.slice(0, k.lastIndexOf("/")), k.slice(k.lastIndexOf("/") + 1)];
+        try {
+          logMemories.set(k, await api("GET", `/v1/memories/${encodeURIComponent(id)}`, { user }));
+        } catch (err) {
+          // Gone (404) reads "deleted"; any other failure shows the bare id, never
+          // hides the log.
+          logMemories.set(k, err.status === 404 ? null : undefined);
+        }
+      }));
+    }
+  }
+  function memoryCell(e) {
+    if (!e.memory_id) return "";
+    const memory = e.user_id ? logMemories.get(`${e.user_id}/${e.memory_id}`) : undefined;
+    if (!memory) {
+      return h("span", { class: "help" }, memory === null ? t("memoryGone") : "", h("code", {}, e.memory_id));
+    }
+    const text = memory.content.length > 120 ? `${memory.content.slice(0, 119)}…` : memory.content;
+    return h("div", { class: "log-memory" },
+      h("button", { type: "button", class: "link", "aria-label": t("openMemory", { title: memory.title, user: e.user_id }),
+        onclick: () => userView({ user: e.user_id, header: e.user_id, admin: true, focus: memory.id, back: 0 }) },
+      memory.title),
+      h("p", { class: "help" }, text),
+      memory.superseded_at ? h("span", { class: "badge" }, t("retired")) : null);
+  }
+
   function auditLog() {
     const select = (values) => h("select", {}, h("option", { value: "" }, t("any")),
       values.map((v) => h("option", { value: v }, v)));
@@ -684,10 +827,11 @@
         seen = seen.concat(page.data);
         before = page.data.length ? page.data[page.data.length - 1].id : null;
         more.hidden = page.data.length < 50;
+        await describeMemories(seen);
         rows.replaceChildren(seen.length ? table(
-          [t("at"), t("user"), t("action"), t("actor"), t("reason"), t("memory")],
-          seen.map((e) => [when(e.at), e.user_id || "—", e.action, e.actor, e.reason || "",
-            e.memory_id || ""]), t("learningLog")) : h("p", { class: "help" }, t("none")));
+          [t("at"), t("user"), t("action"), t("memory"), t("conversation"), t("actor"), t("reason")],
+          seen.map((e) => [when(e.at), e.user_id || "—", e.action, memoryCell(e), e.conversation_id || "—",
+            e.actor, e.reason || ""]), t("learningLog")) : h("p", { class: "help" }, t("none")));
       } catch (err) {
         if (f[err.param]) showFieldError(f[err.param], err.message); else failed(err, rows);
       }
@@ -750,8 +894,12 @@
   }
 
   function sharedTab(panel) {
-    const scopes = session.me.role === "global_admin" ? ["system"] : ["shared", "system"];
+    // Shared memories are the tenant admin's; system memories are written only with a
+    // global admin key (a tenant admin reads them: no form that could only answer 403).
+    const global = session.me.role === "global_admin";
+    const scopes = global ? ["system"] : ["shared", "system"];
     for (const scope of scopes) {
+      const writable = scope === "shared" || global;
       const title = scope === "shared" ? t("sharedMemories") : t("systemMemories");
       const hid = nextId("scope");
       const list = h("ul", { class: "cards" });
@@ -763,14 +911,15 @@
       const load = async () => {
         try {
           const page = await api("GET", "/v1/admin/memories", { query: { scope, limit: 200 } });
-          list.replaceChildren(...(page.data.length ? page.data.map((m) => adminMemoryCard(m, load))
+          list.replaceChildren(...(page.data.length ? page.data.map((m) => adminMemoryCard(m, load, writable))
             : [h("li", { class: "help" }, t("none"))]));
         } catch (err) { failed(err, list); }
       };
       panel.append(h("section", { class: "panel", "aria-labelledby": hid },
         h("h2", { id: hid }, title), list,
-        h("h3", {}, t("addMemory")),
-        h("form", { onsubmit: async (event) => {
+        writable ? null : h("p", { class: "help" }, t("systemReadOnly")),
+        writable ? h("h3", {}, t("addMemory")) : null,
+        writable ? h("form", { onsubmit: async (event) => {
           event.preventDefault();
           Object.values(fields).forEach(clearFieldError);
           try {
@@ -782,12 +931,12 @@
             status(t("saved"));
             await load();
           } catch (err) { showFieldError(fields[err.param] || content, err.message); }
-        } }, content, memTitle, category, h("div", { class: "actions" }, h("button", { type: "submit" }, t("add"))))));
+        } }, content, memTitle, category, h("div", { class: "actions" }, h("button", { type: "submit" }, t("add")))) : null));
       load();
     }
   }
 
-  function adminMemoryCard(memory, reload) {
+  function adminMemoryCard(memory, reload, writable) {
     const titleId = nextId("mem");
     const path = `/v1/admin/memories/${encodeURIComponent(memory.id)}`;
     const act = (label, run, cls) => h("button", { type: "button", class: cls || "quiet",
@@ -796,20 +945,21 @@
       } }, label);
     return h("li", { class: memory.enabled === false ? "card off" : "card" },
       h("h3", { id: titleId }, memory.title),
-      h("p", {}, h("span", { class: "badge" }, memory.scope), h("span", { class: "badge" }, cat(memory.category))),
+      h("p", {}, h("span", { class: "badge" }, t(`scope.${memory.scope}`)), h("span", { class: "badge" }, cat(memory.category)),
+        memory.subcategory ? h("span", { class: "badge" }, subcat(memory.subcategory)) : null),
       h("p", {}, memory.content),
       h("details", {}, h("summary", {}, t("details")), h("dl", { class: "facts" },
         h("dt", {}, t("source")), h("dd", {}, memory.source || "—"),
         h("dt", {}, t("firstSeen")), h("dd", {}, when(memory.created_at)),
         h("dt", {}, t("lastSeen")), h("dd", {}, when(memory.last_seen_at)))),
-      h("div", { class: "actions" },
+      writable ? h("div", { class: "actions" },
         act(t("edit"), () => editMemory(memory, path, (o) => o || {})),
         act(t("delete"), async () => {
           if (!await confirmAction(t("deleteOne", { title: memory.title }), t("delete"))) return false;
           await api("DELETE", path);
           status(t("done"));
           return true;
-        }, "danger")));
+        }, "danger")) : null);
   }
 
   function usersTab(panel) {
@@ -823,7 +973,7 @@
         seen = seen.concat(page.data);
         after = page.last_id || null;
         more.hidden = !page.has_more;
-        rows.replaceChildren(seen.length ? table([t("user"), t("memories"), t("lastSeenCol"), ""],
+        rows.replaceChildren(seen.length ? table([t("user"), t("enabledMemories"), t("lastSeenCol"), ""],
           seen.map((u) => [u.user, u.memories, when(u.last_seen),
             h("button", { type: "button", class: "quiet", "aria-label": `${t("open")} ${u.user}`,
               onclick: () => userView({ user: u.user, header: u.user, admin: true }) }, t("open"))]),
@@ -833,7 +983,7 @@
     more.addEventListener("click", load);
     const input = h("input", { type: "text", autocomplete: "off" });
     panel.append(h("section", { class: "panel", "aria-labelledby": "users-h" },
-      h("h2", { id: "users-h" }, t("users")), rows, more,
+      h("h2", { id: "users-h" }, t("users")), h("p", { class: "help" }, t("usersHelp")), rows, more,
       h("form", { class: "row", onsubmit: (e) => {
         e.preventDefault();
         const user = input.value.trim();
@@ -856,6 +1006,83 @@
     return undefined;
   }
 
+  // The run-time settings the Settings tab edits, by their config.yaml names: "pair" and
+  // "budget" are objects edited as one number field per key (a budget cap left empty is
+  // no cap); every other setting is one field of its type.
+  const SETTINGS = [
+    { name: "learning.enabled", type: "bool" },
+    { name: "learning.score_threshold", type: "float" },
+    { name: "learning.batch_messages", type: "pair", parts: ["private", "group"] },
+    { name: "learning.max_memory_per_user", type: "int" },
+    { name: "learning.retention_days", type: "int" },
+    { name: "learning.model", type: "text" },
+    { name: "memory.injection_count", type: "int" },
+    { name: "memory.token_budget_percent", type: "float" },
+    { name: "learning.budget", type: "budget", parts: ["tokens_per_day", "tokens_per_month"] },
+  ];
+
+  function numberInput(kind, value) {
+    return h("input", { type: "number", step: kind === "float" ? "any" : "1", min: kind === "float" ? null : "0",
+      inputmode: kind === "float" ? "decimal" : "numeric", value: value ?? "" });
+  }
+
+  function settingControls(setting, value) {
+    // {wraps: {dotted path → field}, read(): the value to send or an Error naming the path}
+    const { name, type } = setting;
+    if (type === "bool") {
+      const control = h("input", { type: "checkbox", checked: Boolean(value), id: nextId("f") });
+      const error = h("p", { class: "field-error", id: nextId("err"), hidden: true });
+      const wrap = h("div", { class: "field" },
+        h("label", { class: "check", for: control.id }, control, h("span", {}, t(`set.${name}`))), error);
+      wrap.control = control;
+      wrap.error = error;
+      return { wraps: { [name]: wrap }, read: () => control.checked };
+    }
+    if (type === "text") {
+      const wrap = field(t(`set.${name}`), h("input", { type: "text", value: value ?? "" }));
+      return { wraps: { [name]: wrap }, read: () => wrap.control.value };
+    }
+    const parts = setting.parts || [null];
+    const wraps = {};
+    for (const part of parts) {
+      const path = part ? `${name}.${part}` : name;
+      const current = part ? (value || {})[part] : value;
+      wraps[path] = field(t(`set.${path}`), numberInput(type === "float" ? "float" : "int", current));
+    }
+    const number = (path) => {
+      const raw = wraps[path].control.value.trim();
+      if (raw === "") {
+        if (type === "budget") return null;
+        return new FieldProblem(path, t("numberRequired"));
+      }
+      const n = Number(raw);
+      return Number.isFinite(n) ? n : new FieldProblem(path, t("numberRequired"));
+    };
+    const read = () => {
+      if (!setting.parts) return number(name);
+      const out = {};
+      for (const part of parts) {
+        const n = number(`${name}.${part}`);
+        if (n instanceof FieldProblem) return n;
+        out[part] = n;
+      }
+      return out;
+    };
+    return { wraps, read };
+  }
+  function shownValue(setting, value) {
+    // A setting's value in words: on/off, "Private chats 5 · Group chats 25", "no cap".
+    if (value === null || value === undefined) return setting.type === "budget" ? t("noCapShort") : "—";
+    if (setting.type === "bool") return t(value ? "on" : "off");
+    if (setting.parts) {
+      return setting.parts.map((part) => `${t(`set.${setting.name}.${part}`)} ${value[part] ?? t("noCapShort")}`).join(" · ");
+    }
+    return String(value);
+  }
+  class FieldProblem {
+    constructor(path, message) { this.path = path; this.message = message; }
+  }
+
   function settingsTab(panel) {
     const box = h("section", { class: "panel", "aria-labelledby": "set-h" },
       h("h2", { id: "set-h" }, t("settings")), h("p", {}, t("loading")));
@@ -863,74 +1090,62 @@
     const load = async () => {
       try {
         const answer = await api("GET", "/v1/admin/settings");
-        const current = answer.settings || answer;
+        const current = answer.settings || {};
+        const overrides = answer.overrides || {};
         const wraps = {};
+        const controls = {};
         const initial = {};
-        const kinds = {};
-        for (const [name, declared] of SETTINGS) {
+        const blocks = SETTINGS.map((setting) => {
+          const { name } = setting;
           const value = lookup(current, name);
-          // A structured value (e.g. batch_messages per channel) is edited as JSON.
-          const type = value && typeof value === "object" ? "json" : declared;
-          kinds[name] = type;
-          initial[name] = type === "json" ? JSON.stringify(value) : value;
-          if (type === "bool") {
-            const control = h("input", { type: "checkbox", checked: Boolean(value), id: nextId("f") });
-            const error = h("p", { class: "field-error", id: nextId("err"), hidden: true });
-            const wrap = h("div", { class: "field" },
-              h("label", { class: "check", for: control.id }, control, h("span", {}, t(`set.${name}`))), error);
-            wrap.control = control;
-            wrap.error = error;
-            wraps[name] = wrap;
-          } else {
-            const attrs = type === "text" || type === "json" ? { type: "text" } : { type: "number",
-              step: type === "float" ? "any" : "1", inputmode: type === "float" ? "decimal" : "numeric" };
-            wraps[name] = field(t(`set.${name}`), h("input", { ...attrs, value: initial[name] ?? "" }));
-          }
-        }
+          const made = settingControls(setting, value);
+          controls[name] = made;
+          Object.assign(wraps, made.wraps);
+          initial[name] = JSON.stringify(made.read());
+          const overridden = Object.prototype.hasOwnProperty.call(overrides, name);
+          const label = t(`set.${name}`);
+          const origin = h("p", { class: "origin" },
+            h("span", { class: overridden ? "badge override" : "badge" },
+              overridden ? t("overridden") : t("fromConfig")),
+            overridden && answer.defaults && name in answer.defaults
+              ? h("span", { class: "help" }, t("configValue", { value: shownValue(setting, answer.defaults[name]) })) : null,
+            overridden ? h("button", { type: "button", class: "quiet small", "aria-label": t("resetOne", { name: label }),
+              onclick: async () => {
+                try {
+                  await api("PATCH", "/v1/admin/settings", { body: { [name]: null } });
+                  await load();
+                  status(t("resetDone", { name: label }));
+                } catch (err) { failed(err); }
+              } }, t("reset")) : null);
+          const fields = Object.values(made.wraps);
+          return setting.parts
+            ? h("fieldset", { class: "setting" }, h("legend", {}, label), fields, origin)
+            : h("div", { class: "setting" }, fields, origin);
+        });
+        const target = (param) => wraps[param]
+          || wraps[Object.keys(wraps).find((p) => p.startsWith(`${param}.`))]
+          || wraps[Object.keys(wraps).find((p) => String(param || "").startsWith(`${p}.`))];
         box.replaceChildren(h("h2", { id: "set-h" }, t("settings")), h("p", { class: "help" }, t("settingsHelp")),
           h("form", { novalidate: true, onsubmit: async (event) => {
             event.preventDefault();
+            Object.values(wraps).forEach(clearFieldError);
             const patch = {};
-            const values = {};
-            for (const [name] of SETTINGS) {
-              const type = kinds[name];
-              const wrap = wraps[name];
-              clearFieldError(wrap);
-              let value;
-              if (type === "bool") value = wrap.control.checked;
-              else if (type === "text" || type === "json") value = wrap.control.value;
-              else if (wrap.control.value.trim() === "") value = type === "int?" ? null : "";
-              else value = Number(wrap.control.value);
-              values[name] = value;
-              const before = initial[name] ?? (type === "int?" ? null : "");
-              if (value === before) continue;
-              // A budget is sent whole (PATCH replaces it); other settings one by one.
-              if (name.startsWith("learning.budget.")) patch["learning.budget"] = null;
-              else if (type === "json") {
-                try { patch[name] = JSON.parse(value); } catch (_) { patch[name] = value; }
-              } else patch[name] = value;
-            }
-            if ("learning.budget" in patch) {
-              patch["learning.budget"] = {
-                tokens_per_day: values["learning.budget.tokens_per_day"],
-                tokens_per_month: values["learning.budget.tokens_per_month"],
-              };
+            for (const { name } of SETTINGS) {
+              const value = controls[name].read();
+              if (value instanceof FieldProblem) { showFieldError(wraps[value.path], value.message); return; }
+              if (JSON.stringify(value) !== initial[name]) patch[name] = value;
             }
             if (!Object.keys(patch).length) { status(t("saved")); return; }
             try {
               await api("PATCH", "/v1/admin/settings", { body: patch });
-              status(t("saved"));
               await load();
+              status(t("saved"));
             } catch (err) {
-              // param is the dotted path of the bad value: learning.budget.tokens_per_day,
-              // learning.batch_messages.private (shown at learning.batch_messages).
-              const owner = Object.keys(wraps).find((n) => String(err.param || "").startsWith(`${n}.`));
-              const target = wraps[err.param] || wraps[`${err.param}.tokens_per_day`] || wraps[owner];
-              if (target) showFieldError(target, err.message);
-              else failed(err);
+              // param is the dotted path of the bad value (learning.batch_messages.private).
+              const wrap = target(err.param);
+              if (wrap) showFieldError(wrap, err.message); else failed(err);
             }
-          } }, SETTINGS.map(([name]) => wraps[name]),
-          h("div", { class: "actions" }, h("button", { type: "submit" }, t("save")))));
+          } }, blocks, h("div", { class: "actions" }, h("button", { type: "submit" }, t("save")))));
       } catch (err) { failed(err, box); }
     };
     load();
@@ -939,46 +1154,75 @@
   function usageTab(panel) {
     const group = h("select", {}, ["day", "model", "user"].map((g) =>
       h("option", { value: g }, t(g === "user" ? "user" : g))));
+    const since = field(t("since"), h("input", { type: "date" }));
+    const until = field(t("until"), h("input", { type: "date" }));
     const rows = h("div", {}, h("p", {}, t("loading")));
     const sum = (o) => Object.values(o || {}).reduce((a, b) => a + (Number(b) || 0), 0);
+    const split = (o) => Object.entries(o || {}).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(", ");
     async function load() {
+      [since, until].forEach(clearFieldError);
       try {
-        const page = await api("GET", "/v1/admin/usage", { query: tenantQuery({ group_by: group.value }) });
+        const page = await api("GET", "/v1/admin/usage", { query: tenantQuery({ group_by: group.value,
+          since: since.control.value, until: until.control.value }) });
+        const total = { requests: 0, prompt: 0, completion: 0, memory: 0, learning: {} };
+        for (const r of page.data) {
+          total.requests += r.requests;
+          total.prompt += r.user_tokens.prompt;
+          total.completion += r.user_tokens.completion;
+          total.memory += r.memory_tokens;
+          for (const [k, v] of Object.entries(r.learning_tokens || {})) total.learning[k] = (total.learning[k] || 0) + v;
+        }
+        const line = (key, r) => [key, r.requests, r.prompt, r.completion, r.memory,
+          `${sum(r.learning)} (${split(r.learning)})`];
         rows.replaceChildren(page.data.length ? table(
-          [t("key"), t("requests"), `${t("userTokens")} (${t("promptTokens")})`,
+          [t(group.value === "user" ? "user" : group.value), t("requests"), `${t("userTokens")} (${t("promptTokens")})`,
             `${t("userTokens")} (${t("completionTokens")})`, t("memoryTokens"), t("learningTokens")],
-          page.data.map((r) => [r.key, r.requests, r.user_tokens.prompt, r.user_tokens.completion,
-            r.memory_tokens, `${sum(r.learning_tokens)} (${Object.entries(r.learning_tokens || {})
-              .filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(", ")})`]), t("usage"))
+          [...page.data.map((r) => line(r.key ?? "—", { requests: r.requests, prompt: r.user_tokens.prompt,
+            completion: r.user_tokens.completion, memory: r.memory_tokens, learning: r.learning_tokens })),
+          line(h("strong", {}, t("total")), total)], t("usage"))
           : h("p", { class: "help" }, t("none")));
-      } catch (err) { failed(err, rows); }
+      } catch (err) {
+        const wrap = { since, until }[err.param];
+        if (wrap) showFieldError(wrap, err.message); else failed(err, rows);
+      }
     }
     group.addEventListener("change", load);
     panel.append(h("section", { class: "panel", "aria-labelledby": "use-h" },
-      h("h2", { id: "use-h" }, t("usage")), field(t("groupBy"), group), rows));
+      h("h2", { id: "use-h" }, t("usage")),
+      h("form", { class: "row", "aria-label": t("filters"), onsubmit: (e) => { e.preventDefault(); load(); } },
+        h("div", { class: "grow" }, field(t("groupBy"), group)),
+        h("div", { class: "grow" }, since), h("div", { class: "grow" }, until),
+        h("button", { type: "submit" }, t("apply"))),
+      rows));
     load();
   }
 
   function deadTab(panel) {
     const rows = h("div", {}, h("p", {}, t("loading")));
+    const transcript = (d) => (d.messages && d.messages.length
+      ? h("details", {}, h("summary", {}, tn("messageCount", d.messages.length)),
+        h("ol", { class: "transcript" }, d.messages.map((m) => h("li", {},
+          h("strong", {}, `${m.name || t(`role.${m.role}`)}: `), m.text))))
+      : "—");
     async function load() {
       try {
         const page = await api("GET", "/v1/admin/dead-letters");
         const path = (d) => `/v1/admin/dead-letters/${encodeURIComponent(d.id)}`;
         rows.replaceChildren(page.data.length ? table(
-          [t("kind"), t("attempts"), t("lastError"), t("failedAt"), ""],
-          page.data.map((d) => [d.kind, d.attempts, d.last_error, when(d.failed_at), h("div", { class: "actions" },
-            h("button", { type: "button", class: "quiet", "aria-label": `${t("requeue")} ${d.id}`, onclick: async () => {
-              try { await api("POST", `${path(d)}/requeue`); status(t("done")); await load(); } catch (err) { failed(err); }
-            } }, t("requeue")),
-            h("button", { type: "button", class: "danger", "aria-label": `${t("drop")} ${d.id}`, onclick: async () => {
-              if (!await confirmAction(t("dropConfirm", { id: d.id }), t("drop"))) return;
-              try { await api("DELETE", path(d)); status(t("done")); await load(); } catch (err) { failed(err); }
-            } }, t("drop")))]), t("deadLetters")) : h("p", { class: "help" }, t("none")));
+          [t("failedAt"), t("user"), t("conversation"), t("kind"), t("attempts"), t("lastError"), t("messages"), ""],
+          page.data.map((d) => [when(fromEpoch(d.failed_at)), d.user || "—", d.conversation || "—", d.kind,
+            d.attempts, h("span", { class: "error-text" }, d.last_error), transcript(d), h("div", { class: "actions" },
+              h("button", { type: "button", class: "quiet", "aria-label": `${t("requeue")} ${d.id}`, onclick: async () => {
+                try { await api("POST", `${path(d)}/requeue`); status(t("done")); await load(); } catch (err) { failed(err); }
+              } }, t("requeue")),
+              h("button", { type: "button", class: "danger", "aria-label": `${t("drop")} ${d.id}`, onclick: async () => {
+                if (!await confirmAction(t("dropConfirm", { id: d.id }), t("drop"))) return;
+                try { await api("DELETE", path(d)); status(t("done")); await load(); } catch (err) { failed(err); }
+              } }, t("drop")))]), t("deadLetters")) : h("p", { class: "help" }, t("none")));
       } catch (err) { failed(err, rows); }
     }
     panel.append(h("section", { class: "panel", "aria-labelledby": "dead-h" },
-      h("h2", { id: "dead-h" }, t("deadLetters")), rows));
+      h("h2", { id: "dead-h" }, t("deadLetters")), h("p", { class: "help" }, t("deadHelp")), rows));
     load();
   }
 

@@ -8,9 +8,12 @@
   :mod:`proxy.routes.governance`
 - ``GET /v1/admin/dead-letters`` · ``POST /v1/admin/dead-letters/{id}/requeue`` ·
   ``DELETE /v1/admin/dead-letters/{id}`` — the tenant's failed learning jobs: list, run
-  again, drop. A job of another tenant (or one dead-lettered before jobs carried their
-  tenant) is not listed and answers 404 ``job_not_found``; the operator's CLI
-  ``memory-proxy dead-letters`` sees every job.
+  again, drop. ``failed_at`` is epoch seconds. A ``learn`` job whose batch is still stored
+  also names its ``user``, ``conversation``, ``channel`` and the batch's ``messages``
+  (``role``, ``text``, ``name``) as the buffer keeps them, i.e. already PII-scrubbed; other
+  jobs have ``null`` there and no messages. A job of another tenant (or one dead-lettered
+  before jobs carried their tenant) is not listed and answers 404 ``job_not_found``; the
+  operator's CLI ``memory-proxy dead-letters`` sees every job.
 
 Every route reads and writes only the admin key's tenant (``tests/routes/test_admin.py``
 holds a table of every route against a foreign tenant's data).
@@ -26,6 +29,7 @@ from starlette.responses import Response
 from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError
 from proxy.learning.prompts import EXTRACTION_EN, SCORING_EN
+from proxy.learning.queue import DeadLetter, LearningQueue
 from proxy.memory.records import to_iso
 from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
@@ -100,14 +104,31 @@ async def put_prompt(request: Request) -> Response:
                           "version": saved.version, "at": to_iso(saved.at)})
 
 
+# A learn job's id is this prefix and its batch key (both queue backends name it so).
+_LEARN_PREFIX = "learn:"
+
+
+async def _dead_letter(queue: LearningQueue, dead: DeadLetter) -> dict[str, object]:
+    """One dead job as the API lists it (module docstring), its batch read when stored."""
+    batch = None
+    if dead.kind == "learn" and dead.id.startswith(_LEARN_PREFIX):
+        batch = await queue.load_batch(dead.id.removeprefix(_LEARN_PREFIX))
+    return {"id": dead.id, "kind": dead.kind, "attempts": dead.attempts,
+            "last_error": dead.last_error, "failed_at": dead.failed_at,
+            "user": batch.user if batch else None,
+            "conversation": batch.conversation if batch else None,
+            "channel": batch.channel if batch else None,
+            "messages": [{"role": m.role, "text": m.text, "name": m.name}
+                         for m in batch.messages] if batch else []}
+
+
 async def dead_letters(request: Request) -> Response:
     res, tenant, _ = _admin(request)
     if res.queue is None:
         return json_response({"object": "list", "data": []})
     dead = await res.queue.dead_letters(limit=500, tenant=tenant)
     return json_response({"object": "list", "data": [
-        {"id": d.id, "kind": d.kind, "attempts": d.attempts, "last_error": d.last_error,
-         "failed_at": d.failed_at} for d in dead]})
+        await _dead_letter(res.queue, d) for d in dead]})
 
 
 async def requeue(request: Request) -> Response:

@@ -169,6 +169,9 @@ class SettingsView(BaseModel):
     settings: dict[str, Any] = Field(description="effective value of every run-time "
                                                  "setting (config name → value)")
     overrides: dict[str, Any] = Field(description="the tenant's stored overrides")
+    defaults: dict[str, Any] = Field(default_factory=dict,
+                                     description="every setting's config.yaml value: what "
+                                                 "removing the override (null) goes back to")
     learning_available: bool = Field(description="config.yaml has learning on (only then "
                                                  "can a tenant switch it on)")
 

@@ -38,7 +38,7 @@ from proxy.routes import admin_models as m
 from proxy.routes.json import json_response
 from proxy.routes.shapes import parse_body, parse_query, read_json
 from proxy.settings import GLOBAL_NAMESPACE
-from proxy.tenants import OVERRIDABLE
+from proxy.tenants import OVERRIDABLE, TenantConfig
 
 T = TypeVar("T", bound=BaseModel)
 PROMPT_KINDS = ("scoring", "extraction")
@@ -215,9 +215,12 @@ async def restore_prompt(request: Request) -> Response:
 # --- settings ------------------------------------------------------------------------------
 async def _settings_view(admin: Admin) -> m.SettingsView:
     config = await admin.res.tenants.get(admin.tenant)
+    base = TenantConfig(tenant=admin.tenant, learning=admin.res.settings.learning,
+                        memory=admin.res.settings.memory, overrides={})
     return m.SettingsView(tenant=admin.tenant,
                           settings={name: config.value(name) for name in OVERRIDABLE},
                           overrides=dict(config.overrides),
+                          defaults={name: base.value(name) for name in OVERRIDABLE},
                           learning_available=admin.res.tenants.learning_available)
 
 

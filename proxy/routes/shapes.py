@@ -460,12 +460,23 @@ class PromptSaved(BaseModel):
     at: str | None
 
 
+class DeadLetterMessage(BaseModel):
+    role: str
+    text: str
+    name: str | None
+
+
 class DeadLetterOut(BaseModel):
     id: str
     kind: str
     attempts: int
     last_error: str
-    failed_at: float
+    failed_at: float = Field(description="epoch seconds")
+    user: str | None = Field(default=None, description="a learn job's user (its batch)")
+    conversation: str | None = None
+    channel: str | None = None
+    messages: list[DeadLetterMessage] = Field(
+        default_factory=list, description="the batch's messages as stored (PII-scrubbed)")
 
 
 class DeadLetterList(BaseModel):

@@ -3,7 +3,8 @@
 (:mod:`proxy.routes.owner`).
 
 - ``GET /v1/me`` → ``{"object": "identity", "tenant", "user", "role", "learning"}`` (no
-  user needed: ``user`` is null for app and admin keys without ``X-User-Id``)
+  user needed: ``user`` is null for app and admin keys without ``X-User-Id``); a global
+  admin's answer also lists ``tenants`` (those the configuration names)
 - ``DELETE /v1/me?confirm=true`` → erase everything about the user
 - ``GET /v1/profile`` → names, first/last seen, style, impression, traits and topics with
   their decayed scores now, and the resident facts with hits and timeline
@@ -49,6 +50,16 @@ def settings_api(settings: UserSettings) -> dict[str, Any]:
             "learning_indicator": settings.show_learning_indicator}
 
 
+def configured_tenants(res: Resources) -> list[str]:
+    """The tenants ``config.yaml`` names (``auth.keys``, ``auth.admin_keys``,
+    ``auth.jwt.tenants``), sorted: the list a global admin picks a tenant from."""
+    auth = res.settings.auth
+    named = {k.tenant for k in auth.keys} | {k.tenant for k in auth.admin_keys}
+    if auth.jwt is not None:
+        named.update(auth.jwt.tenants)
+    return sorted(named)
+
+
 async def whoami(request: Request) -> Response:
     """``GET /v1/me``: the caller's tenant, user (or null), role and learning switches."""
     res: Resources = request.app.state.resources
@@ -58,6 +69,7 @@ async def whoami(request: Request) -> Response:
         return json_response({
             "object": "identity", "tenant": identity.tenant, "user": None,
             "role": identity.role, "learning": await learning_state(res, None, None),
+            "tenants": configured_tenants(res),
         })
     principal, user = caller(request, res, dict(request.query_params))
     settings = None if user is None else \

@@ -149,11 +149,13 @@ async def test_admin_changes_a_setting_and_sees_validation_next_to_the_field(
     assert stored["overrides"] == {"learning.score_threshold": 0.7}
     assert await fits_width(page)
     await screenshot(page, "admin-settings")
-    # A nested value's error (param learning.batch_messages.private) shows at its setting.
-    batch = page.get_by_label("Messages per learning batch")
-    await batch.fill('{"private": "7", "group": 25}')
+    # A nested value's error (param learning.batch_messages.private) shows at its field.
+    batch = page.get_by_role("group", name="Messages per learning batch")
+    private = batch.get_by_label("Private chats")
+    await private.fill("0")
     await page.get_by_role("button", name="Save").click()
-    await expect(batch).to_have_attribute("aria-invalid", "true")
+    await expect(private).to_have_attribute("aria-invalid", "true")
+    await expect(batch.get_by_label("Group chats")).not_to_have_attribute("aria-invalid", "true")
     stored = await admin_get(console_gateway, "/v1/admin/settings")
     assert stored["overrides"] == {"learning.score_threshold": 0.7}
 
@@ -229,11 +231,17 @@ async def test_global_admin_manages_system_memories_and_reads_a_tenant(
     await expect(page.get_by_role("heading", name="global admin")).to_be_visible()
     await expect(page.get_by_role("tab", name="Prompts")).to_have_count(0)
     await expect(page.get_by_role("tab", name="Settings")).to_have_count(0)
-    # No tenant named yet: the gateway's 400 is shown in place of the totals.
-    await expect(page.get_by_role("alert")).to_contain_text("tenant")
-    await page.get_by_label("Tenant").fill(TENANT)
+    # The tenants of the configuration are offered (the first one open), never the API's
+    # "add ?tenant=<name>".
+    tenant = page.get_by_label("Tenant")
+    await expect(tenant).to_have_value(TENANT)
+    assert await tenant.locator("option").all_inner_texts() == [TENANT]
+    await expect(page.locator(".stats li", has_text="Personal memories")).to_contain_text("1")
+    await expect(page.get_by_role("alert")).to_have_count(0)
+    await tenant.select_option(TENANT)
     await page.get_by_role("button", name="Open", exact=True).click()
     await expect(page.locator(".stats li", has_text="Personal memories")).to_contain_text("1")
+    await expect(page.get_by_text("?tenant=")).to_have_count(0)
 
     await page.get_by_role("tab", name="Shared knowledge").click()
     system = page.locator("section", has=page.get_by_role("heading", name="System memories"))

@@ -79,7 +79,8 @@ async def test_user_sees_edits_disables_and_deletes_a_learned_memory(
 
     # Details: evidence, first/last seen, source conversation.
     await card.get_by_text("Details").click()
-    await expect(card).to_contain_text("1 times")
+    await expect(card).to_contain_text("Evidence: 1 time")
+    await expect(card).not_to_contain_text("1 times")
     await expect(card).to_contain_text("conv-lisbon")
 
     # Search narrows the list.
@@ -173,7 +174,7 @@ async def test_user_toggles_learning_exports_imports_and_clears_all(
     assert "Keeps bees in Oslo" in await memories(console_gateway)
     await page.get_by_role("button", name="Clear all").click()
     await confirm.get_by_role("button", name="Clear all").click()
-    await expect(page.get_by_role("status")).to_contain_text("Deleted 1 memories")
+    await expect(page.get_by_role("status")).to_have_text("Deleted 1 memory.")
     assert [m for m in (await memories(console_gateway)).values() if m.active] == []
 
     # Import the export back.

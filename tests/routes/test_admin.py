@@ -112,6 +112,46 @@ async def test_usage_and_dead_letters(gw: Gateway, upstream: FakeUpstream) -> No
             "Collects stamps"]
 
 
+async def test_a_dead_learn_job_names_its_user_conversation_and_scrubbed_messages(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A dead ``learn`` job lists the batch's user, conversation, channel and messages as
+    the buffer stored them (a secret already replaced), and its time in epoch seconds."""
+    upstream.extract = lambda body: "not json at all"
+    async with gw.client(headers={**APP, "X-User-Id": "u1",
+                                  "X-Conversation-Id": "c-42"}) as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": [
+            {"role": "user", "content":
+             "My config has OPENAI_API_KEY=sk-test-PLACEHOLDER0123456789abcdef and fails."}]})
+    assert response.status_code == 200
+    await gw.settle()
+    async with gw.client(headers=ADMIN) as client:
+        [dead] = (await client.get("/v1/admin/dead-letters")).json()["data"]
+    assert (dead["kind"], dead["user"], dead["conversation"], dead["channel"]) == (
+        "learn", "u1", "c-42", "private")
+    assert dead["messages"][0]["role"] == "user"
+    assert "[SECRET]" in dead["messages"][0]["text"]
+    assert "PLACEHOLDER" not in str(dead["messages"])
+    assert 1e9 < dead["failed_at"] < 1e11  # seconds, not milliseconds
+
+
+async def test_a_global_admin_is_told_the_configured_tenants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    """GET /v1/me for a global admin key lists the tenants the configuration names."""
+    monkeypatch.setenv("ZETA_KEY", "zeta-secret")
+    monkeypatch.setenv("ADMIN_KEY", "admin-secret")
+    monkeypatch.setenv("ROOT_KEY", "global-secret")
+    settings = make_settings(tmp_path, auth={
+        "keys": [{"key": "os.environ/ZETA_KEY", "tenant": "zeta"}],
+        "admin_keys": [{"key": "os.environ/ADMIN_KEY", "tenant": "acme"}],
+        "global_admin_keys": [{"key": "os.environ/ROOT_KEY", "name": "root"}]})
+    async with running_gateway(settings, upstream) as gateway, gateway.client(
+            headers={"Authorization": "Bearer global-secret"}) as client:
+        me = (await client.get("/v1/me")).json()
+    assert (me["role"], me["tenants"]) == ("global_admin", ["acme", "zeta"])
+
+
 async def test_a_dead_job_can_be_dropped(gw: Gateway, upstream: FakeUpstream) -> None:
     """DELETE /v1/admin/dead-letters/{id} removes the tenant's failed job for good; a second
     delete, or an unknown id, is 404."""

@@ -270,6 +270,10 @@ async def test_settings_are_read_validated_and_audited(gw: Gateway) -> None:
         assert changed.json()["settings"]["learning.score_threshold"] == 0.75
         assert changed.json()["overrides"]["learning.budget"] == {
             "tokens_per_day": 5000, "tokens_per_month": None}
+        # The config.yaml values stay listed beside the overrides (what a reset restores).
+        assert changed.json()["defaults"]["learning.score_threshold"] == 0.6
+        assert changed.json()["defaults"]["learning.budget"] == {
+            "tokens_per_day": None, "tokens_per_month": None}
         for bad, param in (({"learning.score_threshold": 1.5}, "learning.score_threshold"),
                            ({"memory.injection_count": -1}, "memory.injection_count"),
                            # past 100 years the retention sweep's date would overflow
