@@ -10,6 +10,13 @@ within 5 s without a restart (the process that made it sees it at once). When th
 cannot be read, the last known settings (else the config's) are used: settings never break
 chat or learning.
 
+**Reads are bounded.** A cached tenant is served from memory (a dict look-up); only a
+miss or a stale entry reads the store, under :data:`READ_TIMEOUT_SECONDS`. A read that
+fails or runs late keeps the last known settings (else the config's) and is cached as
+such from the moment the failure was seen, so the store is asked again
+:data:`REFRESH_SECONDS` later, not on every request meanwhile: a store that stopped
+answering costs each tenant one bounded wait per refresh interval.
+
 Validation is the startup validation: the merged section is rebuilt with pydantic, and an
 invalid value is a 400 whose ``param`` is the dotted path of the value
 (``learning.score_threshold``, ``learning.batch_messages.private``). The route takes JSON
@@ -18,6 +25,7 @@ booleans and numbers only (:class:`~proxy.routes.admin_models.SettingsPatch` is 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +46,10 @@ log = structlog.get_logger("proxy.tenants")
 REFRESH_SECONDS = 4.0
 # The settings an admin may change at run time, by their config.yaml names.
 OVERRIDABLE: tuple[str, ...] = tuple(setting.path for setting in TENANT_OVERRIDABLE)
+# Longest wait for one settings read on the request path: one key read, sub-millisecond
+# on a healthy store; a quarter second leaves room for a loaded one and bounds what a
+# store that stopped answering adds to a chat.
+READ_TIMEOUT_SECONDS = 0.25
 # Cached tenants per process (LRU beyond this drops the least recently read).
 MAX_CACHED_TENANTS = 10_000
 
@@ -62,11 +74,13 @@ class TenantSettings:
 
     def __init__(self, settings: Settings, store: MemoryStore, *,
                  clock: Callable[[], float] = time.monotonic,
-                 refresh_seconds: float = REFRESH_SECONDS) -> None:
+                 refresh_seconds: float = REFRESH_SECONDS,
+                 read_timeout_seconds: float = READ_TIMEOUT_SECONDS) -> None:
         self._settings = settings
         self._store = store
         self._clock = clock
         self._refresh = refresh_seconds
+        self._read_timeout = read_timeout_seconds
         self._cache: dict[str, tuple[float, TenantConfig]] = {}
         self._defaults = TenantConfig(tenant="", learning=settings.learning,
                                       memory=settings.memory, overrides={})
@@ -81,17 +95,21 @@ class TenantSettings:
         return [config for _, config in self._cache.values()]
 
     async def get(self, tenant: str) -> TenantConfig:
-        """The tenant's effective settings, at most :data:`REFRESH_SECONDS` old."""
+        """The tenant's effective settings, at most :data:`REFRESH_SECONDS` old when the
+        store answers (module docstring: a failed or late read keeps the last known)."""
         now = self._clock()
         hit = self._cache.get(tenant)
         if hit is not None and now - hit[0] < self._refresh:
             return hit[1]
         try:
-            overrides = await self._store.get_tenant_settings(tenant)
+            async with asyncio.timeout(self._read_timeout):
+                overrides = await self._store.get_tenant_settings(tenant)
             config = self._merge(tenant, overrides)
-        except (StoreUnavailableError, InvalidRequestError) as exc:
-            log.warning("tenant_settings_unreadable", tenant=tenant, error=str(exc))
+        except (StoreUnavailableError, InvalidRequestError, TimeoutError) as exc:
+            log.warning("tenant_settings_unreadable", tenant=tenant,
+                        error=str(exc) or type(exc).__name__)
             config = hit[1] if hit is not None else self._merge(tenant, {})
+            now = self._clock()  # the next read is due a refresh after the failure
         self._remember(tenant, config, now)
         return config
 

@@ -22,6 +22,10 @@ class StoreUnavailableError(Exception):
     """The memory store cannot be reached or failed; memory degrades, chat goes on."""
 
 
+class StoreBusyError(StoreUnavailableError):
+    """The store is reachable but had no free connection within its bounded wait."""
+
+
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     """A hot-path recall query over active (enabled, non-retired) memories.
