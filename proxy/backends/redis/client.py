@@ -27,7 +27,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, WatchError
 
-from proxy.memory.store import StoreUnavailableError
+from proxy.memory.store import StoreBusyError, StoreUnavailableError
 
 # Bounds on one command; the hot path has its own, shorter deadline (memory.recall_timeout_ms).
 SOCKET_TIMEOUT_SECONDS = 5.0
@@ -134,9 +134,12 @@ def require_resp2_bytes(client: Redis) -> None:
 @contextlib.contextmanager
 def unavailable_on_redis_error(operation: str) -> Iterator[None]:
     """Translate ``redis`` errors raised inside the block into
-    :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation``."""
+    :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation``
+    (:class:`~proxy.memory.store.StoreBusyError` for a pool wait that ran out)."""
     try:
         yield
+    except PoolExhaustedError as exc:
+        raise StoreBusyError(f"redis {operation}: {exc}") from exc
     except RedisError as exc:
         raise StoreUnavailableError(f"redis {operation} failed: {exc}") from exc
 
