@@ -30,7 +30,7 @@ log = structlog.get_logger("proxy.health")
 # Seconds /readyz waits for the store's ping and the queue's depth (asked at once): a
 # probe answers within a second whatever the store does (load balancers' probes time out
 # at 1 s by default).
-READY_TIMEOUT_SECONDS = 0.8
+READY_TIMEOUT_SECONDS = 0.5
 
 
 async def healthz(_request: Request) -> Response:
