@@ -5,6 +5,7 @@ that runs out is counted and alerted on as a busy store — never as an unreacha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -62,14 +63,15 @@ async def test_a_recall_holds_one_connection_at_a_time(
     assert max(peaks) == 1
 
 
-@pytest.fixture
+@contextlib.asynccontextmanager
 async def small_pool(tmp_path: Path, redis_url: str, redis_prefix: str,
-                     upstream: FakeUpstream) -> AsyncIterator[Gateway]:
-    """A gateway on Redis with a pool of :data:`POOL_SIZE` connections and a recall
-    deadline roomy enough for a loaded CI machine (the pool, not the CPU, is tested)."""
+                     upstream: FakeUpstream, *, recall_ms: int) -> AsyncIterator[Gateway]:
+    """A gateway on Redis with a pool of :data:`POOL_SIZE` connections; its pool waits
+    half of ``recall_ms`` for a connection."""
     storage = {**redis_storage(tmp_path, redis_url, redis_prefix),
                "redis_max_connections": POOL_SIZE}
-    settings = make_settings(tmp_path, storage=storage, memory={"recall_timeout_ms": 2000})
+    settings = make_settings(tmp_path, storage=storage,
+                             memory={"recall_timeout_ms": recall_ms})
     async with running_gateway(settings, upstream) as gw:
         yield gw
 
@@ -83,25 +85,34 @@ async def chat(gw: Gateway, user: str, text: str) -> dict[str, str]:
 
 
 async def test_four_times_the_pool_in_concurrent_chats_all_get_memory(
-        small_pool: Gateway) -> None:
+        tmp_path: Path, redis_url: str, redis_prefix: str, upstream: FakeUpstream) -> None:
     """16 chats at once on a pool of 4 connections: every one is answered with its
-    user's memory — none fails for lack of a connection, none is degraded."""
-    users = [f"user{i}" for i in range(4 * POOL_SIZE)]
-    for user in users:
-        await small_pool.res.store.add(fact(user, f"{user} keeps bees in the garden"))
-    replies = await asyncio.gather(*(chat(small_pool, u, "Tell me about my bees")
-                                     for u in users))
-    assert [r["x-memory-status"] for r in replies] == ["injected"] * len(users)
-    assert small_pool.res.metrics.store_pool_exhausted._value.get() == 0
+    user's memory — none fails for lack of a connection, none is degraded. (The recall
+    deadline is roomy: on a loaded CI machine the event loop, not the pool, would
+    otherwise decide.)"""
+    async with small_pool(tmp_path, redis_url, redis_prefix, upstream,
+                          recall_ms=10_000) as gw:
+        users = [f"user{i}" for i in range(4 * POOL_SIZE)]
+        for user in users:
+            await gw.res.store.add(fact(user, f"{user} keeps bees in the garden"))
+        replies = await asyncio.gather(*(chat(gw, u, "Tell me about my bees")
+                                         for u in users))
+        assert [r["x-memory-status"] for r in replies] == ["injected"] * len(users)
+        assert gw.res.metrics.store_pool_exhausted._value.get() == 0
 
 
 async def test_an_exhausted_pool_is_counted_and_alerted_not_an_outage(
-        small_pool: Gateway) -> None:
+        tmp_path: Path, redis_url: str, redis_prefix: str, upstream: FakeUpstream) -> None:
     """With every connection held past the pool's bounded wait, a chat is answered
     without memory (reason store_busy), the exhaustion is counted, the
     store_pool_exhausted alert holds and store_unreachable does not; once connections
     are free again memory is back."""
-    gw = small_pool
+    async with small_pool(tmp_path, redis_url, redis_prefix, upstream,
+                          recall_ms=1_000) as gw:
+        await _exhaust(gw)
+
+
+async def _exhaust(gw: Gateway) -> None:
     await gw.res.store.add(fact("u1", "Keeps bees in the garden"))
     metrics = gw.res.metrics
     checks = {c.name: c for c in standard_checks(
