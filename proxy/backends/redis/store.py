@@ -103,9 +103,10 @@ from proxy.memory.store import (
 from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
 
-# Seconds a settings read (tenant overrides, a user's switches) may take on the request
-# path: one key read, sub-millisecond on a healthy Redis; a quarter second leaves room for
-# a loaded one and bounds what a Redis that stopped answering costs each chat.
+# Seconds a user's switches may take to read (on the request path: the chat's learning
+# header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
+# a healthy Redis; a quarter second leaves room for a loaded one and bounds what a Redis
+# that stopped answering costs each chat.
 SETTINGS_READ_SECONDS = 0.25
 
 
@@ -503,10 +504,9 @@ class RedisMemoryStore:
 
 
     async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
-        """Read on the request path: under :data:`SETTINGS_READ_SECONDS`."""
+        """Bounded by its caller (:class:`proxy.tenants.TenantSettings`)."""
         with _unavailable("get_tenant_settings"):
-            async with _deadline("get_tenant_settings"):
-                return await self._tenants.get_settings(tenant)
+            return await self._tenants.get_settings(tenant)
 
     async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
                                   ) -> None:
