@@ -17,7 +17,13 @@ A delivery that fails (connection error, timeout, non-2xx) is logged, counted
 
 The checks (:func:`standard_checks`), each run where its data lives:
 
-- ``store_unreachable`` (critical) — the memory store's ``ping`` fails or times out;
+- ``store_unreachable`` (critical) — the memory store's ``ping`` fails or times out (a
+  ping that found no free pool connection in time is not an outage: it counts below);
+- ``store_pool_exhausted`` (warning) — in one round, storage commands found no free
+  connection within the pool's bounded wait
+  (``memory_proxy_store_pool_exhausted_total`` grew): memory was skipped for lack of a
+  connection, not for an outage — raise ``storage.redis_max_connections`` or look at
+  what keeps Redis busy;
 - ``upstream_failing`` (critical, gateways) — in one round, at least one chat request and
   at least ``alerts.upstream_failure_ratio`` of them failed upstream
   (``memory_proxy_requests_total{status="upstream_error"}``: the upstream answered an
@@ -56,6 +62,7 @@ import aiohttp
 import orjson
 import structlog
 
+from proxy.memory.store import StoreBusyError
 from proxy.metrics import Metrics
 from proxy.resources import Resources
 from proxy.settings import AlertSettings
@@ -228,13 +235,26 @@ def standard_checks(*, metrics: Metrics, ping: Callable[[], Awaitable[None]],
         try:
             async with asyncio.timeout(PING_TIMEOUT_SECONDS):
                 await ping()
-        except Exception as exc:  # any failure means unreachable
+        except StoreBusyError as exc:  # reachable, only busy: store_pool_exhausted
+            return False, {"busy": str(exc)[:300]}
+        except Exception as exc:  # any other failure means unreachable
             return True, {"error": f"{type(exc).__name__}: {exc}"[:300]}
         return False, {}
 
+    exhausted = _Delta(lambda: _sum(metrics, "memory_proxy_store_pool_exhausted_total",
+                                    lambda _: True))
+
+    async def pool() -> tuple[bool, dict[str, Any]]:
+        waits = exhausted()
+        return waits > 0, {"exhausted": int(waits)}
+
     checks = [Check("store_unreachable", "critical",
                     "The memory store does not answer: memory is degraded (chat goes on).",
-                    store)]
+                    store),
+              Check("store_pool_exhausted", "warning",
+                    "Storage commands found no free connection in time: memory was skipped "
+                    "for lack of a connection (raise storage.redis_max_connections).",
+                    pool)]
     if gateway:
         failed = _Delta(lambda: _sum(
             metrics, "memory_proxy_requests_total",

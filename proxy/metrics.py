@@ -95,6 +95,11 @@ class Metrics:
             "Storage calls that failed (StoreUnavailableError) by operation, e.g. "
             "store.search, queue.claim, ledger.record_usage.",
             ["operation"], registry=r)
+        self.store_pool_exhausted = Counter(
+            "memory_proxy_store_pool_exhausted_total",
+            "Storage commands that found no free connection in the pool within its "
+            "bounded wait (Redis busy, or storage.redis_max_connections too small); not "
+            "an outage.", registry=r)
         self.alerts = Counter(
             "memory_proxy_alerts_total",
             "Alert webhook deliveries by alert and state (firing, resolved) and outcome "

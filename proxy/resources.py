@@ -177,6 +177,7 @@ async def open_resources(
     starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
     use.
     """
+    metrics = Metrics()
     async with contextlib.AsyncExitStack() as stack:
         if embedder is None:
             configured = build_embedder(settings.memory.embedder)
@@ -203,7 +204,10 @@ async def open_resources(
                         f"({embedder.model}) makes {embedder.dimension}-dimensional vectors; "
                         "leave storage.vector_dim unset to follow the embedder")
                 vector_dim = embedder.dimension
-            client = await stack.enter_async_context(connect(storage.url.get_secret_value()))
+            client = await stack.enter_async_context(connect(
+                storage.url.get_secret_value(), max_connections=storage.redis_max_connections,
+                pool_wait_seconds=settings.memory.recall_timeout_ms / 2000,
+                on_exhausted=metrics.store_pool_exhausted.inc))
             redis_store = RedisMemoryStore(client, key_prefix=storage.key_prefix,
                                            vector_dim=vector_dim)
             try:
@@ -225,7 +229,6 @@ async def open_resources(
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
         stack.push_async_callback(upstream.aclose)
-        metrics = Metrics()
         yield build_resources(
             settings, store=count_store_errors(store, metrics, "store"),
             ledger=count_store_errors(ledger, metrics, "ledger"), upstream=upstream,

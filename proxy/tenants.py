@@ -10,6 +10,16 @@ within 5 s without a restart (the process that made it sees it at once). When th
 cannot be read, the last known settings (else the config's) are used: settings never break
 chat or learning.
 
+**Reads are bounded.** A cached tenant is served from memory (a dict look-up); only a
+miss or a stale entry reads the store. One read per tenant runs at a time, in a task that
+the requests needing it share: each waits for it at most until :data:`READ_TIMEOUT_SECONDS`
+after the read began, then goes on with the last known settings (else the config's). The
+read itself may run on for up to :data:`READ_LIMIT_SECONDS` (a loaded store's late answer
+still lands in the cache); when it fails or runs out, the last known settings are cached
+from the moment the failure was seen, so the store is asked again :data:`REFRESH_SECONDS`
+later, not on every request meanwhile. A store that stopped answering thus costs a
+tenant's requests at most :data:`READ_TIMEOUT_SECONDS` once per refresh interval.
+
 Validation is the startup validation: the merged section is rebuilt with pydantic, and an
 invalid value is a 400 whose ``param`` is the dotted path of the value
 (``learning.score_threshold``, ``learning.batch_messages.private``). The route takes JSON
@@ -18,6 +28,7 @@ booleans and numbers only (:class:`~proxy.routes.admin_models.SettingsPatch` is 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +49,12 @@ log = structlog.get_logger("proxy.tenants")
 REFRESH_SECONDS = 4.0
 # The settings an admin may change at run time, by their config.yaml names.
 OVERRIDABLE: tuple[str, ...] = tuple(setting.path for setting in TENANT_OVERRIDABLE)
+# Longest wait for one settings read on the request path: one key read, sub-millisecond
+# on a healthy store; a quarter second leaves room for a loaded one and bounds what a
+# store that stopped answering adds to a chat.
+READ_TIMEOUT_SECONDS = 0.25
+# Longest a settings read runs on in the background after the requests stopped waiting.
+READ_LIMIT_SECONDS = 2.0
 # Cached tenants per process (LRU beyond this drops the least recently read).
 MAX_CACHED_TENANTS = 10_000
 
@@ -62,12 +79,18 @@ class TenantSettings:
 
     def __init__(self, settings: Settings, store: MemoryStore, *,
                  clock: Callable[[], float] = time.monotonic,
-                 refresh_seconds: float = REFRESH_SECONDS) -> None:
+                 refresh_seconds: float = REFRESH_SECONDS,
+                 read_timeout_seconds: float = READ_TIMEOUT_SECONDS,
+                 read_limit_seconds: float = READ_LIMIT_SECONDS) -> None:
         self._settings = settings
         self._store = store
         self._clock = clock
         self._refresh = refresh_seconds
+        self._read_timeout = read_timeout_seconds
+        self._read_limit = max(read_limit_seconds, read_timeout_seconds)
         self._cache: dict[str, tuple[float, TenantConfig]] = {}
+        # The read in flight per tenant and when it began (event-loop seconds).
+        self._reading: dict[str, tuple[asyncio.Task[TenantConfig], float]] = {}
         self._defaults = TenantConfig(tenant="", learning=settings.learning,
                                       memory=settings.memory, overrides={})
 
@@ -81,18 +104,43 @@ class TenantSettings:
         return [config for _, config in self._cache.values()]
 
     async def get(self, tenant: str) -> TenantConfig:
-        """The tenant's effective settings, at most :data:`REFRESH_SECONDS` old."""
-        now = self._clock()
+        """The tenant's effective settings, at most :data:`REFRESH_SECONDS` old when the
+        store answers in time (module docstring: else the last known, or the config's)."""
         hit = self._cache.get(tenant)
-        if hit is not None and now - hit[0] < self._refresh:
+        if hit is not None and self._clock() - hit[0] < self._refresh:
             return hit[1]
+        loop = asyncio.get_running_loop()
+        reading = self._reading.get(tenant)
+        if reading is None:
+            task = asyncio.create_task(self._read(tenant))
+            reading = self._reading[tenant] = (task, loop.time())
+            task.add_done_callback(lambda _: self._reading.pop(tenant, None))
+        task, began = reading
+        wait = began + self._read_timeout - loop.time()
+        if wait > 0:
+            await asyncio.wait({task}, timeout=wait)
+        if task.done():
+            return task.result()
+        return hit[1] if hit is not None else self._merge(tenant, {})
+
+    async def _read(self, tenant: str) -> TenantConfig:
+        """Read and cache the tenant's settings, under :data:`READ_LIMIT_SECONDS`; on
+        failure cache the last known (else the config's) as of now. Never raises."""
+        began = self._clock()
         try:
-            overrides = await self._store.get_tenant_settings(tenant)
+            async with asyncio.timeout(self._read_limit):
+                overrides = await self._store.get_tenant_settings(tenant)
             config = self._merge(tenant, overrides)
-        except (StoreUnavailableError, InvalidRequestError) as exc:
-            log.warning("tenant_settings_unreadable", tenant=tenant, error=str(exc))
-            config = hit[1] if hit is not None else self._merge(tenant, {})
-        self._remember(tenant, config, now)
+        except (StoreUnavailableError, InvalidRequestError, TimeoutError) as exc:
+            log.warning("tenant_settings_unreadable", tenant=tenant,
+                        error=str(exc) or type(exc).__name__)
+            known = self._cache.get(tenant)
+            config = known[1] if known is not None else self._merge(tenant, {})
+            began = self._clock()  # the next read is due a refresh after the failure
+        known = self._cache.get(tenant)
+        if known is not None and known[0] > began:  # update() wrote it meanwhile
+            return known[1]
+        self._remember(tenant, config, began)
         return config
 
     async def update(self, tenant: str, patch: Mapping[str, Any]) -> tuple[TenantConfig,

@@ -4,6 +4,7 @@ processes)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,80 @@ class DownStore:
 async def test_an_unreadable_store_falls_back_to_the_config(tmp_path: Path) -> None:
     """When the store cannot be read the config's settings are used (chat goes on)."""
     tenants = TenantSettings(make_settings(tmp_path), DownStore())  # type: ignore[arg-type]
+    assert (await tenants.get("acme")).memory.injection_count == 5
+
+
+class StallingStore:
+    """Answers with an override until ``stalled``; then a read never returns (a store
+    that stopped answering), and each read advances ``tick`` by ``wait`` as it begins."""
+
+    def __init__(self, tick: Tick, wait: float) -> None:
+        self.tick, self.wait = tick, wait
+        self.stalled = False
+        self.reads = 0
+
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        self.reads += 1
+        if not self.stalled:
+            return {"memory.injection_count": 3}
+        self.tick.now += self.wait
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_late_read_keeps_the_last_known_settings_and_waits_a_refresh(
+    tmp_path: Path
+) -> None:
+    """A read that runs past the read deadline answers within it with the last known
+    settings; requests meanwhile share that one read; the store is not asked again until
+    a refresh interval after the failure was seen (not after the read began)."""
+    tick = Tick()
+    store = StallingStore(tick, wait=3.0)
+    tenants = TenantSettings(make_settings(tmp_path), store,  # type: ignore[arg-type]
+                             clock=tick, read_timeout_seconds=0.05, read_limit_seconds=0.2)
+    assert (await tenants.get("acme")).memory.injection_count == 3
+    store.stalled = True
+    tick.now = REFRESH_SECONDS + 0.1
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert (await tenants.get("acme")).memory.injection_count == 3  # last known
+    assert loop.time() - started < 1.0
+    assert (await tenants.get("acme")).memory.injection_count == 3
+    assert store.reads == 2  # one read in flight, shared
+    await asyncio.sleep(0.4)  # the read runs out its limit: the failure is seen
+    tick.now += REFRESH_SECONDS - 0.5  # a refresh after the read began, not after the end
+    assert (await tenants.get("acme")).memory.injection_count == 3
+    assert store.reads == 2  # served from the cache
+    tick.now += 1.0
+    await tenants.get("acme")
+    assert store.reads == 3
+
+
+class SlowStore:
+    async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        await asyncio.sleep(0.15)
+        return {"memory.injection_count": 3}
+
+
+async def test_a_late_answer_still_lands_in_the_cache(tmp_path: Path) -> None:
+    """A read slower than the read deadline gives the first request the config's
+    settings, and its answer, when it comes, serves the next requests."""
+    tenants = TenantSettings(make_settings(tmp_path), SlowStore(),  # type: ignore[arg-type]
+                             read_timeout_seconds=0.05)
+    assert (await tenants.get("acme")).memory.injection_count == 5
+    await asyncio.sleep(0.3)
+    assert (await tenants.get("acme")).memory.injection_count == 3
+
+
+async def test_a_late_first_read_uses_the_config(tmp_path: Path) -> None:
+    """A tenant never read before gets the config's settings when its first read runs
+    late."""
+    store = StallingStore(Tick(), wait=0.0)
+    store.stalled = True
+    tenants = TenantSettings(make_settings(tmp_path), store,  # type: ignore[arg-type]
+                             read_timeout_seconds=0.05, read_limit_seconds=0.1)
+    assert (await tenants.get("acme")).memory.injection_count == 5
+    await asyncio.sleep(0.2)  # the read gives up; nothing is left running
     assert (await tenants.get("acme")).memory.injection_count == 5
 
 

@@ -25,7 +25,7 @@ from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
 from proxy.memory.retrieve import THROTTLE, Retriever, plan_queries
-from proxy.memory.store import MemoryStore, StoreUnavailableError
+from proxy.memory.store import MemoryStore, StoreBusyError, StoreUnavailableError
 from proxy.memory.text import load_segmenter_for
 from proxy.memory.when import mentioned_periods
 from proxy.models import Route
@@ -58,7 +58,9 @@ class Injection:
 
     messages: list[Message]
     # injected | empty | off | no_user | write_only | degraded | no_room; "degraded" with
-    # count > 0: memory was injected from keyword recall only (reason says why).
+    # count > 0: memory was injected from keyword recall only (reason says why). Reasons
+    # of "degraded" without memory include timeout, store_unavailable and store_busy (no
+    # free store connection within the pool's bounded wait).
     status: str
     reason: str | None = None
     count: int = 0
@@ -179,6 +181,12 @@ class MemoryService:
                             timeout_ms=self._settings.recall_timeout_ms,
                             since_last_line=held)
             return self.passthrough(request, route, "degraded", "timeout")
+        except StoreBusyError as exc:  # counted by the pool; alerted on apart from outages
+            held = THROTTLE.allow("memory_store_busy")
+            if held is not None:
+                log.warning("memory_store_busy", tenant=identity.tenant, error=str(exc),
+                            since_last_line=held)
+            return self.passthrough(request, route, "degraded", "store_busy")
         except StoreUnavailableError as exc:
             log.warning("memory_store_unavailable", tenant=identity.tenant, error=str(exc))
             return self.passthrough(request, route, "degraded", "store_unavailable")

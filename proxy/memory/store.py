@@ -34,6 +34,10 @@ class StoreUnavailableError(MemoryProxyError):
         )
 
 
+class StoreBusyError(StoreUnavailableError):
+    """The store is reachable but had no free connection within its bounded wait."""
+
+
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     """A hot-path recall query over active (enabled, non-retired) memories.

@@ -25,6 +25,11 @@ class StorageSettings(Section):
       embedder's dimension (``None``: no vector index). The learning queue lives there
       too (Redis Streams, :mod:`proxy.backends.redis.queue`): gateways and workers
       sharing the Redis share the queue. ``path`` is not used.
+      ``redis_max_connections`` sizes the process's connection pool: a chat holds one
+      connection at a time, so it is the number of chats one process serves at once
+      without waiting for a connection (the learning worker and usage flushes share it).
+      A command that finds the pool full waits up to half of ``memory.recall_timeout_ms``
+      for a free connection (:mod:`proxy.backends.redis.client`).
     """
 
     backend: Literal["sqlite", "redis"] = "sqlite"
@@ -35,6 +40,10 @@ class StorageSettings(Section):
     # Seconds between keyword-index upkeep runs of the gateway (SQLite: FTS5 segment merge;
     # Redis: nothing — the Query Engine compacts its own index). The first run is at start.
     index_maintenance_seconds: float = Field(default=3600.0, gt=0)
+    # Redis connections per process. 64: the concurrent chats one process on 2 cores
+    # serves (its throughput is bound by the CPU well before that), plus the learning
+    # worker's and the usage flushes' few.
+    redis_max_connections: int = Field(default=64, ge=2, le=10_000)
 
     @field_validator("url", mode="before")
     @classmethod

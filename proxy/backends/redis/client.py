@@ -4,25 +4,41 @@
 RedisVL parses RESP2 search replies only, and the stores decode values themselves
 (embeddings are binary). The caller owns the client and closes it (``async with``); the
 lifespan does this in :func:`proxy.resources.open_resources`.
+
+**The pool blocks, briefly.** A command that finds every connection in use waits for one
+(:class:`BoundedPool`, redis-py's ``BlockingConnectionPool``) for at most the pool wait —
+the resources give half the recall deadline, so a request that waits still has time to
+recall. Only a wait that runs out fails, with :class:`PoolExhaustedError`: the store is
+busy, not down, and the pool counts it (``on_exhausted``) so that it is measured and
+alerted on apart from an outage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TypeVar
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
+from typing import Any, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, WatchError
 
-from proxy.memory.store import StoreUnavailableError
+from proxy.memory.store import StoreBusyError, StoreUnavailableError
 
 # Bounds on one command; the hot path has its own, shorter deadline (memory.recall_timeout_ms).
 SOCKET_TIMEOUT_SECONDS = 5.0
 CONNECT_TIMEOUT_SECONDS = 2.0
-# Pool size per process: recall runs 3 commands at once per request; learning a few more.
+# Pool size per process when the caller gives none (storage.redis_max_connections): the
+# hot path holds one connection per request at a time, so this many chats run without
+# waiting for one.
 MAX_CONNECTIONS = 64
+# Seconds a command waits for a free connection when the caller gives no wait: half the
+# shipped recall deadline (memory.recall_timeout_ms, 150 ms).
+POOL_WAIT_SECONDS = 0.075
 # Optimistic transactions retry this often before giving up; each retry means another
 # writer changed a watched key of the same user in the same few milliseconds.
 MAX_WATCH_RETRIES = 16
@@ -30,17 +46,77 @@ MAX_WATCH_RETRIES = 16
 T = TypeVar("T")
 
 
-def connect(url: str) -> Redis:
-    """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``), RESP2, bytes.
+class PoolExhaustedError(RedisConnectionError):
+    """Every connection of the pool stayed in use for the whole pool wait: Redis is busy
+    (or this process runs more concurrent commands than its pool holds), not down."""
+
+
+class BoundedPool(BlockingConnectionPool):
+    """``BlockingConnectionPool`` whose timed-out wait raises :class:`PoolExhaustedError`
+    and calls ``on_exhausted`` (no argument; e.g. a metric's ``inc``) first.
+    ``exhausted`` counts those waits since the pool was built."""
+
+    def __init__(self, *, on_exhausted: Callable[[], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.on_exhausted = on_exhausted
+        self.exhausted = 0
+
+    async def get_connection(
+            self, command_name: Any = None, *keys: Any, **options: Any
+    ) -> AbstractConnection:
+        del command_name, keys, options  # deprecated by redis-py, which passes none
+        try:
+            return await super().get_connection()  # type: ignore[no-untyped-call,no-any-return]
+        except RedisConnectionError as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise
+            self.exhausted += 1
+            if self.on_exhausted is not None:
+                self.on_exhausted()
+            raise PoolExhaustedError(
+                f"no Redis connection free within {self.timeout} s "
+                f"({self.max_connections} in use); raise storage.redis_max_connections "
+                "if this lasts") from exc
+
+
+class OneAtATime:
+    """Per-key turns: :meth:`turn` lets one holder of a key run at a time, so the reads
+    a request starts at once (profile, searches, resident memories: one key per user)
+    hold one pool connection between them instead of one each. A key's lock lives only
+    while someone holds or awaits it."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = \
+            weakref.WeakValueDictionary()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: Hashable) -> AsyncIterator[None]:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        async with lock:
+            yield
+
+
+def connect(url: str, *, max_connections: int = MAX_CONNECTIONS,
+            pool_wait_seconds: float = POOL_WAIT_SECONDS,
+            on_exhausted: Callable[[], None] | None = None) -> Redis:
+    """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``), RESP2, bytes, on
+    a :class:`BoundedPool` of ``max_connections`` where a command waits up to
+    ``pool_wait_seconds`` for a free connection (module docstring).
 
     No I/O happens until the first command. ``url`` options override the defaults here,
     so a URL with ``protocol=3`` or ``decode_responses=true`` is refused by
     :func:`require_resp2_bytes` (and ``protocol`` already by the settings).
     """
-    client = Redis.from_url(
+    pool = BoundedPool.from_url(
         url, protocol=2, decode_responses=False, socket_timeout=SOCKET_TIMEOUT_SECONDS,
-        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS, max_connections=MAX_CONNECTIONS,
+        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS, max_connections=max_connections,
+        timeout=pool_wait_seconds, on_exhausted=on_exhausted,
     )
+    client = Redis.from_pool(pool)
     require_resp2_bytes(client)
     return client
 
@@ -58,9 +134,12 @@ def require_resp2_bytes(client: Redis) -> None:
 @contextlib.contextmanager
 def unavailable_on_redis_error(operation: str) -> Iterator[None]:
     """Translate ``redis`` errors raised inside the block into
-    :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation``."""
+    :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation``
+    (:class:`~proxy.memory.store.StoreBusyError` for a pool wait that ran out)."""
     try:
         yield
+    except PoolExhaustedError as exc:
+        raise StoreBusyError(f"redis {operation}: {exc}") from exc
     except RedisError as exc:
         raise StoreUnavailableError(f"redis {operation} failed: {exc}") from exc
 

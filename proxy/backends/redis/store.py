@@ -40,9 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -52,7 +51,13 @@ from redisvl.query.filter import FilterExpression, Num, Tag
 
 from proxy.backends.redis.apply import ChangeSetWriter
 from proxy.backends.redis.audit import AuditStreams
-from proxy.backends.redis.client import multi, require_resp2_bytes, transact
+from proxy.backends.redis.client import (
+    OneAtATime,
+    PoolExhaustedError,
+    multi,
+    require_resp2_bytes,
+    transact,
+)
 from proxy.backends.redis.codec import stored_norm
 from proxy.backends.redis.erasure import Erasure
 from proxy.backends.redis.index import (
@@ -87,6 +92,7 @@ from proxy.memory.store import (
     PromptVersion,
     ScanQuery,
     SearchQuery,
+    StoreBusyError,
     StoreUnavailableError,
     UserSettings,
     VectorUpdate,
@@ -97,13 +103,42 @@ from proxy.memory.store import (
 from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
 
+# Seconds a user's switches may take to read (on the request path: the chat's learning
+# header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
+# a healthy Redis; a quarter second leaves room for a loaded one and bounds what a Redis
+# that stopped answering costs each chat.
+SETTINGS_READ_SECONDS = 0.25
+
 
 @contextlib.contextmanager
 def _unavailable(operation: str) -> Iterator[None]:
     try:
         yield
     except (RedisError, RedisVLError, IndexMismatchError) as exc:
+        if _exhausted(exc):
+            raise StoreBusyError(f"redis store {operation}: {_exhausted(exc)}") from exc
         raise StoreUnavailableError(f"redis store {operation} failed: {exc}") from exc
+
+
+def _exhausted(exc: BaseException | None) -> PoolExhaustedError | None:
+    """The :class:`PoolExhaustedError` ``exc`` is or wraps (RedisVL wraps redis errors)."""
+    while exc is not None:
+        if isinstance(exc, PoolExhaustedError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _deadline(operation: str) -> AsyncIterator[None]:
+    """:data:`SETTINGS_READ_SECONDS` for the block; past it
+    :class:`StoreUnavailableError` (the caller keeps what it knew)."""
+    try:
+        async with asyncio.timeout(SETTINGS_READ_SECONDS):
+            yield
+    except TimeoutError as exc:
+        raise StoreUnavailableError(f"redis store {operation}: no reply within "
+                                    f"{SETTINGS_READ_SECONDS} s") from exc
 
 
 class RedisMemoryStore:
@@ -130,6 +165,7 @@ class RedisMemoryStore:
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
                                 audit=self._audit)
+        self._turns = OneAtATime()
 
     @property
     def index_name(self) -> str:
@@ -167,15 +203,17 @@ class RedisMemoryStore:
         use_vector = (vector is not None and self._index.vector_dim is not None
                       and len(vector) == self._index.vector_dim
                       and math.hypot(*vector) > 0)
+        # One command at a time per user (:class:`OneAtATime`): a request's searches,
+        # profile and resident reads share one pool connection.
         with _unavailable("search"):
-            await self._index.ready()
-            keyword_task = self._index.keyword(query.terms, where, query.limit) \
-                if query.terms and query.limit > 0 else _nothing()
-            vector_task = self._index.nearest(vector, where, query.limit) \
-                if use_vector and vector is not None and query.limit > 0 else _nothing()
-            keyword, nearest = await asyncio.gather(keyword_task, vector_task)
-            keys = list(dict.fromkeys([h.key for h in keyword] + [h.key for h in nearest]))
-            memories = dict(zip(keys, await self._hashes.fetch(keys), strict=True))
+            async with self._turns.turn((query.tenant, query.user)):
+                await self._index.ready()
+                keyword = await self._index.keyword(query.terms, where, query.limit) \
+                    if query.terms and query.limit > 0 else []
+                nearest = await self._index.nearest(vector, where, query.limit) \
+                    if use_vector and vector is not None and query.limit > 0 else []
+                keys = list(dict.fromkeys([h.key for h in keyword] + [h.key for h in nearest]))
+                memories = dict(zip(keys, await self._hashes.fetch(keys), strict=True))
         found: dict[str, Candidate] = {}
         for rank, hit in enumerate(keyword, start=1):
             memory = memories.get(hit.key)
@@ -206,12 +244,15 @@ class RedisMemoryStore:
         where = all_of(namespace_filter([user_token(tenant, user)]), active_filter(),
                        tag_is("ix_about", "1"), channel_filter(channels))
         with _unavailable("resident"):
-            await self._index.ready()
-            return await self._hashes.load(await self._index.top_by_evidence(where, limit))
+            async with self._turns.turn((tenant, user)):
+                await self._index.ready()
+                return await self._hashes.load(await self._index.top_by_evidence(where,
+                                                                                 limit))
 
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
         with _unavailable("get_profile"):
-            return await self._users.get_profile(tenant, user)
+            async with self._turns.turn((tenant, user)):
+                return await self._users.get_profile(tenant, user)
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
         if not counts:
@@ -425,8 +466,10 @@ class RedisMemoryStore:
             return await self._users.get_conversation(tenant, user, conversation_id)
 
     async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
+        """Read on the request path: under :data:`SETTINGS_READ_SECONDS`."""
         with _unavailable("get_user_settings"):
-            return await self._users.get_settings(tenant, user)
+            async with _deadline("get_user_settings"):
+                return await self._users.get_settings(tenant, user)
 
     async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None:
         with _unavailable("put_user_settings"):
@@ -461,6 +504,7 @@ class RedisMemoryStore:
 
 
     async def get_tenant_settings(self, tenant: str) -> dict[str, object]:
+        """Bounded by its caller (:class:`proxy.tenants.TenantSettings`)."""
         with _unavailable("get_tenant_settings"):
             return await self._tenants.get_settings(tenant)
 
@@ -492,6 +536,3 @@ class RedisMemoryStore:
                 written += await self._hashes.set_vector(u)
         return written
 
-
-async def _nothing() -> list[Any]:
-    return []
