@@ -25,7 +25,7 @@ from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
 from proxy.memory.retrieve import THROTTLE, Retriever, plan_queries
-from proxy.memory.store import MemoryStore, StoreBusyError, StoreUnavailableError
+from proxy.memory.store import READ_TURN, MemoryStore, StoreBusyError, StoreUnavailableError
 from proxy.memory.text import load_segmenter_for
 from proxy.memory.when import mentioned_periods
 from proxy.models import Route
@@ -247,6 +247,7 @@ class MemoryService:
         resident_task = self._store.resident(
             identity.tenant, identity.user, limit=settings.resident_facts, channels=channels,
         )
+        READ_TURN.set(object())  # this request's reads share one turn (store contract)
         profile, recalled, resident = await asyncio.gather(
             profile_task, recall_task, resident_task
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -32,6 +33,13 @@ class StoreUnavailableError(MemoryProxyError):
             error_type="service_unavailable", code="store_unavailable",
             headers={"Retry-After": "5"},
         )
+
+
+# The reads one request starts at once (profile, searches, resident memories) carry one
+# token: a backend whose connections are pooled may run reads of the same token one after
+# another, so a request holds one connection at a time while different requests run side
+# by side. ``None`` (a read outside a request's recall): no turn is taken.
+READ_TURN: ContextVar[object | None] = ContextVar("memory_proxy_read_turn", default=None)
 
 
 class StoreBusyError(StoreUnavailableError):

@@ -82,16 +82,20 @@ class BoundedPool(BlockingConnectionPool):
 
 class OneAtATime:
     """Per-key turns: :meth:`turn` lets one holder of a key run at a time, so the reads
-    a request starts at once (profile, searches, resident memories: one key per user)
-    hold one pool connection between them instead of one each. A key's lock lives only
-    while someone holds or awaits it."""
+    a request starts at once (profile, searches, resident memories; the key is the
+    request's :data:`~proxy.memory.store.READ_TURN` token) hold one pool connection
+    between them instead of one each, while other requests run beside them. A key's lock
+    lives only while someone holds or awaits it; ``None`` takes no turn."""
 
     def __init__(self) -> None:
         self._locks: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = \
             weakref.WeakValueDictionary()
 
     @contextlib.asynccontextmanager
-    async def turn(self, key: Hashable) -> AsyncIterator[None]:
+    async def turn(self, key: Hashable | None) -> AsyncIterator[None]:
+        if key is None:  # a read that belongs to no turn
+            yield
+            return
         lock = self._locks.get(key)
         if lock is None:
             lock = asyncio.Lock()

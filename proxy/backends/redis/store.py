@@ -84,6 +84,7 @@ from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
+    READ_TURN,
     AuditEvent,
     AuditFilter,
     Candidate,
@@ -203,10 +204,10 @@ class RedisMemoryStore:
         use_vector = (vector is not None and self._index.vector_dim is not None
                       and len(vector) == self._index.vector_dim
                       and math.hypot(*vector) > 0)
-        # One command at a time per user (:class:`OneAtATime`): a request's searches,
-        # profile and resident reads share one pool connection.
+        # One command at a time per request (:data:`READ_TURN`, :class:`OneAtATime`): a
+        # request's searches, profile and resident reads share one pool connection.
         with _unavailable("search"):
-            async with self._turns.turn((query.tenant, query.user)):
+            async with self._turns.turn(READ_TURN.get()):
                 await self._index.ready()
                 keyword = await self._index.keyword(query.terms, where, query.limit) \
                     if query.terms and query.limit > 0 else []
@@ -244,14 +245,14 @@ class RedisMemoryStore:
         where = all_of(namespace_filter([user_token(tenant, user)]), active_filter(),
                        tag_is("ix_about", "1"), channel_filter(channels))
         with _unavailable("resident"):
-            async with self._turns.turn((tenant, user)):
+            async with self._turns.turn(READ_TURN.get()):
                 await self._index.ready()
                 return await self._hashes.load(await self._index.top_by_evidence(where,
                                                                                  limit))
 
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
         with _unavailable("get_profile"):
-            async with self._turns.turn((tenant, user)):
+            async with self._turns.turn(READ_TURN.get()):
                 return await self._users.get_profile(tenant, user)
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:

@@ -17,7 +17,7 @@ from proxy.alerts import standard_checks
 from proxy.backends.redis.client import BoundedPool, connect
 from proxy.backends.redis.store import RedisMemoryStore
 from proxy.memory.records import Memory, new_id
-from proxy.memory.store import SearchQuery, StoreBusyError
+from proxy.memory.store import READ_TURN, SearchQuery, StoreBusyError
 from proxy.memory.text import query_terms
 from proxy.metrics import Metrics
 from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
@@ -53,6 +53,7 @@ async def test_a_recall_holds_one_connection_at_a_time(
 
     monkeypatch.setattr(BoundedPool, "get_connection", counting)
     query = SearchQuery(tenant="default", user="u1", terms=tuple(query_terms("bees")))
+    READ_TURN.set(object())  # one request's reads, as MemoryService.prepare marks them
     profile, *found, resident = await asyncio.gather(
         store.get_profile("default", "u1"), store.search(query), store.search(query),
         store.resident("default", "u1", limit=5, channels=None))
