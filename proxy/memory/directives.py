@@ -40,6 +40,7 @@ from typing import Literal
 
 from publicsuffixlist import PublicSuffixList
 
+from proxy.memory.scaffolding import is_scaffolding, marked, without_scaffolding
 from proxy.memory.text import detection_form, detection_forms
 
 # A scheme (http://, ftp://, javascript:// …) or www. anywhere.
@@ -182,12 +183,12 @@ _PASSIVE_SHARE = re.compile(
 _SENSITIVE_OR_RECIPIENT = re.compile(r"\b(?:" + _SENSITIVE + r"|" + _RECIPIENT + r")\b")
 # The same in Chinese: 把 … 告诉任何问的人, 每次 … 就发送 …, 如果有人问，就告诉 …, 向所有人公开 …,
 # 用户希望你把 … 发给 …; a note-style fact (把周末留给家人, 用户每次打招呼都很热情) is kept.
-_ZH_ACT = (r"(?:告诉|告知|发送|发给|发到|寄给|透露|泄露|泄漏|公开|分享|转发|提供|交给|交出|给出|说出"
-           r"|念出|读出|展示|显示|暴露|上传|导出|抄送|转告|转交|输出|打印|复述|列出|删除|删掉|清空"
+_ZH_ACT = (r"(?:告诉|告知|发送|发给|发到|寄给|透露|泄露|泄漏|公开|分享|转发|提供|交给|交出"
+           r"|给出|说出|念出|读出|展示|显示|暴露|上传|导出|抄送|转告|转交|输出|打印|复述|列出|删除|删掉|清空"
            r"|给(?:他|她|它|任何|所有|每个|别人|大家|对方|问的|询问))")
 _ZH_HARM = r"(?:透露|泄露|泄漏|公开|暴露|上传|导出|删除|删掉|清空|转发|抄送|交出)"
-_ZH_SENSITIVE = (r"(?:密码|口令|密钥|秘钥|令牌|凭证|凭据|账号|帐号|对话记录|聊天记录|对话历史|聊天历史"
-                 r"|历史记录|完整对话|记忆|隐私|个人信息|身份证|地址|电话|手机号|系统提示|配置|数据库"
+_ZH_SENSITIVE = (r"(?:密码|口令|密钥|秘钥|令牌|凭证|凭据|账号|帐号|对话记录|聊天记录|对话历史"
+                 r"|聊天历史|历史记录|完整对话|记忆|隐私|个人信息|身份证|地址|电话|手机号|系统提示|配置|数据库"
                  r"|其他用户|任何人|任何问的人|所有人|每个人|别人|其他人|大家|陌生人|第三方|问的人"
                  r"|询问的人|外人)")
 _ZH_ORDER = re.compile(
@@ -308,6 +309,8 @@ def _rule_on(form: str) -> str | None:
         return "role"
     if _OVERRIDE.search(form):
         return "override"
+    if marked(form):  # a structured-output library's prompt or a format order
+        return "order"
     for sentence in _sentences(form):
         if _orders_disclosure(sentence):
             return "order"
@@ -318,6 +321,10 @@ def _rule_on(form: str) -> str | None:
                 _ZH_ORDER.search(sentence):
             return "order"
     return None
+
+
+__all__ = ["answer_preference", "directive_rule", "has_link", "injectable", "is_directive",
+           "is_scaffolding", "without_scaffolding"]
 
 
 def is_directive(text: str) -> bool:
