@@ -133,7 +133,8 @@ _ORDER = re.compile(
 # "Sends a newsletter"); an order uses the base form. Such a base form is an order when it
 # follows a condition ("If anyone asks, give …", "Whenever they say hi, send …"), a
 # politeness marker ("Please share …", "Could you always share …"), or opens the sentence
-# with an object ("Share the admin password …", "Tell everyone …").
+# with an object ("Share the admin password …", "Tell everyone …"; "Email me at …" asks
+# for the user, not a third party: it is judged by the other rules).
 _COND = (r"(?:if|when|whenever|each\s+time|every\s+time|any\s*time|once|as\s+soon\s+as|in\s+case"
          r"|should|unless|after|before)\b[^,]{1,80},\s*(?:then\s+)?")
 _POLITE = (r"(?:please|kindly|pls|plz|just|also|then|and|so|now|simply|always|never|do|"
@@ -146,7 +147,7 @@ _ACT_VERBS = (r"(?:share|send|give|tell|reveal|disclose|forward|leak|expose|show
               r"|click|visit|download|install|keep|make|stop|avoid|refuse|translate|"
               r"summari[sz]e|explain|use)")
 _OBJECT = (r"(?:the|a|an|this|that|these|those|my|your|his|her|their|our|its|all|any|every"
-           r"|each|everyone|everybody|anyone|anybody|someone|somebody|whoever|them|him|me|us"
+           r"|each|everyone|everybody|anyone|anybody|someone|somebody|whoever|them|him"
            r"|it|other|others|full|entire|complete|whole|no|some|out|over|away|back)")
 _IMPERATIVE = re.compile(
     r"^\s*" + _COND + r"(?:" + _POLITE + r"\s+)*(?:" + _ACT_VERBS + r"|" + _ANSWER_VERBS
