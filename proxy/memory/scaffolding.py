@@ -58,8 +58,10 @@ _MARKERS = re.compile(
     r"|only return a valid json object \(no other text is necessary\)"
     r"|given below is xml that describes the information to extract"
     r"|help me correct this by making it valid json"
+    r"|which was not parseable as json"
     # Vercel AI SDK, BAML
     r"|you must answer with (?:a )?json\b"
+    r"|^\W*json schema:\s*$"
     r"|answer in json using this schema"
     # orders about the output's format, any client
     r"|^\W*(?:please\s+)?(?:return|respond|reply|answer|output|produce|generate|emit|give me"
@@ -68,9 +70,9 @@ _MARKERS = re.compile(
     r"\s+)*(?:json|yaml|xml|csv)\b"
     r"|\b(?:matching|conforming\s+to|conforms?\s+to|that\s+matches|following)\s+the\s+"
     r"(?:(?:following|given|provided|above|below|json|output|response)\s+)*schema\b"
-    r"|^\W*(?:please\s+)?extract\s+(?:the\s+|all\s+(?:the\s+)?)?[\w\s'’-]{0,40}?\s*from\s+"
-    r"(?:this|the\s+following|the\s+given|the\s+provided|the\s+below|the)\s+(?:text|passage"
-    r"|document|content|message|input|paragraph|conversation|string|transcript)\b"
+    # an extraction order opening a line ("Extract the user details from this text",
+    # instructor's "Extract Jason is 25 years old"): a task on a document, not the user
+    r"|^\W*(?:please\s+)?extract\b"
     r"|^\W*(?:your|the)\s+(?:response|output|answer|reply|result)s?\s+(?:should|must|shall|has"
     r"\s+to|needs\s+to|will)\s+(?:be|conform|follow|match|contain)\b",
     re.M,
@@ -78,7 +80,8 @@ _MARKERS = re.compile(
 # Cheap gate: every marker holds one of these.
 _GATE = ("json", "schema", "error", "format", "extract", "recall", "respond", "output",
          "field", "completion", "constraint", "tool call", "plain text", "list", "xml",
-         "yaml", "csv", "datetime", "response", "answer", "return", "reply")
+         "yaml", "csv", "datetime", "response", "answer", "return", "reply", "validation",
+         "parseable", "completed")
 
 
 def marked(form: str) -> bool:
