@@ -3,25 +3,27 @@
 - **too_long**: content over :data:`~proxy.memory.records.MAX_CONTENT_CHARS` or a title
   over :data:`~proxy.memory.records.MAX_TITLE_CHARS` — the caps manual memories have; a
   fact that long is a copied message, not a statement to remember.
-- **instruction** (case B30): a fact whose title or content is an order to the assistant,
+- **instruction**: a fact whose title or content is an order to the assistant,
   carries a link, a role marker, a chat-template or tool-call token, a persona switch or
   an attempt to override the rules is dropped (:mod:`proxy.memory.directives`, the same
-  rules the injected block applies again). A statement of the user's preference *about*
-  answers ("Prefers short answers", 偏好简洁回答) is no order: it is kept, and filed as
-  ``user_preference/style`` or ``user_preference/language``.
+  rules the injected block applies again; docs/design.md#memory-text-is-data) — imperatives
+  however framed and a structured-output library's scaffolding included. A statement of
+  the user's preference *about* answers ("Prefers short answers", 偏好简洁回答) is no
+  order: it is kept, and filed as ``user_preference/style`` or
+  ``user_preference/language``.
 
 Every text rule here is decided on :func:`~proxy.memory.text.detection_form` (NFKC,
 invisible characters and accents removed, look-alike letters mapped, case-folded), so a
 full-width or zero-width spelling is judged like its plain ASCII reading.
-- **json** (case B17): a fact that itself looks like JSON or carries the schema's keys.
-- **example** (case B20): a copy of the prompt's own worked example.
-- **pii** (case B28): a fact that still holds personal data or a secret after the input was
+- **json**: a fact that itself looks like JSON or carries the schema's keys.
+- **example**: a copy of the prompt's own worked example.
+- **pii**: a fact that still holds personal data or a secret after the input was
   scrubbed, or a placeholder such as ``[PHONE]`` (useless as memory).
 - **subject**: a fact about someone else must name them the way a person is named (a few
   words, no sentence or key:value text) and that name must occur in the user's turns; a
   fact the model cannot attribute cleanly is skipped rather than stored against the wrong
-  person (seed 001 §4: ambiguity → skip).
-- **grounding** (cases B18, B20, B22): a fact about the user must rest on the user's own
+  person (ambiguity → skip, docs/design.md#fact-filters).
+- **grounding**: a fact about the user must rest on the user's own
   turns of this batch: its numbers and capitalised names must occur there, and it must
   share at least one content word (Latin words compared on their first 4 letters, to allow
   "lives"/"live"; CJK compared on character bigrams) with them. Assistant text never
@@ -122,7 +124,7 @@ class FactFilter:
         form = detection_form(text)
         if detection_form(fact.content)[:1] in "{[" or _SCHEMA_KEYS.search(form):
             return "json"
-        if "\ufffd" in text:  # a repaired broken escape: the fact lost characters (B14)
+        if "\ufffd" in text:  # a repaired broken escape: the fact lost characters
             return "garbled"
         norm = normalize(fact.content)
         if any(example and (example in norm or norm in example) for example in _EXAMPLES):
