@@ -184,7 +184,7 @@ _RECIPIENT = (r"(?:anyone|anybody|everyone|everybody|whoever|someone|somebody|ot
 # you share the admin password with anyone who asks", "Wants you to reveal …"). The verbs
 # that also describe answers (share, send, tell, show …) count only with a sensitive object
 # or a third party ("Likes you to share sources" is kept).
-_AGENT = (r"\b(?:you|(?:the\s+)?(?:assistant|ai|bot|chatbot|model))\s+(?:to\s+|will\s+|would\s+"
+_AGENT = (r"\b(?:you|assistant|ai|bot|chatbot|model)\s+(?:to\s+|will\s+|would\s+"
           r"|can\s+|could\s+|should\s+|may\s+)?(?:(?:always|never|just|also|please|"
           r"automatically|immediately|then|freely|openly)\s+)*")
 _AGENT_HARM = re.compile(
@@ -225,14 +225,24 @@ _ZH_SENSITIVE_RE = re.compile(_ZH_SENSITIVE)
 
 def _orders_disclosure(sentence: str) -> bool:
     """Whether ``sentence`` makes the assistant disclose, send or destroy something, in any
-    framing (a preference sentence included), English or Chinese."""
-    if _AGENT_HARM.search(sentence) or _ZH_AGENT_HARM.search(sentence):
+    framing (a preference sentence included), English or Chinese. Each pattern is gated by
+    a substring test, so most sentences cost a few ``in`` checks."""
+    if sentence.isascii():
+        agent = any(word in sentence for word in _AGENT_WORDS)
+        if agent and _AGENT_HARM.search(sentence):
+            return True
+        shares = (agent and _AGENT_SHARE.search(sentence) is not None) or (
+            " be " in sentence and _PASSIVE_SHARE.search(sentence) is not None)
+        return shares and _SENSITIVE_OR_RECIPIENT.search(sentence) is not None
+    if _ZH_AGENT_HARM.search(sentence):
         return True
-    sensitive = _SENSITIVE_OR_RECIPIENT.search(sentence) or \
-        _ZH_SENSITIVE_RE.search(sentence)
-    return bool(sensitive and (_AGENT_SHARE.search(sentence) or
-                               _PASSIVE_SHARE.search(sentence) or
-                               _ZH_AGENT_SHARE.search(sentence)))
+    found = _ZH_AGENT_SHARE.search(sentence) or _AGENT_SHARE.search(sentence) or \
+        _PASSIVE_SHARE.search(sentence)
+    return bool(found and (_ZH_SENSITIVE_RE.search(sentence) or
+                           _SENSITIVE_OR_RECIPIENT.search(sentence)))
+
+
+_AGENT_WORDS = ("you", "assistant", "ai", "bot", "model")
 
 
 # Orders addressed to the assistant with a modal: refused even inside a preference.
@@ -333,8 +343,8 @@ def _rule_on(form: str) -> str | None:
         if _is_preference(sentence):
             if _ADDRESSED.search(sentence):
                 return "order"
-        elif _ORDER.search(sentence) or _IMPERATIVE.search(sentence) or \
-                _ZH_ORDER.search(sentence):
+        elif _ORDER.search(sentence) or _IMPERATIVE.search(sentence) or (
+                not sentence.isascii() and _ZH_ORDER.search(sentence)):
             return "order"
     return None
 

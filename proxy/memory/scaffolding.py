@@ -25,68 +25,84 @@ import re
 
 from proxy.memory.text import detection_form
 
-_MARKERS = re.compile(
+# Phrases of the libraries' built-in prompts, found as substrings of the detection form.
+_PHRASES = (
     # instructor: re-asks (JSON, MD_JSON and tools modes) and its MD_JSON format request
-    r"correct your json (?:only )?response"
-    r"|recall the function correctly"
-    r"|validation errors? found:"
-    r"|return the correct json response within a"
+    "correct your json only response", "correct your json response",
+    "recall the function correctly", "validation error found:", "validation errors found:",
+    "return the correct json response within a",
     # pydantic-ai: retry prompts
-    r"|fix the errors and try again"
-    r"|validation feedback:"
-    r"|\b\d+ validation errors?:"
-    r"|plain text responses are not permitted"
-    r"|please include your response in a tool call"
+    "fix the errors and try again", "validation feedback:",
+    "plain text responses are not permitted", "please include your response in a tool call",
     # LangChain output parsers and the output-fixing parser
-    r"|the output should be formatted as an? (?:json|yaml|xml)\b"
-    r"|is a well-formatted instance of the schema"
-    r"|here is the output schema"
-    r"|the output should be a markdown code snippet formatted in the following schema"
-    r"|your response should be a (?:list of comma separated values|numbered list"
-    r"|markdown list)"
-    r"|write a datetime string that matches the following pattern"
-    r"|the completion did not satisfy the constraints given in the instructions"
-    r"|only respond with an answer that satisfies the constraints"
+    "is a well-formatted instance of the schema", "here is the output schema",
+    "the output should be a markdown code snippet formatted in the following schema",
+    "your response should be a list of comma separated values",
+    "your response should be a numbered list", "your response should be a markdown list",
+    "write a datetime string that matches the following pattern",
+    "the completion did not satisfy the constraints given in the instructions",
+    "only respond with an answer that satisfies the constraints",
     # llama-index structured_predict (its pydantic output parser)
-    r"|here['’]s a json schema to follow"
-    r"|output a valid json object but do not repeat the schema"
+    "here's a json schema to follow", "here\u2019s a json schema to follow",
+    "output a valid json object but do not repeat the schema",
     # DSPy chat and JSON adapters
-    r"|respond with the corresponding output fields"
-    r"|\[\[ ## completed ## \]\]"
-    r"|respond with a json object in the following order of fields"
+    "respond with the corresponding output fields", "[[ ## completed ## ]]",
+    "respond with a json object in the following order of fields",
     # Guardrails
-    r"|only return a valid json object \(no other text is necessary\)"
-    r"|given below is xml that describes the information to extract"
-    r"|help me correct this by making it valid json"
-    r"|which was not parseable as json"
+    "only return a valid json object (no other text is necessary)",
+    "given below is xml that describes the information to extract",
+    "help me correct this by making it valid json", "which was not parseable as json",
     # Vercel AI SDK, BAML
-    r"|you must answer with (?:a )?json\b"
-    r"|^\W*json schema:\s*$"
-    r"|answer in json using this schema"
-    # orders about the output's format, any client
-    r"|^\W*(?:please\s+)?(?:return|respond|reply|answer|output|produce|generate|emit|give me"
-    r"|format)\s+(?:with\s+|in\s+)?(?:(?:only|just|strictly|exactly|back)\s+)?"
-    r"(?:(?:a|an|the|your)\s+)?(?:(?:valid|raw|pure|well-formed|correct|strict|proper|single)"
-    r"\s+)*(?:json|yaml|xml|csv)\b"
-    r"|\b(?:matching|conforming\s+to|conforms?\s+to|that\s+matches|following)\s+the\s+"
-    r"(?:(?:following|given|provided|above|below|json|output|response)\s+)*schema\b"
+    "you must answer with json", "you must answer with a json",
+    "answer in json using this schema",
+)
+# Each phrase filed under a word it holds: a form is searched for a group's phrases only
+# when it holds that word (most text holds none of them).
+_KEYWORDS = ("json", "schema", "validation", "recall", "fix the errors", "plain text",
+             "tool call", "should be a", "datetime", "constraints", "output fields",
+             "## completed", "xml")
+_PHRASE_GROUPS = tuple(
+    (word, tuple(p for p in _PHRASES if word in p and not any(
+        earlier in p for earlier in _KEYWORDS[:index])))
+    for index, word in enumerate(_KEYWORDS))
+_FORMATS = ("json", "yaml", "xml", "csv")
+# Patterns, each run only when the form holds one of its gate words.
+_GATED: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    (("validation",), re.compile(r"\b\d+ validation errors?:")),
+    (("formatted as",), re.compile(r"the output should be formatted as an? (?:json|yaml|xml)\b")),
+    (("json schema:",), re.compile(r"^\W*json schema:\s*$", re.M)),
+    # orders about the output's format, any client: "Return only valid JSON …"
+    (_FORMATS, re.compile(
+        r"^\W*(?:please\s+)?(?:return|respond|reply|answer|output|produce|generate|emit"
+        r"|give me|format)\s+(?:with\s+|in\s+)?(?:(?:only|just|strictly|exactly|back)\s+)?"
+        r"(?:(?:a|an|the|your)\s+)?(?:(?:valid|raw|pure|well-formed|correct|strict|proper"
+        r"|single)\s+)*(?:json|yaml|xml|csv)\b", re.M)),
+    (("schema",), re.compile(
+        r"\b(?:matching|conforming\s+to|conforms?\s+to|that\s+matches|following)\s+the\s+"
+        r"(?:(?:following|given|provided|above|below|json|output|response)\s+)*schema\b")),
     # an extraction order opening a line ("Extract the user details from this text",
     # instructor's "Extract Jason is 25 years old"): a task on a document, not the user
-    r"|^\W*(?:please\s+)?extract\b"
-    r"|^\W*(?:your|the)\s+(?:response|output|answer|reply|result)s?\s+(?:should|must|shall|has"
-    r"\s+to|needs\s+to|will)\s+(?:be|conform|follow|match|contain)\b",
-    re.M,
+    (("extract",), re.compile(r"^\W*(?:please\s+)?extract\b", re.M)),
+    ((" should ", " must ", " shall ", " has to ", " needs to ", " will "), re.compile(
+        r"^\W*(?:your|the)\s+(?:response|output|answer|reply|result)s?\s+(?:should|must"
+        r"|shall|has\s+to|needs\s+to|will)\s+(?:be|conform|follow|match|contain)\b", re.M)),
 )
-# Cheap gate: every marker holds one of these.
-_GATE = ("json", "schema", "error", "format", "extract", "recall", "respond", "output",
-         "field", "completion", "constraint", "tool call", "plain text", "list", "xml",
-         "yaml", "csv", "datetime", "response", "answer", "return", "reply", "validation",
-         "parseable", "completed")
 
 
 def marked(form: str) -> bool:
     """Whether a detection-form text holds scaffolding (the rule on one form)."""
-    return any(word in form for word in _GATE) and _MARKERS.search(form) is not None
+    for word, phrases in _PHRASE_GROUPS:
+        if word in form:
+            for phrase in phrases:
+                if phrase in form:
+                    return True
+    for gates, pattern in _GATED:
+        for gate in gates:
+            if gate in form:
+                if pattern.search(form):
+                    return True
+                break
+    return False
 
 
 def is_scaffolding(text: str) -> bool:
