@@ -52,6 +52,9 @@ _SPELLED_DOMAIN = re.compile(
 _SPELLED_LOCAL = re.compile(
     rf"(?<![A-Za-z0-9._%+-]){_LOCAL_LABEL}(?:{_LOCAL_SEP}{_LOCAL_LABEL})*\Z")
 _LOCAL_WINDOW = 160
+# Without a "dot" word, a spelled address needs one of these (a spelled separator in the
+# local part, or "at" in brackets).
+_SPELLED_HINTS = ("underscore", "dash", "hyphen", "plus", "[", "(", "{", "<")
 _SPELLED_SEP = re.compile(r"\b(?i:dot|underscore|dash|hyphen|plus)\b|[\[({<]")
 _FUNCTION_WORDS = frozenset({
     "the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "our",
@@ -93,7 +96,7 @@ _URL_USERINFO_TAIL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@?#]*$")
 def find_emails(text: str, _digits: int) -> Iterator[Span]:
     """E-mail addresses in ``text``, written or spelled out."""
     low = text.lower()
-    if "at" in low and ("dot" in low or "." in low):
+    if "at" in low and ("dot" in low or any(hint in low for hint in _SPELLED_HINTS)):
         yield from _spelled(text)
     if "@" not in text and "\uff20" not in text:
         return
