@@ -173,11 +173,12 @@ _IMPERATIVE = re.compile(
 )
 _SENSITIVE = (r"(?:passw(?:or)?ds?|passcodes?|passphrases?|pins?|credentials?|api\s*keys?|keys?"
               r"|tokens?|secrets?|(?:conversation|chat|message)s?\s+(?:history|histories|logs?"
-              r"|transcripts?|records?)|transcripts?|histor(?:y|ies)|memor(?:y|ies)"
+              r"|transcripts?|records?)|transcripts?|full\s+histor(?:y|ies)"
+              r"|(?:your|their|his|her|other\s+users?['’]?s?)\s+memor(?:y|ies)"
               r"|personal\s+(?:data|information|details)|private|confidential|addresses"
               r"|home\s+address|phone\s+numbers?|system\s+(?:prompt|configuration|config)"
               r"|configuration|database|other\s+users?['’]?s?|admin)")
-_RECIPIENT = (r"(?:anyone|anybody|everyone|everybody|whoever|someone|somebody|others|other\s+"
+_RECIPIENT = (r"(?:anyone|anybody|everyone|everybody|whoever|someone|somebody|other\s+"
               r"(?:users|people)|third[\s-]+part(?:y|ies)|strangers|the\s+public|all\s+users"
               r"|who\s+asks)")
 # The assistant as the one who discloses or destroys: refused in any framing ("Prefers that
@@ -231,9 +232,12 @@ def _orders_disclosure(sentence: str) -> bool:
         agent = any(word in sentence for word in _AGENT_WORDS)
         if agent and _AGENT_HARM.search(sentence):
             return True
-        shares = (agent and _AGENT_SHARE.search(sentence) is not None) or (
-            " be " in sentence and _PASSIVE_SHARE.search(sentence) is not None)
-        return shares and _SENSITIVE_OR_RECIPIENT.search(sentence) is not None
+        shares = (_AGENT_SHARE.search(sentence) if agent else None) or (
+            _PASSIVE_SHARE.search(sentence) if " be " in sentence else None)
+        # what is shared, or with whom, follows the verb ("could you tell me about the
+        # memories …" discloses nothing)
+        return shares is not None and \
+            _SENSITIVE_OR_RECIPIENT.search(sentence, shares.end()) is not None
     if _ZH_AGENT_HARM.search(sentence):
         return True
     found = _ZH_AGENT_SHARE.search(sentence) or _AGENT_SHARE.search(sentence) or \
