@@ -6,9 +6,11 @@
 - **instruction**: a fact whose title or content is an order to the assistant,
   carries a link, a role marker, a chat-template or tool-call token, a persona switch or
   an attempt to override the rules is dropped (:mod:`proxy.memory.directives`, the same
-  rules the injected block applies again). A statement of the user's preference *about*
-  answers ("Prefers short answers", 偏好简洁回答) is no order: it is kept, and filed as
-  ``user_preference/style`` or ``user_preference/language``.
+  rules the injected block applies again; docs/design.md#memory-text-is-data) — imperatives
+  however framed and a structured-output library's scaffolding included. A statement of
+  the user's preference *about* answers ("Prefers short answers", 偏好简洁回答) is no
+  order: it is kept, and filed as ``user_preference/style`` or
+  ``user_preference/language``.
 
 Every text rule here is decided on :func:`~proxy.memory.text.detection_form` (NFKC,
 invisible characters and accents removed, look-alike letters mapped, case-folded), so a

@@ -30,6 +30,7 @@ from proxy.learning.exchange import (
     truncation_marker,
 )
 from proxy.learning.queue import Batch
+from proxy.memory.directives import without_scaffolding
 from proxy.memory.records import Memory
 
 __all__ = [
@@ -75,11 +76,22 @@ LINE_OVERHEAD_TOKENS = 12
 
 
 def clip_batch(batch: Batch, max_chars: int = MAX_MESSAGE_CHARS) -> Batch:
-    """The batch with every message cut by :func:`clip_message`."""
-    if all(len(m.text) <= max_chars for m in batch.messages):
+    """The batch as the learning model reads it: a structured-output library's scaffolding
+    cut out of the user messages, a message that is nothing else left out
+    (:func:`~proxy.memory.directives.without_scaffolding` — not the user's words), and
+    every message cut by :func:`clip_message`."""
+    messages: list[TranscriptMessage] = []
+    for message in batch.messages:
+        text = without_scaffolding(message.text) if message.role == "user" else message.text
+        if not text:
+            continue
+        if len(text) > max_chars:
+            text = clip_message(text, max_chars)
+        messages.append(message if text is message.text else replace(message, text=text))
+    if len(messages) == len(batch.messages) and all(
+            m is o for m, o in zip(messages, batch.messages, strict=True)):
         return batch
-    return replace(batch, messages=tuple(replace(m, text=clip_message(m.text, max_chars))
-                                         for m in batch.messages))
+    return replace(batch, messages=tuple(messages))
 
 
 def fit_batch(batch: Batch, *, budget: int, count: Callable[[str], int],

@@ -765,9 +765,19 @@ def test_id_and_card_numbers_with_separators(separator: str) -> None:
     ("alice [at] example [dot] co [dot] uk", "[EMAIL]"),
     ("alice(at)example(dot)org", "[EMAIL]"),
     ("bob AT mail DOT cn", "[EMAIL]"),
+    ("alice dot smith at example dot com", "[EMAIL]"),
+    ("mail alice dot smith at example dot com please", "mail [EMAIL] please"),
+    ("alice underscore lee at mail dot cn", "[EMAIL]"),
+    ("alice dash lee [at] my dash site [dot] co [dot] uk", "[EMAIL]"),
+    ("alice plus news at example dot org", "[EMAIL]"),
+    ("alice dot smith at example.com", "[EMAIL]"),
+    ("alice [at] example.com", "[EMAIL]"),
+    ("a.smith AT example DOT com ok", "[EMAIL] ok"),
+    ("alice at example dot com and bob dot lee at mail dot org", "[EMAIL] and [EMAIL]"),
 ])
 def test_spelled_and_full_width_email_addresses(text: str, expected: str) -> None:
-    """E-mail addresses with a full-width ``＠`` or spelled "at … dot …" go."""
+    """E-mail addresses with a full-width ``＠`` or spelled out go — every separator of
+    the local part and the domain as a word ("alice dot smith at example dot com")."""
     assert scrubbed(text) == expected
 
 
@@ -791,4 +801,33 @@ def test_keys_with_separators(text: str, expected: str) -> None:
 ])
 def test_new_layouts_leave_ordinary_text_alone(text: str) -> None:
     """The looser layouts do not take prose, dates, ranges, ISBNs or short numbers."""
+    assert scrubbed(text) == text
+
+
+KEY = "sk-proj-AbCdEf0123456789GhIjKl"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"key {' '.join(KEY)} here", "key [SECRET] here"),
+    (f"key {'  '.join(KEY)}", "key [SECRET]"),
+    (f"密钥是 {' '.join(KEY)}", "密钥是 [SECRET]"),
+    (f"aws {'.'.join('AKIAIOSFODNN7EXAMPLE')} ok", "aws [SECRET] ok"),
+    (f"token {', '.join('ghp_AbCd1234EfGh5678IjKl9012')}", "token [SECRET]"),
+    (f"tok {' '.join('Xk9Qz2Lm7Rt4Wv8Bn3Yc6Hd1Jf5Gs0Pa')} ok", "tok [SECRET] ok"),
+])
+def test_keys_pasted_one_character_at_a_time(text: str, expected: str) -> None:
+    """A vendor key or a random token spaced out letter by letter goes whole."""
+    assert scrubbed(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "looked at the dot com bubble", "works at example.com", "I was at school dot com era",
+    "Meet me at noon dot", "Joe plus one at the party dot com",
+    "A B C D E F G H I J K L M N O P Q R", "H E L L O W O R L D I S H E R E",
+    "1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7", "s k - l e a r n - c o m p a t i b l e",
+    "The letters a b c d e f g h i j k l m n o p are the start",
+    "J. R. R. Tolkien and U.S.A. and A.B.C.D.E.F.G.H.I.J.K.L.M.N.O.P",
+])
+def test_spelled_forms_leave_prose_and_spaced_letters_alone(text: str) -> None:
+    """Sentences with "at" and "dot", and spaced letters that join to no key, stay."""
     assert scrubbed(text) == text

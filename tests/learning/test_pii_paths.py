@@ -19,6 +19,8 @@ LAYOUTS = [
     "Mail alice＠example.com.",
     "Mail alice at example dot com.",
     "Key AKIA-IOSF-ODNN-7EXA-MPLE.",
+    "Mail alice dot smith at example dot com.",
+    "Key s k - p r o j - A b C d E f 0 1 2 3 4 5 6 7 8 9 G h I j K l.",
 ]
 
 
@@ -46,7 +48,7 @@ async def test_turns_are_scrubbed_before_they_are_queued() -> None:
         assert text != original
         assert "[" in text
     assert not any(s in " ".join(queued) for s in ("7700", "010-0147", "19900307",
-                                                  "example", "IOSF"))
+                                                  "example", "IOSF", "smith", "p r o j"))
 
 
 @pytest.mark.parametrize("text", LAYOUTS)

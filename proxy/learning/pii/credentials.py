@@ -13,7 +13,9 @@ a lower/upper/digit class change at ≥ half the positions (random strings alter
 paths and camelCase identifiers do not; ~1.5 % of random 32-character base62 strings are
 missed, ~0.2 % at 40). Pure hex shorter than 64 characters
 (git shas, MD5/SHA-1 digests) and UUIDs are identifiers, not secrets, and are kept; inside
-URLs only single path segments are judged, never the path as a whole.
+URLs only single path segments are judged, never the path as a whole. A key or token pasted
+one character at a time (``s k - p r o j - …``, ``A.K.I.A.…``; one repeated separator, at
+least 16 characters) is judged the same way once the separators are removed.
 """
 
 from __future__ import annotations
@@ -174,13 +176,8 @@ def find_secrets(text: str, _digits: int) -> Iterator[Span]:
     for m in _VENDOR_KEY.finditer(text):
         if m.start() and text[m.start() - 1] in _KEY_CHAR_SET:
             continue  # inside a longer token
-        token = m.group()
-        if token.startswith("sk-") and not token.startswith("sk-ant-"):
-            body = token[3:]
-            mixed = any(c.isupper() for c in body) and any(c.islower() for c in body)
-            if not (any(c.isdigit() for c in body) or mixed):
-                continue  # "sk-learn-compatible-estimators" is prose
-        yield m.start(), m.end(), "secret"
+        if _vendor_key_ok(m.group()):
+            yield m.start(), m.end(), "secret"
     for m in _SEPARATED_KEY.finditer(text):
         end = _separated_key(m)
         if end is not None:
@@ -216,6 +213,40 @@ def find_secrets(text: str, _digits: int) -> Iterator[Span]:
             yield start, end, "secret"
     for m in _RANDOM_RUN.finditer(text):
         yield from _random_spans(text, m)
+    if len(text) >= 2 * _MIN_SPACED_CHARS - 1:
+        yield from _letter_spaced(text)
+
+
+# A key pasted one character at a time ("s k - p r o j - A b 1 …", "A.K.I.A.…"): single key
+# characters joined by one repeated separator (one or two spaces, ".", "·", ",", ", "),
+# judged once the separators are removed like a contiguous token.
+_MIN_SPACED_CHARS = 16
+_SPACED_CHAR = "[A-Za-z0-9_+/=-]"
+_SPACED_RUN = re.compile(
+    rf"(?<![A-Za-z0-9_+/=-]){_SPACED_CHAR}(?P<sep>[ \t]{{1,2}}|[.·]|, ?)"
+    rf"(?:{_SPACED_CHAR}(?P=sep)){{{_MIN_SPACED_CHARS - 2},}}{_SPACED_CHAR}"
+    rf"(?![A-Za-z0-9_+/=-])"
+)
+
+
+def _letter_spaced(text: str) -> Iterator[Span]:
+    """Letter-spaced runs that, joined, are a vendor key (:data:`_VENDOR_KEY`, with the
+    same check of ``sk-`` prose) or a random-looking token (:func:`_looks_random`); spelled
+    words, initials and digit lists join to neither."""
+    for m in _SPACED_RUN.finditer(text):
+        joined = m.group()[:: len(m.group("sep")) + 1]
+        if (_VENDOR_KEY.fullmatch(joined) and _vendor_key_ok(joined)) or _looks_random(joined):
+            yield m.start(), m.end(), "secret"
+
+
+def _vendor_key_ok(token: str) -> bool:
+    """A :data:`_VENDOR_KEY` match is a key, not prose: an ``sk-`` body holds a digit or
+    mixed case ("sk-learn-compatible-estimators" is prose)."""
+    if token.startswith("sk-") and not token.startswith("sk-ant-"):
+        body = token[3:]
+        mixed = any(c.isupper() for c in body) and any(c.islower() for c in body)
+        return any(c.isdigit() for c in body) or mixed
+    return True
 
 
 _KEY_GROUP = re.compile(r"[A-Za-z0-9_]+")
