@@ -95,10 +95,10 @@ def test_the_schema_refuses_bad_values() -> None:
     """values.schema.json rejects an unknown storage backend, a Redis older than 8 and a
     config that sets storage.url itself; lint reports them."""
     chart = helm.Chart.load(str(CHART))
-    for bad in ({"storage": {"backend": "postgres"}},
-                {"redis": {"enabled": True, "image": {"tag": "7.4"}}},
-                {"config": {"storage": {"url": "redis://x"}}}):
-        bad = with_image(bad)
+    for wrong in ({"storage": {"backend": "postgres"}},
+                  {"redis": {"enabled": True, "image": {"tag": "7.4"}}},
+                  {"config": {"storage": {"url": "redis://x"}}}):
+        bad = with_image(wrong)
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(chart.merge_values(bad))
         assert helm.lint(str(CHART), bad, strict=True)["messages"]
@@ -110,7 +110,7 @@ def test_the_image_repository_is_required_and_points_at_the_build_steps() -> Non
     the image" steps; the repository given becomes the workloads' image."""
     assert yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"] == ""
     chart = helm.Chart.load(str(CHART))
-    with pytest.raises(helm.HelmValuesError, match="image.repository is empty") as refused:
+    with pytest.raises(helm.HelmValuesError, match=r"image\.repository is empty") as refused:
         chart.validate_schema(chart.merge_values({}))
     assert README_STEPS in str(refused.value)
     with pytest.raises(helm.HelmValuesError, match="Build and push the image"):
