@@ -1,4 +1,6 @@
-# memory-proxy container image (multi-stage; see README "Deploy").
+# memory-proxy container image (multi-stage; see README "Deploy", "Build and push the
+# image"). scripts/check-image builds it with buildah, offline from any container registry,
+# and starts the gateway from the built image's own configuration.
 #
 #   docker build -t memory-proxy .                              # extras: redis (default)
 #   docker build --build-arg EXTRAS=redis,embeddings -t memory-proxy:embeddings .
@@ -7,6 +9,8 @@
 # EXTRAS: comma-separated extras of pyproject.toml (redis, embeddings). With embeddings,
 # torch comes from TORCH_INDEX (the CPU wheels by default, not the multi-GB CUDA build).
 # The final image has no compiler and no pip cache, and runs as uid 10001.
+# PYTHON_IMAGE: any Debian-based image with Python 3.11+, `python` on PATH and its venv
+# module (scripts/check-image passes one made locally by debootstrap).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -22,12 +26,16 @@ ENV PATH=/opt/venv/bin:$PATH
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# TORCH_INDEX is asked only when the embeddings extra is wanted: pip would otherwise query
+# it for every package, and a machine that reaches only PyPI would wait on each query.
 # DL3013 (pin pip versions) does not apply: this installs the project itself from the
 # build context; its dependencies' ranges are those of pyproject.toml.
 # hadolint ignore=DL3013
 RUN target="."; \
     if [ -n "${EXTRAS}" ]; then target=".[${EXTRAS}]"; fi; \
-    pip install --extra-index-url "${TORCH_INDEX}" "${target}" \
+    set --; \
+    case ",${EXTRAS}," in *,embeddings,*) set -- --extra-index-url "${TORCH_INDEX}" ;; esac; \
+    pip install "$@" "${target}" \
     && find /opt/venv -name '__pycache__' -type d -prune -exec rm -rf {} +
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -25,12 +25,24 @@ CUSTOM_KINDS = {"ServiceMonitor"}  # CRDs: no built-in schema to validate agains
 CONFIG_PATH = "/etc/memory-proxy/config.yaml"
 
 
+# No image is published, so image.repository has no default: every install names the one
+# its operator built and pushed, as these tests do.
+IMAGE_REPOSITORY = "registry.example.com/memory-proxy"
+README_STEPS = 'README.md, Deploy, "Build and push the image"'
+
+
+def with_image(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with image.repository set (as every install must)."""
+    image = {"repository": IMAGE_REPOSITORY, **values.get("image", {})}
+    return {**values, "image": image}
+
+
 def values_of(path: Path | None) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text()) if path else {}
+    return with_image(yaml.safe_load(path.read_text()) if path else {})
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    rendered = helm.Chart.load(str(CHART)).render(values=values, name="mp",
+    rendered = helm.Chart.load(str(CHART)).render(values=with_image(values), name="mp",
                                                   namespace="memory")
     docs = []
     for name, text in rendered.items():
@@ -83,12 +95,30 @@ def test_the_schema_refuses_bad_values() -> None:
     """values.schema.json rejects an unknown storage backend, a Redis older than 8 and a
     config that sets storage.url itself; lint reports them."""
     chart = helm.Chart.load(str(CHART))
-    for bad in ({"storage": {"backend": "postgres"}},
-                {"redis": {"enabled": True, "image": {"tag": "7.4"}}},
-                {"config": {"storage": {"url": "redis://x"}}}):
+    for wrong in ({"storage": {"backend": "postgres"}},
+                  {"redis": {"enabled": True, "image": {"tag": "7.4"}}},
+                  {"config": {"storage": {"url": "redis://x"}}}):
+        bad = with_image(wrong)
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(chart.merge_values(bad))
         assert helm.lint(str(CHART), bad, strict=True)["messages"]
+
+
+def test_the_image_repository_is_required_and_points_at_the_build_steps() -> None:
+    """No image is published: image.repository defaults to empty, and installing without
+    it fails (schema, lint and render) with a message naming the README's "Build and push
+    the image" steps; the repository given becomes the workloads' image."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"] == ""
+    chart = helm.Chart.load(str(CHART))
+    with pytest.raises(helm.HelmValuesError, match=r"image\.repository is empty") as refused:
+        chart.validate_schema(chart.merge_values({}))
+    assert README_STEPS in str(refused.value)
+    with pytest.raises(helm.HelmValuesError, match="Build and push the image"):
+        chart.render(values={}, name="mp", namespace="memory")
+    report = helm.lint(str(CHART), {}, strict=True)
+    assert any(README_STEPS in m["error"] for m in report["messages"])
+    gateway = container(by_kind(render({}), "Deployment")["mp-memory-proxy-gateway"])
+    assert gateway["image"].startswith(IMAGE_REPOSITORY + ":")
 
 
 def test_default_install_is_redis_mode_with_a_bundled_redis_8() -> None:

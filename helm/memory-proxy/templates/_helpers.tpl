@@ -51,7 +51,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{- define "memory-proxy.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $repository := required "image.repository is empty: build and push the image first (README.md, Deploy, \"Build and push the image\"), then pass --set image.repository=<registry>/memory-proxy" .Values.image.repository }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
 {{/* The one switch: storage.backend decides the chart's shape and the gateway's config. */}}
