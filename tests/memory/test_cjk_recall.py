@@ -10,7 +10,6 @@ whether the named memory is among the candidates.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -84,21 +83,6 @@ CASES: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    if request.param == "sqlite":
-        async with SqliteDatabase(tmp_path / "memory.db") as db:
-            yield SqliteMemoryStore(db)
-        return
-    from proxy.backends.redis.client import connect
-    from proxy.backends.redis.store import RedisMemoryStore
-
-    url = request.getfixturevalue("redis_url")
-    prefix = request.getfixturevalue("redis_prefix")
-    async with connect(url) as client:
-        redis_store = RedisMemoryStore(client, key_prefix=prefix)
-        await redis_store.prepare()
-        yield redis_store
 
 
 def mem(content: str, *, minutes: int = 0, **fields: Any) -> Memory:

@@ -8,7 +8,6 @@ prefix on the session's test Redis, vector index of dimension 4); each test runs
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.records import ConversationRecord, Memory, Profile, ScoredTag, new_id
 from proxy.memory.store import (
@@ -31,24 +29,8 @@ from proxy.memory.store import (
 from proxy.memory.text import normalize, query_terms
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
-DIM = 4
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    if request.param == "sqlite":
-        async with SqliteDatabase(tmp_path / "memory.db") as db:
-            yield SqliteMemoryStore(db)
-        return
-    from proxy.backends.redis.client import connect
-    from proxy.backends.redis.store import RedisMemoryStore
-
-    url = request.getfixturevalue("redis_url")
-    prefix = request.getfixturevalue("redis_prefix")
-    async with connect(url) as client:
-        redis_store = RedisMemoryStore(client, key_prefix=prefix, vector_dim=DIM)
-        await redis_store.prepare()
-        yield redis_store
 
 
 def mem(content: str, *, tenant: str = "t1", user: str | None = "u1", minutes: int = 0,
