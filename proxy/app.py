@@ -55,6 +55,12 @@ WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
 BACKFILL_PAUSE_SECONDS = 0.05
 
 
+def _render(path: str, error: ProxyError) -> Response:
+    """``error`` in Anthropic's shape under ``/v1/messages`` (its clients read no other),
+    in OpenAI's envelope elsewhere."""
+    return messages.error_response(error) if messages.owns(path) else error_response(error)
+
+
 async def _own_error(request: Request, exc: Exception) -> Response:
     """Any error of ours: answered with its :meth:`~MemoryProxyError.reply` (a warning
     logged when that is not the error itself), else as an unexpected failure."""
@@ -64,7 +70,7 @@ async def _own_error(request: Request, exc: Exception) -> Response:
         return await _unexpected(request, exc)
     if reply is not exc:
         log.warning(exc.log_event, error=str(exc))
-    return error_response(reply)
+    return _render(request.url.path, reply)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -78,20 +84,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                                     status_code=405)
     else:
         error = ProxyError(str(exc.detail), status_code=exc.status_code)
-    return error_response(error)
+    return _render(request.url.path, error)
 
 
 async def _unexpected(request: Request, _exc: Exception) -> Response:
     log.exception("unhandled_error", path=request.url.path)
-    return error_response(ProxyError("The gateway failed unexpectedly; see its logs."))
+    return _render(request.url.path,
+                   ProxyError("The gateway failed unexpectedly; see its logs."))
 
 
 class _AnswerUnexpected:
     """ASGI middleware: an exception no handler knows, raised before the response started,
-    is answered 500 in the error envelope *here*, so the keep-alive connection stays open
-    (Starlette's own last-resort handler re-raises after answering, and uvicorn then closes
-    the connection). Raised after the response started (a stream), it propagates: the
-    connection must close, as the client cannot be told otherwise."""
+    is answered 500 in the error envelope (Anthropic's under ``/v1/messages``) *here*, so
+    the keep-alive connection stays open (Starlette's own last-resort handler re-raises
+    after answering, and uvicorn then closes the connection). Raised after the response
+    started (a stream), it propagates: the connection must close, as the client cannot be
+    told otherwise."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -114,8 +122,8 @@ class _AnswerUnexpected:
             if started:
                 raise
             log.exception("unhandled_error", path=scope.get("path"))
-            response = error_response(
-                ProxyError("The gateway failed unexpectedly; see its logs."))
+            response = _render(str(scope.get("path", "")),
+                               ProxyError("The gateway failed unexpectedly; see its logs."))
             await response(scope, receive, send)
 
 
@@ -268,6 +276,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
         Route("/chat/completions", chat.chat_completions, methods=["POST"]),
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/v1/messages", messages.create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/mcp", mcp_endpoint),  # GET, POST, DELETE: the MCP streamable HTTP transport
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/models", models.list_models, methods=["GET"]),

@@ -33,7 +33,7 @@ from proxy.routes.json import json_response
 Auth = Literal["none", "key", "user", "admin"]
 OPENAPI_VERSION = "3.1.0"
 _REF = "#/components/schemas/{model}"
-# HTTP status → the description of an error response (all share the OpenAI envelope).
+# HTTP status → the description of an error response (its body: the operation's error_model).
 _ERRORS: dict[int, str] = {
     400: "Invalid request (the error's `param` names the offending parameter)",
     401: "Missing or unknown API key",
@@ -67,7 +67,8 @@ class Operation:
     ``{name:path}``), a one-line ``summary``, who may call it (``auth``), the ``query``
     model (each field one query parameter), the JSON ``body`` model, the ``response``
     model (``None``: ``response_media`` text, e.g. Prometheus or Markdown) with its
-    ``status``, and the error statuses it may answer besides the auth ones."""
+    ``status``, the error statuses it may answer besides the auth ones, and the model of
+    its error bodies (``error_model``; default OpenAI's envelope, :class:`ErrorBody`)."""
 
     method: str
     path: str
@@ -83,6 +84,7 @@ class Operation:
     alternative_media: Sequence[str] = ()  # other media types the same response may take
     description: str = ""
     path_params: dict[str, str] = field(default_factory=dict)
+    error_model: type[BaseModel] | None = None
 
 
 _REGISTRY: dict[tuple[str, str], Operation] = {}
@@ -126,7 +128,7 @@ def document(operations: Sequence[Operation] | None = None, *,
     ops = list(operations if operations is not None else _REGISTRY.values())
     models: dict[str, type[BaseModel]] = {"ErrorBody": ErrorBody}
     for op in ops:
-        for model in (op.query, op.body, op.response):
+        for model in (op.query, op.body, op.response, op.error_model):
             if model is not None and model is not op.query:
                 models[model.__name__] = model
     _, top = models_json_schema([(m, "validation") for m in models.values()],
@@ -158,7 +160,8 @@ def document(operations: Sequence[Operation] | None = None, *,
         "openapi": OPENAPI_VERSION,
         "info": {"title": title, "version": version,
                  "description": "Long-term memory of your users behind an OpenAI-compatible "
-                                "gateway. Errors use OpenAI's envelope."},
+                                "gateway. Errors use OpenAI's envelope (Anthropic's "
+                                "under /v1/messages)."},
         "paths": paths,
         "components": {
             "schemas": schemas,
@@ -213,11 +216,12 @@ def _responses(op: Operation) -> dict[str, Any]:
         statuses |= {403}
     if op.body is not None:
         statuses |= {413}
+    error_model = (op.error_model or ErrorBody).__name__
     for status in sorted(statuses):
         responses[str(status)] = {
             "description": _ERRORS.get(status, "Error"),
             "content": {"application/json": {
-                "schema": {"$ref": _REF.format(model="ErrorBody")}}},
+                "schema": {"$ref": _REF.format(model=error_model)}}},
         }
     return responses
 

@@ -148,8 +148,11 @@ class MemoryService:
                           system_ok=route.supports_system_messages)
         return Injection(messages=messages, status=status, reason=reason)
 
-    async def prepare(self, identity: Identity, request: ChatRequest, route: Route) -> Injection:
-        """Recall and splice memory for this request, within ``recall_timeout_ms``."""
+    async def prepare(self, identity: Identity, request: ChatRequest, route: Route, *,
+                      count_access: bool = True) -> Injection:
+        """Recall and splice memory for this request, within ``recall_timeout_ms``.
+        ``count_access=False``: the injected memories' access counters are left as they
+        are (a request that only measures the prompt, e.g. counting its tokens)."""
         if identity.user is None:
             return self.passthrough(request, route, "no_user")
         if identity.mode == "off":
@@ -216,7 +219,8 @@ class MemoryService:
                           developer_ok=route.supports_developer_role,
                           system_ok=route.supports_system_messages)
         ids = tuple(m.id for m in plan.memories)
-        self.access.add(identity.tenant, ids)
+        if count_access:
+            self.access.add(identity.tenant, ids)
         return Injection(
             messages=messages, status="degraded" if degraded else "injected",
             count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,

@@ -297,3 +297,52 @@ async def test_turns_are_learned(learning_gateway: Gateway, upstream: FakeUpstre
         theirs = (await client.get("/v1/memories", headers={"X-User-Id": "dave"})).json()
     assert [m["content"] for m in mine["data"]] == ["Has a cat named Miso"]
     assert theirs["data"] == []
+
+
+class BrokenUpstream:
+    """An upstream with a bug of the gateway's own: every call raises a foreign error."""
+
+    async def complete(self, call: Any) -> Any:
+        raise RuntimeError("a bug, not an upstream failure")
+
+    async def stream(self, call: Any) -> Any:
+        raise RuntimeError("a bug, not an upstream failure")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_other_methods_and_paths_are_anthropic_shaped(gateway: Gateway) -> None:
+    """``GET /v1/messages`` is a 405 and an unknown path under it (the SDK's batches) the
+    SDK's NotFoundError, both in Anthropic's error shape; other paths keep OpenAI's."""
+    async with sdk(gateway) as client:
+        with pytest.raises(anthropic.APIStatusError) as not_allowed:
+            await client.get("/v1/messages", cast_to=object)
+        with pytest.raises(anthropic.NotFoundError) as unknown:
+            await client.messages.batches.create(requests=[{
+                "custom_id": "one", "params": {"model": "m", "max_tokens": 8,
+                                               "messages": ask("hi")}}])
+    assert not_allowed.value.status_code == 405
+    assert not_allowed.value.body == {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "Method GET is not allowed on /v1/messages."}}
+    assert unknown.value.body == {"type": "error", "error": {
+        "type": "not_found_error", "message": "Unknown path /v1/messages/batches."}}
+    async with gateway.client() as client:
+        elsewhere = await client.get("/v1/messagesx")
+    assert elsewhere.status_code == 404
+    assert elsewhere.json()["error"]["code"] == "unknown_url"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_unexpected_failure_is_an_anthropic_500(gateway: Gateway,
+                                                         stream: bool) -> None:
+    """A foreign exception inside the handler is a 500 ``api_error`` in Anthropic's shape
+    (the SDK's InternalServerError), streaming or not."""
+    gateway.res.upstream = BrokenUpstream()
+    async with sdk(gateway) as client:
+        with pytest.raises(anthropic.InternalServerError) as caught:
+            await client.messages.create(model="m", max_tokens=8, messages=ask("hi"),
+                                         stream=stream)
+    assert caught.value.body == {"type": "error", "error": {
+        "type": "api_error", "message": "The gateway failed unexpectedly; see its logs."}}
