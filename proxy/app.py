@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import openapi
 from proxy.access import AccessLogMiddleware
 from proxy.alerts import alert_monitor
+from proxy.auth import OPEN_TENANT
 from proxy.errors import InvalidRequestError, MemoryProxyError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.text import load_confusables
@@ -45,7 +46,13 @@ from proxy.routes import (
     transfer,
     users,
 )
-from proxy.settings import Settings
+from proxy.settings import (
+    GLOBAL_NAMESPACE,
+    GROUP_PREFIX,
+    RESERVED_IDS_RULE,
+    Settings,
+    reserved_user_id,
+)
 from proxy.shutdown import Drain
 
 log = structlog.get_logger("proxy.app")
@@ -172,6 +179,39 @@ async def _backfill(res: Resources) -> None:
         log.warning("memory_reindex_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
 
+# Users of one tenant listed per reserved id form at startup: enough to name the problem.
+RESERVED_USERS_SHOWN = 20
+
+
+async def _report_reserved_users(res: Resources) -> None:
+    """Warn (``reserved_user_ids``) about known users of the configured tenants whose ids
+    the gateway reserves (:func:`~proxy.settings.reserved_user_id`): their data stays
+    stored, untouched, but no request can name them any more. One
+    ranged read of the tenant's user index per reserved form; a failure is logged, never
+    fatal."""
+    auth = res.settings.auth
+    tenants = sorted({k.tenant for k in (*auth.keys, *auth.admin_keys)} |
+                     set(auth.jwt.tenants if auth.jwt else ()) |
+                     ({OPEN_TENANT} if res.keyring.open_mode else set()))
+    for tenant in tenants:
+        found: list[str] = []
+        try:
+            for prefix in (GROUP_PREFIX, GLOBAL_NAMESPACE):
+                # The greatest id sorting before ``prefix``: the page starts at it.
+                before = prefix[:-1] + chr(ord(prefix[-1]) - 1) + "\U0010ffff" * 4
+                page = await res.ledger.users(tenant, after=before, limit=RESERVED_USERS_SHOWN)
+                found += [u.user for u in page if u.user.startswith(prefix)
+                          and reserved_user_id(u.user)]
+        except Exception as exc:
+            log.warning("reserved_user_ids_unchecked", tenant=tenant,
+                        error=f"{type(exc).__name__}: {exc}"[:300])
+            continue
+        if found:
+            log.warning("reserved_user_ids", tenant=tenant, users=found,
+                        detail=f"these users' ids are refused from now on ({RESERVED_IDS_RULE}); "
+                               "their stored data is kept untouched")
+
+
 @contextlib.asynccontextmanager
 async def _running(res: Resources) -> AsyncIterator[None]:
     stop = asyncio.Event()
@@ -257,6 +297,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
                 log.warning("auth_open_mode",
                             detail="no auth.keys configured: every caller is tenant "
                                    "'default'; configure keys before exposing the gateway")
+            await _report_reserved_users(res)
             await _warm_up(res)
             # Everything loaded so far (jieba's dictionary, tokenizers, models) lives for
             # the whole process: keep it out of the cyclic collector's full passes, whose

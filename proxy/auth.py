@@ -25,7 +25,14 @@ from typing import Any, Literal
 import jwt
 
 from proxy.errors import AuthenticationError, PermissionDeniedError
-from proxy.settings import GLOBAL_NAMESPACE, AuthSettings, GatewayKey, JwtSettings
+from proxy.settings import (
+    GLOBAL_NAMESPACE,
+    RESERVED_IDS_RULE,
+    AuthSettings,
+    GatewayKey,
+    JwtSettings,
+    reserved_user_id,
+)
 
 Role = Literal["user", "app", "admin", "global_admin"]
 OPEN_TENANT = "default"
@@ -72,7 +79,8 @@ class JwtVerifier:
 
     :meth:`verify` returns ``(tenant, user)`` or raises :class:`AuthenticationError` (401)
     for a bad signature, a wrong issuer or audience, an expired token, a missing user or
-    tenant claim, or a tenant outside ``auth.jwt.tenants``."""
+    tenant claim, a user id the gateway reserves (:func:`~proxy.settings.reserved_user_id`),
+    or a tenant outside ``auth.jwt.tenants``."""
 
     def __init__(self, settings: JwtSettings) -> None:
         self._settings = settings
@@ -111,6 +119,10 @@ class JwtVerifier:
         user, tenant = claims.get(s.user_claim), claims.get(s.tenant_claim)
         if not isinstance(user, str) or not user:
             raise AuthenticationError(f"The token names no user (claim {s.user_claim!r}).",
+                                      code="invalid_token")
+        if reserved_user_id(user):
+            raise AuthenticationError(f"The token's user (claim {s.user_claim!r}) cannot name "
+                                      f"an end user: {RESERVED_IDS_RULE}.",
                                       code="invalid_token")
         if not isinstance(tenant, str) or tenant not in s.tenants:
             raise AuthenticationError("The token's tenant is not one this gateway serves.",

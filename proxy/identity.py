@@ -24,7 +24,7 @@ from typing import Any, Literal
 from proxy.auth import Principal
 from proxy.errors import InvalidRequestError
 from proxy.request import Message, message_text
-from proxy.settings import IdentitySettings
+from proxy.settings import RESERVED_IDS_RULE, IdentitySettings, reserved_user_id
 
 MemoryMode = Literal["on", "off", "read-only", "write-only"]
 Channel = Literal["private", "group"]
@@ -84,18 +84,20 @@ def resolve_user(
     """The end user id and where it came from (``key``/``header``/``body``/``metadata``).
 
     Raises :class:`InvalidRequestError` for an id that is empty, longer than 256 characters
-    or contains control characters, and for a ``metadata.user_id`` that is not a string.
+    or contains control characters, for an id the gateway reserves for its own namespaces
+    (:func:`~proxy.settings.reserved_user_id`: a group chat's ``group:<id>``, the global
+    namespace) and for a ``metadata.user_id`` that is not a string.
     """
     if principal.bound_user is not None:
         return principal.bound_user, "key"
     header_value = header_text(headers.get(settings.user_header.lower()))
     if header_value is not None and header_value.strip():
-        return _check_id(header_value.strip(), settings.user_header), "header"
+        return _check_user(header_value.strip(), settings.user_header), "header"
     if body is None or not settings.accept_body_user:
         return None, "none"
     user = body.get("user")
     if isinstance(user, str) and user.strip():
-        return _check_id(user.strip(), "user"), "body"
+        return _check_user(user.strip(), "user"), "body"
     metadata = body.get("metadata")
     if isinstance(metadata, dict):
         meta_user = metadata.get("user_id")
@@ -105,10 +107,10 @@ def resolve_user(
             raise InvalidRequestError("metadata.user_id must be a string.",
                                       param="metadata.user_id", code="invalid_type")
         if isinstance(meta_user, str) and meta_user.strip():
-            return _check_id(meta_user.strip(), "metadata.user_id"), "metadata"
+            return _check_user(meta_user.strip(), "metadata.user_id"), "metadata"
     safety = body.get("safety_identifier")
     if isinstance(safety, str) and safety.strip():
-        return _check_id(safety.strip(), "safety_identifier"), "body"
+        return _check_user(safety.strip(), "safety_identifier"), "body"
     return None, "none"
 
 
@@ -179,6 +181,16 @@ def _mode(raw: str | None, header: str) -> MemoryMode:
     return mode
 
 
+def resolve_channel(
+    headers: Mapping[str, str], body: Mapping[str, Any], settings: IdentitySettings
+) -> tuple[Channel, str | None]:
+    """The channel a request names (``X-Memory-Channel``, default private) and, in a group,
+    its group id (``X-Memory-Group-Id`` or ``metadata.group_id``). Raises
+    :class:`InvalidRequestError` for an unknown channel, a group channel without a group id
+    or a malformed group id."""
+    return _channel(headers, body, settings)
+
+
 def _channel(
     headers: Mapping[str, str], body: Mapping[str, Any], settings: IdentitySettings
 ) -> tuple[Channel, str | None]:
@@ -223,4 +235,15 @@ def _check_id(value: str, param: str) -> str:
             f"{param} must be at most {MAX_ID_LENGTH} printable characters.",
             param=param, code="invalid_value",
         )
+    return value
+
+
+def _check_user(value: str, param: str) -> str:
+    """An end user id named by ``param``: :func:`_check_id`'s rules, and none of the ids
+    the gateway reserves (a user called ``group:g1`` would share a group chat's learning
+    namespace)."""
+    _check_id(value, param)
+    if reserved_user_id(value):
+        raise InvalidRequestError(f"{param} {value!r} cannot name an end user: "
+                                  f"{RESERVED_IDS_RULE}.", param=param, code="invalid_value")
     return value

@@ -12,6 +12,9 @@ Rules (docs/design.md#evidence, docs/design.md#contradictions):
   only between memories with the same subject (:func:`subject_key`: "user" for the user,
   else the person's normalised name) and the learned scope: a fact about person X retires
   or strengthens only the user's facts about X, never the user's own.
+- **A restatement is evidence.** A fact that repeats a stored memory word for word or by
+  containment (:func:`restates`) merges with it even when the model marks it as
+  superseding that memory: its hits grow instead of restarting at 1.
 - **Retire, not delete.** A fact that ``supersedes`` stored memories is stored new, and each
   superseded one gets ``enabled = False``, ``superseded_at``, ``superseded_by`` and a reason:
   kept for audit and history, never injected again (after a contradiction exactly the new fact is
@@ -128,6 +131,29 @@ def contains(a: str, b: str) -> bool:
     return padded_a in padded_b or padded_b in padded_a
 
 
+# Words whose presence in a richer restatement turns it into a change of the stored fact
+# ("Lives in Paris" → "No longer lives in Paris"): the supersedes then stands.
+_CHANGE_WORDS = frozenset({"not", "no", "never", "longer", "anymore", "stopped", "quit",
+                           "former", "formerly", "used", "ex", "was", "gave"})
+_CHANGE_CHARS = ("不", "没", "再", "曾", "戒", "以前", "已经")
+
+
+def restates(stored: str, new: str) -> bool:
+    """Whether the normalised fact ``new`` says the normalised memory ``stored`` again
+    rather than changing it: the same text, a part of it (:func:`contains`), or it with
+    more words of which none marks a change (:data:`_CHANGE_WORDS`, :data:`_CHANGE_CHARS`).
+    A fact that restates a memory merges as evidence even when the model says it
+    supersedes it."""
+    if new == stored:
+        return True
+    if not contains(stored, new):
+        return False
+    if f" {new} " in f" {stored} ":
+        return True  # the fact is part of the stored memory: nothing changes
+    extra = f" {new} ".replace(f" {stored} ", " ")
+    return not (set(extra.split()) & _CHANGE_WORDS or any(c in extra for c in _CHANGE_CHARS))
+
+
 def _merge(memory: Memory, fact: CandidateFact, ctx: BatchContext, *, count: bool) -> Memory:
     old, new = normalize(memory.content), normalize(fact.content)
     richer = new != old and f" {old} " in f" {new} "
@@ -182,8 +208,11 @@ def consolidate(
             if s in ctx.known and ctx.known[s].id in active
             and _same_subject(active[ctx.known[s].id], subject)
         ]
-        retiring = {m.id for m in superseded}
         duplicate = _find_duplicate(fact, subject, norm, ctx, active)
+        if duplicate is not None and restates(normalize(duplicate.content), norm):
+            # "Supersedes" of a memory the fact only restates: evidence, not a contradiction.
+            superseded = [m for m in superseded if m.id != duplicate.id]
+        retiring = {m.id for m in superseded}
         if duplicate is not None and duplicate.id not in retiring:
             first = duplicate.id not in counted
             merged = _merge(duplicate, fact, ctx, count=first)

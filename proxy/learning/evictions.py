@@ -12,10 +12,9 @@ from datetime import datetime, timedelta
 
 from proxy.learning import quotas
 from proxy.learning.events import Counter
-from proxy.learning.exchange import GROUP_PREFIX
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore, ScanQuery
-from proxy.settings import LearningSettings
+from proxy.settings import GROUP_PREFIX, LearningSettings
 from proxy.tenants import TenantSettings
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from proxy.memory.inject import strip_blocks
 from proxy.memory.text import normalize
 from proxy.request import Message, message_text
+from proxy.settings import GROUP_PREFIX
 
 LEARNABLE_ROLES = frozenset({"user", "assistant"})
 
@@ -131,7 +132,6 @@ class Exchange:
         )
 
 
-GROUP_PREFIX = "group:"
 
 
 def as_told_by(messages: list[Message]) -> list[Message]:
@@ -162,10 +162,6 @@ def group_namespace(group: str) -> str:
     """The learning namespace of a group chat: its messages are buffered and fingerprinted
     once for the group, whichever participant's request carried them."""
     return GROUP_PREFIX + group
-
-
-def is_group_namespace(user: str) -> bool:
-    return user.startswith(GROUP_PREFIX)
 
 
 # Characters of one message kept for learning (buffered, fingerprinted, shown to the

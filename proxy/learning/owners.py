@@ -4,8 +4,9 @@ A private batch teaches its user (one owner, keyed ``None``). A group batch teac
 participant whose display name resolves to exactly one user of the tenant who has learning
 on — unknown or ambiguous names are skipped — and each fact goes to the participant the
 model names as its ``speaker``. Which strategy a batch gets is decided in one place,
-:func:`owners_for`: today by the batch user's ``group:`` namespace
-(:func:`~proxy.learning.exchange.is_group_namespace`).
+:func:`owners_for`, by the channel recorded with the batch's turns — never by how a user
+id is spelled (ids starting with ``group:`` are refused as end users anyway:
+:func:`~proxy.settings.reserved_user_id`).
 
 The strategies differ in how the results are committed: a private batch is one change
 set (its audit, its conversation record and the user's memories together); a group batch
@@ -20,12 +21,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from proxy.learning.answers import ExtractionResult, ProfileUpdate
-from proxy.learning.exchange import TranscriptMessage, is_group_namespace
+from proxy.learning.exchange import TranscriptMessage, group_namespace
 from proxy.learning.policy import Switches
 from proxy.learning.queue import Batch
 from proxy.memory.records import ConversationRecord, Memory
 from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore
 from proxy.memory.text import normalize
+from proxy.settings import GROUP_PREFIX
 
 Owners = dict[str | None, str]  # participant name (None: the private user) → user id
 
@@ -182,8 +184,17 @@ class GroupOwners:
 
 
 def owners_for(batch: Batch) -> OwnerStrategy:
-    """The owner strategy of ``batch``: the one place that tells group from private."""
-    return GroupOwners() if is_group_namespace(batch.user) else PrivateOwners()
+    """The owner strategy of ``batch``: the one place that tells group from private.
+
+    A batch is a group's when every turn in it was recorded in a group channel
+    (``batch.channel`` is ``group:<group id>``, :func:`~proxy.learning.queue.batch_channel`)
+    and it was buffered under that group's namespace
+    (:func:`~proxy.learning.exchange.group_namespace`); anything else is private, whatever
+    its user id looks like."""
+    channel = batch.channel
+    grouped = channel.startswith(GROUP_PREFIX) and \
+        group_namespace(channel.removeprefix(GROUP_PREFIX)) == batch.user
+    return GroupOwners() if grouped else PrivateOwners()
 
 
 def same_name(a: str | None, b: str | None) -> bool:

@@ -231,11 +231,19 @@ def batch_key(fingerprints: list[str], conversation: str) -> str:
     return "b_" + digest[:32]
 
 
+def batch_channel(channels: Sequence[str]) -> str:
+    """The channel of a batch from the channel recorded with each of its messages
+    (``private`` or ``group:<group id>``): theirs when they all agree, else ``private`` —
+    a batch is a group's only when every line of it was said in that group."""
+    first = channels[0] if channels else "private"
+    return first if all(c == first for c in channels) else "private"
+
+
 def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
     return sizes.get(exchange_channel, sizes.get("private", 5))
 
 
 __all__: Sequence[str] = (
     "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "NewJob", "QueueDepth",
-    "batch_key", "batch_sizes",
+    "batch_channel", "batch_key", "batch_sizes",
 )

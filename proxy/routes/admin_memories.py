@@ -35,7 +35,7 @@ from proxy.routes.json import json_response
 from proxy.routes.memories import check_manual, clean_text, embed_texts, vector_fields
 from proxy.settings import GLOBAL_NAMESPACE
 
-PROMOTED_TAG = "promoted-from:"
+PROMOTED_TAG = "promoted-from:"  # tag of shared copies made by earlier versions: dropped
 
 
 def _space(request: Request, scope: str | None) -> tuple[Resources, str, str, str]:
@@ -214,11 +214,14 @@ async def promote(request: Request) -> Response:
     # every user of the tenant, so personal data is checked again.
     check_manual(f"{personal.title}\n{personal.content}", res.scrubbers.for_tenant(tenant))
     now = res.clock()
+    # The shared copy names no owner, conversation or personal memory id (every user of
+    # the tenant reads it); the link is kept in the two ``promoted`` audit events only.
     shared = personal.with_changes(
         id=new_id(), user_id=None, scope="shared", source_channel=None,
-        tags=(*personal.tags, f"{PROMOTED_TAG}{personal.id}")[-20:],
+        source_conversation_id=None,
+        tags=tuple(t for t in personal.tags if not t.startswith(PROMOTED_TAG)),
         created_at=now, updated_at=now, access_count=0, last_access_at=None)
-    detail: dict[str, object] = {"by": actor, "from_memory": personal.id,
+    detail: dict[str, object] = {"by": actor, "owner": owner, "from_memory": personal.id,
                                  "shared_memory": shared.id}
     await res.store.add(shared, audit=_event(tenant, "promoted", shared.id, now,
                                              reason="promoted to shared", detail=detail))

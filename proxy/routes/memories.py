@@ -24,7 +24,9 @@ parameter).
 - ``GET /v1/memories/{id}`` → the memory
 - ``DELETE /v1/memories/{id}`` → ``{"id", "object": "memory.deleted", "deleted": true}``
 - ``DELETE /v1/memories?confirm=true`` → deletes all of the user's memories and profile
-- ``POST /v1/memories/flush`` → 202: learn now from what the user's conversations buffered
+- ``POST /v1/memories/flush`` → 202: learn now from what the user's conversations buffered;
+  with ``X-Memory-Channel: group`` and ``X-Memory-Group-Id`` (app and admin keys only: 403
+  for a user-bound key or JWT), from what the group's chat buffered
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import openapi
-from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
+from proxy.errors import ConflictError, InvalidRequestError, NotFoundError, PermissionDeniedError
+from proxy.identity import resolve_channel
 from proxy.learning import quotas
+from proxy.learning.exchange import group_namespace
 from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.jobs import Flush, flush_job
 from proxy.learning.pii import Scrubber
@@ -265,9 +269,7 @@ async def flush_learning(request: Request) -> Response:
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object (or empty).",
                                   code="invalid_type")
-    # The user may be named like everywhere else: header, body, or query string.
-    me = owner(request, res, {**request.query_params, **body})
-    tenant, user = me.tenant, me.user
+    tenant, user = _flushed(request, res, body)
     if not res.learning_enabled or res.queue is None:
         raise ConflictError("Learning is not enabled on this gateway (learning.enabled).",
                             code="learning_disabled")
@@ -275,6 +277,25 @@ async def flush_learning(request: Request) -> Response:
     job = flush_job(Flush(tenant, user), unique=new_id())
     await res.queue.enqueue(job.kind, job.id, job.payload, tenant=job.tenant)
     return json_response({"object": "memory.flush", "queued": True}, status_code=202)
+
+
+def _flushed(request: Request, res: Resources, body: dict[str, Any]) -> tuple[str, str]:
+    """The (tenant, learning namespace) a flush seals: the group's
+    (:func:`~proxy.learning.exchange.group_namespace`) for a group channel, else the
+    caller's user, named like everywhere else (header, body or query string). Raises
+    :class:`PermissionDeniedError` (403) for a group flush by a user-bound key or JWT: its
+    group turns are learned as its own, and a plain flush seals them."""
+    channel, group = resolve_channel(request.headers, body, res.settings.identity)
+    if channel != "group" or group is None:
+        me = owner(request, res, {**request.query_params, **body})
+        return me.tenant, me.user
+    principal = res.keyring.authenticate(request.headers)
+    if principal.bound_user is not None:
+        raise PermissionDeniedError(
+            "A user-bound key or JWT speaks only for its own user: its group turns are "
+            "buffered as its own, so flush without the group channel header.",
+            param=res.settings.identity.channel_header, code="group_flush_not_allowed")
+    return principal.tenant, group_namespace(group)
 
 
 async def clear_memories(request: Request) -> Response:
@@ -439,7 +460,7 @@ openapi.register(
                       response=MemoriesCleared, tags=("memories",)),
     openapi.Operation("POST", "/v1/memories/flush", "Learn now from what the user's "
                       "conversations buffered", query=UserParams, response=FlushQueued,
-                      status=202, errors=(409,), tags=("memories",)),
+                      status=202, errors=(403, 409), tags=("memories",)),
     openapi.Operation("GET", "/v1/memories/stats", "Counts, last learning, learning "
                       "switches", query=UserParams, response=MemoryStats,
                       tags=("memories",)),

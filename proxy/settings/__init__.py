@@ -21,7 +21,10 @@ from proxy.settings.base import (
     ENV_PREFIX,
     ENV_REFERENCE,
     GLOBAL_NAMESPACE,
+    GROUP_PREFIX,
+    RESERVED_IDS_RULE,
     ConfigError,
+    reserved_user_id,
     resolve_env_reference,
 )
 from proxy.settings.embedder import EmbedderSettings
@@ -38,8 +41,10 @@ __all__ = [
     "ENV_PREFIX",
     "ENV_REFERENCE",
     "GLOBAL_NAMESPACE",
+    "GROUP_PREFIX",
     "MAX_VECTOR_DIM",
     "REDIS_URL_SCHEMES",
+    "RESERVED_IDS_RULE",
     "TENANT_OVERRIDABLE",
     "AlertSettings",
     "AuthSettings",
@@ -66,5 +71,6 @@ __all__ = [
     "UpstreamSettings",
     "config_path",
     "load_settings",
+    "reserved_user_id",
     "resolve_env_reference",
 ]

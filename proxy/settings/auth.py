@@ -8,7 +8,14 @@ from typing import Any
 
 from pydantic import Field, SecretStr, model_validator
 
-from proxy.settings.base import ENV_REFERENCE, GLOBAL_NAMESPACE, Section, resolve_env_reference
+from proxy.settings.base import (
+    ENV_REFERENCE,
+    GLOBAL_NAMESPACE,
+    RESERVED_IDS_RULE,
+    Section,
+    reserved_user_id,
+    resolve_env_reference,
+)
 
 
 class GatewayKey(Section):
@@ -132,4 +139,9 @@ class AuthSettings(Section):
             if tenant == GLOBAL_NAMESPACE:
                 raise ValueError(f"{where}: '{GLOBAL_NAMESPACE}' is the reserved name of "
                                  "the global (system memory) namespace, not a tenant")
+        for where, keys in (("auth.keys", self.keys), ("auth.admin_keys", self.admin_keys)):
+            for index, key in enumerate(keys):
+                if key.user is not None and reserved_user_id(key.user):
+                    raise ValueError(f"{where}.{index}.user: {key.user!r} cannot name an end "
+                                     f"user: {RESERVED_IDS_RULE}")
         return self

@@ -13,7 +13,21 @@ ENV_PREFIX = "MEMORY_PROXY_"
 # The namespace of system memories, read by every tenant's recall and written only with a
 # global admin key; refused as a tenant name.
 GLOBAL_NAMESPACE = "__global__"
+# The learning namespace of a group chat is ``group:<group id>``: its buffer, fingerprints
+# and conversation record live under that user id, so no end user may be called so.
+GROUP_PREFIX = "group:"
 ENV_REFERENCE = "os.environ/"
+
+
+def reserved_user_id(user: str) -> bool:
+    """Whether ``user`` is an id the gateway keeps for itself and never gives an end user:
+    a group chat's namespace (any id starting with :data:`GROUP_PREFIX`) or the global
+    namespace (:data:`GLOBAL_NAMESPACE`)."""
+    return user.startswith(GROUP_PREFIX) or user == GLOBAL_NAMESPACE
+
+
+RESERVED_IDS_RULE = (f"ids starting with '{GROUP_PREFIX}' and the id '{GLOBAL_NAMESPACE}' "
+                     "are reserved for the gateway's own namespaces")
 
 
 class ConfigError(MemoryProxyError):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from proxy.learning.answers import ProfileUpdate
-from proxy.learning.consolidate import BatchContext, consolidate, contains, merge_tags
+from proxy.learning.consolidate import BatchContext, consolidate, contains, merge_tags, restates
 from proxy.learning.filters import FactFilter, is_directive
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, ScoredTag
@@ -67,6 +67,53 @@ def test_supersede_retires_and_creates() -> None:
     assert not retired.enabled
     assert retired.superseded_by == new.id
     assert retired.superseded_at == NOW
+
+
+@pytest.mark.parametrize(("stored_text", "fact", "content"), [
+    ("Loves spicy food", "Loves spicy food", "Loves spicy food"),  # identical
+    ("Loves spicy food", "loves  SPICY food", "Loves spicy food"),  # same once normalised
+    ("Lives in Lisbon", "Lives in Lisbon since 2019", "Lives in Lisbon since 2019"),
+    ("Lives in Lisbon since 2019", "Lives in Lisbon", "Lives in Lisbon since 2019"),
+])
+def test_a_restatement_marked_as_superseding_merges_as_evidence(
+        stored_text: str, fact: str, content: str) -> None:
+    """An identical or contained fact whose ``supersedes`` names the stored memory adds a
+    hit to it (hits 2) instead of retiring it for an identical copy with hits 1."""
+    memory = stored(stored_text)
+    changes = consolidate(context([memory]), [cand(fact, supersedes=("m1",))],
+                          profile=None, profile_update=None, user_messages=1)
+    (merged,) = changes.upserts
+    assert (merged.id, merged.hits, merged.active) == (memory.id, 2, True)
+    assert merged.content == content
+    assert changes.evidence == ((memory.id, "b1"),)
+    assert [e.action for e in changes.audit] == ["merged"]
+
+
+@pytest.mark.parametrize(("stored_text", "new", "same"), [
+    ("lives in lisbon", "lives in lisbon", True),
+    ("lives in lisbon since 2019", "lives in lisbon", True),
+    ("lives in lisbon", "lives in lisbon since 2019", True),
+    ("lives in lisbon", "no longer lives in lisbon", False),
+    ("lives in lisbon", "lives in lisbon not anymore", False),
+    ("works at the harbour office", "never works at the harbour office", False),
+    ("loves spicy food", "dislikes spicy food", False),
+    ("喜欢在周末去爬山徒步旅行", "不再喜欢在周末去爬山徒步旅行", False),
+])
+def test_restates_tells_a_repeat_from_a_change(stored_text: str, new: str,
+                                               same: bool) -> None:
+    assert restates(stored_text, new) is same
+
+
+def test_a_changed_fact_containing_the_stored_one_still_retires_it() -> None:
+    """"No longer lives in Lisbon" contains "Lives in Lisbon" but changes it: the
+    supersedes stands (the new fact active, the old retired)."""
+    old = stored("Lives in Lisbon")
+    changes = consolidate(context([old]), [cand("No longer lives in Lisbon",
+                                                supersedes=("m1",))],
+                          profile=None, profile_update=None, user_messages=1)
+    by_content = {m.content: m for m in changes.upserts}
+    assert by_content["No longer lives in Lisbon"].active
+    assert not by_content["Lives in Lisbon"].active
 
 
 def test_unknown_supersede_ids_are_ignored() -> None:

@@ -10,15 +10,17 @@ import pytest
 from proxy.learning.answers import ExtractionResult, ProfileUpdate
 from proxy.learning.exchange import TranscriptMessage
 from proxy.learning.owners import GroupOwners, PrivateOwners, owners_for
-from proxy.learning.queue import Batch
+from proxy.learning.queue import Batch, batch_channel
 from proxy.memory.records import ConversationRecord
 from proxy.memory.store import AuditEvent, ChangeSet, UserSettings
 
 
-def _batch(user: str, *names: str | None) -> Batch:
+def _batch(user: str, *names: str | None, channel: str | None = None) -> Batch:
     messages = tuple(TranscriptMessage(role="user", text=f"said by {n}", fingerprint=str(i),
                                        name=n) for i, n in enumerate(names))
-    return Batch(key="b1", tenant="t", user=user, conversation="c", channel="private",
+    if channel is None:
+        channel = user if user.startswith("group:") else "private"
+    return Batch(key="b1", tenant="t", user=user, conversation="c", channel=channel,
                  model="m", messages=messages, oldest_at=100.0, newest_at=101.0)
 
 
@@ -41,12 +43,31 @@ def _profile(style: str) -> ProfileUpdate:
     return ProfileUpdate(style=style, impression=None, traits=(), topics=())
 
 
-@pytest.mark.parametrize(("user", "strategy"), [
-    ("alice", PrivateOwners), ("group:g1", GroupOwners), ("groupie", PrivateOwners),
+@pytest.mark.parametrize(("user", "channel", "strategy"), [
+    ("alice", "private", PrivateOwners),
+    ("group:g1", "group:g1", GroupOwners),
+    ("groupie", "private", PrivateOwners),
+    # A user id spelled like a group's namespace, its turns recorded as private: private.
+    ("group:g1", "private", PrivateOwners),
+    # A group channel recorded under another namespace than the group's: private.
+    ("alice", "group:g1", PrivateOwners),
+    ("group:g2", "group:g1", PrivateOwners),
 ])
-def test_the_batch_users_namespace_picks_the_strategy(user: str, strategy: type) -> None:
-    """A ``group:`` user id makes a group batch; any other id a private one."""
-    assert isinstance(owners_for(_batch(user)), strategy)
+def test_the_recorded_channel_picks_the_strategy(user: str, channel: str,
+                                                 strategy: type) -> None:
+    """A batch is a group's only when its turns were recorded in that group's channel and
+    buffered under its namespace; a user id's spelling alone never makes one."""
+    assert isinstance(owners_for(_batch(user, channel=channel)), strategy)
+
+
+@pytest.mark.parametrize(("channels", "expected"), [
+    (["private", "private"], "private"), (["group:g1", "group:g1"], "group:g1"),
+    (["group:g1", "private"], "private"), (["private", "group:g1"], "private"),
+    (["group:g1", "group:g2"], "private"), ([], "private"),
+])
+def test_a_batch_is_a_groups_only_when_every_line_was_said_there(channels: list[str],
+                                                                 expected: str) -> None:
+    assert batch_channel(channels) == expected
 
 
 async def test_a_private_batch_teaches_its_user_unless_learning_is_off() -> None:

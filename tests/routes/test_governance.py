@@ -626,9 +626,9 @@ async def test_system_memories_are_global_and_written_by_global_keys_only(
 
 async def test_promoting_a_personal_memory_shares_it_once(gw: Gateway,
                                                           upstream: FakeUpstream) -> None:
-    """Promotion stores a shared copy that records its origin and retires the personal
-    memory (reason ``promoted``): every user of the tenant gets it, the owner only once;
-    PII is checked again; the owner must be named and own the memory."""
+    """Promotion stores a shared copy that names no owner (the origin is in the audit) and
+    retires the personal memory (reason ``promoted``): every user of the tenant gets it,
+    the owner only once; PII is checked again; the owner must be named and own the memory."""
     async with gw.client(headers={**ACME_APP, "X-User-Id": "u1"}) as client:
         personal = (await client.post("/v1/memories", json={
             "content": "Expense reports go through the Fin portal"})).json()
@@ -643,11 +643,19 @@ async def test_promoting_a_personal_memory_shares_it_once(gw: Gateway,
         assert promoted.status_code == 201
         shared = promoted.json()
         assert (shared["scope"], shared["user_id"]) == ("shared", None)
-        assert f"promoted-from:{personal['id']}" in shared["tags"]
+        # The shared copy names no owner, conversation or personal memory id.
+        assert not any(t.startswith("promoted-from") for t in shared["tags"])
+        assert shared["source_conversation_id"] is None
+        assert personal["id"] not in str(shared)
+        assert "u1" not in str(shared)
         assert (await admin.post(path, headers={"X-User-Id": "u1"})).status_code == 404
         events = (await admin.get("/v1/admin/audit", params={"action": "promoted"})
                   ).json()["data"]
         assert {e["memory_id"] for e in events} == {personal["id"], shared["id"]}
+        # Admins find the link in the promoted audit events.
+        assert all((e["detail"]["from_memory"], e["detail"]["owner"],
+                    e["detail"]["shared_memory"]) == (personal["id"], "u1", shared["id"])
+                   for e in events)
     async with gw.client(headers={**ACME_APP, "X-User-Id": "u1"}) as client:
         old = (await client.get(f"/v1/memories/{personal['id']}")).json()
         assert (old["supersede_reason"], old["superseded_by"]) == ("promoted", shared["id"])

@@ -88,6 +88,7 @@ from proxy.learning.queue import (
     JobKind,
     NewJob,
     QueueDepth,
+    batch_channel,
     batch_key,
 )
 from proxy.memory.store import StoreUnavailableError
@@ -340,7 +341,8 @@ class RedisLearningQueue:
             return None
         return Batch(
             key=key, tenant=data[b"tenant"].decode(), user=data[b"user"].decode(),
-            conversation=data[b"conversation"].decode(), channel=rows[0]["channel"],
+            conversation=data[b"conversation"].decode(),
+            channel=batch_channel([r["channel"] for r in rows]),
             model=rows[-1]["model"],
             messages=tuple(TranscriptMessage(role=r["role"], text=r["text"], fingerprint=r["fp"],
                                              name=r["name"], images=tuple(r["images"]))

@@ -28,6 +28,7 @@ from proxy.learning.queue import (
     JobKind,
     NewJob,
     QueueDepth,
+    batch_channel,
     batch_key,
 )
 from proxy.memory.store import StoreUnavailableError
@@ -230,7 +231,7 @@ class SqliteLearningQueue:
             first = rows[0]
             return Batch(
                 key=key, tenant=first[0], user=first[1], conversation=first[2],
-                channel=first[3], model=rows[-1][8],
+                channel=batch_channel([r[3] for r in rows]), model=rows[-1][8],
                 messages=tuple(TranscriptMessage(role=r[5], text=r[7], fingerprint=r[4],
                                                  name=r[6], images=tuple(orjson.loads(r[10])))
                                for r in rows),
