@@ -129,12 +129,14 @@ async def test_an_acknowledged_job_is_gone_and_its_id_free_again(queue: Learning
 
 
 async def test_jobs_are_claimed_oldest_first(queue: LearningQueue) -> None:
-    """Jobs come out in the order they were enqueued, across and within calls."""
+    """Exchange and learn jobs come out in the order they were enqueued, across and within
+    calls; flush jobs likewise among themselves, after every ready exchange and learn job."""
     await queue.enqueue("exchange", "1", b"", tenant="t")
     await queue.enqueue_many([NewJob("exchange", "2", b"", "t"), NewJob("flush", "3", b"", "t"),
                               NewJob("learn", "4", b"", "t")])
-    await queue.enqueue("exchange", "5", b"", tenant="t")
-    assert [j.id for j in await claim_all(queue)] == ["1", "2", "3", "4", "5"]
+    await queue.enqueue("flush", "5", b"", tenant="t")
+    await queue.enqueue("exchange", "6", b"", tenant="t")
+    assert [j.id for j in await claim_all(queue)] == ["1", "2", "4", "6", "3", "5"]
 
 
 async def test_an_expired_lease_redelivers_the_job_to_another_worker(
