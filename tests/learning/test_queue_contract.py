@@ -775,8 +775,8 @@ async def test_depth_by_kind_counts_every_kind_and_state(queue: LearningQueue) -
     job that fell due counts as ready."""
     assert set((await queue.depth_by_kind()).values()) == {0}
     assert len(await queue.depth_by_kind()) == 12
-    await queue.enqueue_many([NewJob(kind, f"{kind[0]}{n}", b"", "t")
-                              for kind in ("exchange", "learn", "flush") for n in (1, 2)])
+    await queue.enqueue_many([NewJob(kind, f"{prefix}{n}", b"", "t") for kind, prefix in (
+        ("exchange", "x"), ("learn", "l"), ("flush", "f")) for n in (1, 2)])
     x1, x2, l1 = [await queue.claim("w", lease_seconds=30) for _ in range(3)]  # x1 leased
     assert x1 is not None
     assert x2 is not None
