@@ -49,6 +49,9 @@ class Metrics:
         self.queue_depth = Gauge(
             "memory_proxy_learning_queue_depth", "Learning jobs by state.", ["state"],
             registry=r, multiprocess_mode="mostrecent")
+        self.queue_jobs = Gauge(
+            "memory_proxy_learning_queue_jobs", "Learning jobs by kind and state.",
+            ["kind", "state"], registry=r, multiprocess_mode="mostrecent")
         self.event_loop_tasks = Gauge(
             "memory_proxy_event_loop_tasks",
             "asyncio tasks alive on the event loop, counted at scrape time (leak check).",

@@ -8,8 +8,8 @@ an earlier version must still parse:
 - ``exchange`` — :meth:`Exchange.to_json` of one completed turn; id ``exchange:<id>``.
 - ``flush`` — ``{"tenant", "user"}`` (every buffered conversation of the user: the
   explicit flush) or ``{"tenant", "user", "conversation"}`` (that conversation: the idle
-  flush); id ``flush:<tenant>:<user>:<unique>`` or
-  ``flush:<tenant>:<user>:<conversation>:<idle period>``.
+  flush); id ``flush:<tenant>:<user>:<unique>`` or ``flush:<tenant>:<user>:<conversation>``
+  (one id per conversation, so while its idle flush waits, maintenance adds no other).
 - ``learn`` — ``{"batch": <batch key>}``; id ``learn:<batch key>``.
 
 :func:`blank_exchange` rewrites an ``exchange`` payload without its content (a user's
@@ -63,11 +63,15 @@ class Flush:
                    conversation=data.get("conversation"))
 
 
-def flush_job(flush: Flush, *, unique: str) -> NewJob:
-    """The ``flush`` job of ``flush``; ``unique`` ends its id (a fresh id for an explicit
-    flush; the idle period for an idle one, so one period enqueues it once)."""
+def flush_job(flush: Flush, *, unique: str | None = None) -> NewJob:
+    """The ``flush`` job of ``flush``. An explicit flush passes a fresh ``unique`` to end
+    its id. An idle flush passes none: its id names only the conversation, so a queue that
+    already holds it (ready, delayed, leased or dead) ignores the new one — at most one
+    pending idle flush per conversation however far the worker is behind — while one that
+    ran and was acknowledged leaves the id free for the next idle period."""
     parts = [flush.tenant, flush.user, *([flush.conversation] if flush.conversation
-                                         is not None else []), unique]
+                                         is not None else []),
+             *([unique] if unique is not None else [])]
     return NewJob("flush", "flush:" + ":".join(parts), flush.to_bytes(), flush.tenant)
 
 

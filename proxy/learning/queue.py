@@ -34,6 +34,12 @@ from typing import Literal, NamedTuple, Protocol
 from proxy.learning.exchange import Exchange, TranscriptMessage
 
 JobKind = Literal["exchange", "flush", "learn"]
+JobState = Literal["ready", "delayed", "leased", "dead"]
+JOB_KINDS: tuple[JobKind, ...] = ("exchange", "flush", "learn")
+JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "leased", "dead")
+# Claimed only when no job of another kind is ready: maintenance's idle flushes never
+# hold up the turns (exchange) and batches (learn) that a backlog is made of.
+LAST_CLAIMED: JobKind = "flush"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +101,12 @@ class QueueDepth:
     buffered_messages: int
 
 
+def kind_counts() -> dict[tuple[JobKind, JobState], int]:
+    """Every (kind, state) pair at zero: the shape :meth:`LearningQueue.depth_by_kind`
+    fills in."""
+    return {(kind, state): 0 for kind in JOB_KINDS for state in JOB_STATES}
+
+
 class LearningQueue(Protocol):
     """Durable queue + conversation buffer. Every method is safe to call from several
     worker processes at once."""
@@ -110,7 +122,10 @@ class LearningQueue(Protocol):
         ...
 
     async def claim(self, worker: str, *, lease_seconds: float) -> Job | None:
-        """The oldest ready job, leased to ``worker``; ``None`` when nothing is ready."""
+        """The oldest ready job, leased to ``worker``; ``None`` when nothing is ready.
+        A job of kind :data:`LAST_CLAIMED` (``flush``) is claimed only when no job of
+        another kind is ready (exchange and learn jobs, oldest first, before any flush);
+        a job whose lease ran out is taken over first, whatever its kind."""
         ...
 
     async def ack(self, job: Job) -> None: ...
@@ -167,6 +182,12 @@ class LearningQueue(Protocol):
         ...
 
     async def depth(self) -> QueueDepth: ...
+
+    async def depth_by_kind(self) -> dict[tuple[JobKind, JobState], int]:
+        """Jobs per (kind, state), every pair present (zero when none). States as in
+        :meth:`depth`: ``ready`` includes delayed jobs already due. The gauge
+        ``memory_proxy_learning_queue_jobs{kind,state}`` reads it."""
+        ...
 
     async def dead_letters(self, *, limit: int = 100,
                            tenant: str | None = None) -> list[DeadLetter]:
@@ -244,6 +265,7 @@ def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
 
 
 __all__: Sequence[str] = (
-    "Batch", "DeadLetter", "Job", "JobKind", "LearningQueue", "NewJob", "QueueDepth",
-    "batch_channel", "batch_key", "batch_sizes",
+    "JOB_KINDS", "JOB_STATES", "LAST_CLAIMED", "Batch", "DeadLetter", "Job", "JobKind",
+    "JobState", "LearningQueue", "NewJob", "QueueDepth", "batch_channel", "batch_key",
+    "batch_sizes", "kind_counts",
 )

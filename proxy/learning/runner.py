@@ -208,20 +208,25 @@ class Runner:
                     delay_s=round(delay, 2), error=error[:300])
 
     async def maintenance(self) -> None:
-        """Seal idle conversations and expire raw text past its TTL."""
+        """Seal idle conversations and expire raw text past its TTL.
+
+        Each idle conversation gets one ``flush`` job whose id names only the conversation
+        (:func:`~proxy.learning.jobs.flush_job`): while it waits — however many periods the
+        worker is behind — enqueueing it again is a no-op, so the backlog grows by at most
+        one job per conversation, and the queue claims it only after every ready
+        ``exchange`` and ``learn`` job (:meth:`LearningQueue.claim`)."""
         now = time.time()
         self._last_maintenance = now
         idle = await self.queue.idle_conversations(
             idle_before=now - self._settings.idle_flush_seconds
         )
-        bucket = int(now // self._settings.idle_flush_seconds)
         expiring = await self.queue.idle_conversations(
             idle_before=now - self._settings.buffer_ttl_seconds)
         for tenant, _user, _conversation in expiring:
             if await self._tenancy.budget_spent(tenant):
                 self._count("budget_expired", "conversation")
         for tenant, user, conversation in idle:
-            job = flush_job(Flush(tenant, user, conversation), unique=str(bucket))
+            job = flush_job(Flush(tenant, user, conversation))
             await self.queue.enqueue(job.kind, job.id, job.payload, tenant=job.tenant)
         await self.queue.expire(
             buffered_before=now - self._settings.buffer_ttl_seconds,

@@ -112,6 +112,13 @@ async def metrics(request: Request) -> Response:
             for state in ("ready", "delayed", "leased", "dead"):
                 res.metrics.queue_depth.labels(state).set(getattr(depth, state))
         try:
+            by_kind = await res.queue.depth_by_kind()
+        except Exception as exc:  # likewise
+            log.warning("metrics_queue_jobs_failed", error=str(exc))
+        else:
+            for (kind, state), count in by_kind.items():
+                res.metrics.queue_jobs.labels(kind, state).set(count)
+        try:
             age = await res.queue.oldest_ready_age()
         except Exception as exc:  # likewise
             log.warning("metrics_oldest_job_failed", error=str(exc))

@@ -47,10 +47,11 @@ def test_an_explicit_flush_names_no_conversation() -> None:
     assert Flush.from_bytes(job.payload) == Flush("t", "u", None)
 
 
-def test_an_idle_flush_names_its_conversation_and_period() -> None:
-    """The idle flush: the conversation in the payload, the idle period ends the id."""
-    job = flush_job(Flush("t", "u", "c"), unique="42")
-    assert job == NewJob("flush", "flush:t:u:c:42",
+def test_an_idle_flush_is_named_by_its_conversation_only() -> None:
+    """The idle flush: the conversation in the payload and the id, no time in the id (one
+    id per conversation, so a queue holding it ignores another)."""
+    job = flush_job(Flush("t", "u", "c"))
+    assert job == NewJob("flush", "flush:t:u:c",
                          b'{"tenant":"t","user":"u","conversation":"c"}', "t")
     assert Flush.from_bytes(job.payload) == Flush("t", "u", "c")
 

@@ -129,12 +129,14 @@ async def test_an_acknowledged_job_is_gone_and_its_id_free_again(queue: Learning
 
 
 async def test_jobs_are_claimed_oldest_first(queue: LearningQueue) -> None:
-    """Jobs come out in the order they were enqueued, across and within calls."""
+    """Exchange and learn jobs come out in the order they were enqueued, across and within
+    calls; flush jobs likewise among themselves, after every ready exchange and learn job."""
     await queue.enqueue("exchange", "1", b"", tenant="t")
     await queue.enqueue_many([NewJob("exchange", "2", b"", "t"), NewJob("flush", "3", b"", "t"),
                               NewJob("learn", "4", b"", "t")])
-    await queue.enqueue("exchange", "5", b"", tenant="t")
-    assert [j.id for j in await claim_all(queue)] == ["1", "2", "3", "4", "5"]
+    await queue.enqueue("flush", "5", b"", tenant="t")
+    await queue.enqueue("exchange", "6", b"", tenant="t")
+    assert [j.id for j in await claim_all(queue)] == ["1", "2", "4", "6", "3", "5"]
 
 
 async def test_an_expired_lease_redelivers_the_job_to_another_worker(
@@ -723,3 +725,76 @@ async def test_oldest_ready_age_tracks_the_job_waiting_longest(queue: LearningQu
     assert second is not None
     await queue.retry(second, error="x", delay_seconds=30)
     assert await queue.oldest_ready_age() is None  # leased and delayed: nobody waits
+
+
+async def test_flush_jobs_wait_behind_exchange_and_learn_jobs(queue: LearningQueue) -> None:
+    """However many flush jobs wait, an exchange or learn job enqueued after them is the
+    next one claimed; a flush retried to ready at once still waits behind them; the flushes
+    come out, oldest first, when nothing else is ready."""
+    await queue.enqueue_many([NewJob("flush", f"flush:{n:03d}", b"", "t") for n in range(200)])
+    await queue.enqueue("learn", "learn:late", b"", tenant="t")
+    first = await queue.claim("w", lease_seconds=30)
+    assert first is not None
+    assert first.id == "learn:late"
+    flush = await queue.claim("w", lease_seconds=30)
+    assert flush is not None
+    assert flush.id == "flush:000"
+    await queue.retry(flush, error="again", delay_seconds=0)
+    await queue.enqueue("exchange", "exchange:late", b"", tenant="t")
+    nxt = await queue.claim("w", lease_seconds=30)
+    assert nxt is not None
+    assert nxt.id == "exchange:late"
+    rest = [j.id for j in await claim_all(queue)]
+    assert len(rest) == 200
+    assert rest[:-1] == [f"flush:{n:03d}" for n in range(1, 200)]
+    assert rest[-1] == "flush:000"  # retried: back at the end of the flushes
+
+
+async def test_a_pending_flush_id_is_enqueued_once_and_free_again_once_acknowledged(
+    queue: LearningQueue,
+) -> None:
+    """The idle flush's id (one per conversation): enqueued again while it is ready or
+    leased, nothing changes; after its ack the same id is enqueued anew."""
+    for _ in range(5):
+        await queue.enqueue("flush", "flush:t:u:c", b"1", tenant="t")
+    assert (await queue.depth_by_kind())[("flush", "ready")] == 1
+    job = await queue.claim("w", lease_seconds=30)
+    assert job is not None
+    await queue.enqueue("flush", "flush:t:u:c", b"2", tenant="t")
+    counts = await queue.depth_by_kind()
+    assert (counts[("flush", "ready")], counts[("flush", "leased")]) == (0, 1)
+    await queue.ack(job)
+    await queue.enqueue("flush", "flush:t:u:c", b"3", tenant="t")
+    again = await queue.claim("w", lease_seconds=30)
+    assert again is not None
+    assert (again.id, again.payload, again.attempts) == ("flush:t:u:c", b"3", 1)
+
+
+async def test_depth_by_kind_counts_every_kind_and_state(queue: LearningQueue) -> None:
+    """Every (kind, state) pair is present; the counts agree with depth(), and a delayed
+    job that fell due counts as ready."""
+    assert set((await queue.depth_by_kind()).values()) == {0}
+    assert len(await queue.depth_by_kind()) == 12
+    await queue.enqueue_many([NewJob(kind, f"{prefix}{n}", b"", "t") for kind, prefix in (
+        ("exchange", "x"), ("learn", "l"), ("flush", "f")) for n in (1, 2)])
+    x1, x2, l1 = [await queue.claim("w", lease_seconds=30) for _ in range(3)]  # x1 leased
+    assert x1 is not None
+    assert x2 is not None
+    assert l1 is not None
+    assert (x1.id, x2.id, l1.id) == ("x1", "x2", "l1")
+    await queue.bury(x2, error="boom")  # x2 dead
+    await queue.retry(l1, error="later", delay_seconds=30)  # l1 delayed
+    l2 = await queue.claim("w", lease_seconds=30)  # claimed before the flushes, put off
+    assert l2 is not None
+    assert l2.id == "l2"
+    await queue.retry(l2, error="soon", delay_seconds=LEASE)
+    counts = await queue.depth_by_kind()
+    expected = {("exchange", "leased"): 1, ("exchange", "dead"): 1, ("learn", "delayed"): 2,
+                ("flush", "ready"): 2}
+    assert {k: v for k, v in counts.items() if v} == expected
+    await asyncio.sleep(LEASE + SLACK)
+    counts = await queue.depth_by_kind()
+    assert (counts[("learn", "ready")], counts[("learn", "delayed")]) == (1, 1)
+    depth = await queue.depth()
+    for state in ("ready", "delayed", "leased", "dead"):
+        assert sum(n for (_, s), n in counts.items() if s == state) == getattr(depth, state)

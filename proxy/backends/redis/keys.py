@@ -188,7 +188,7 @@ class KeyLayout:
     # learning queue ------------------------------------------------------------------
     def queue(self, name: str) -> str:
         """A job key of the learning queue (``ready``, ``jobs``, ``payloads``, ``delayed``,
-        ``leased``, ``dead``) or one of its indexes (``idle``, ``aged``, ``seen``,
+        ``leased``, ``dead``, ``flushes``) or one of its indexes (``idle``, ``aged``, ``seen``,
         ``buffered``); all share the tag ``{prefix}``."""
         return f"{self.prefix}:lq:{{{self.prefix}}}:{name}"
 

@@ -8,7 +8,9 @@ and ``memory-proxy worker`` processes sharing one Redis. Keys: the learning-queu
 
 **Jobs.** All job keys share the tag ``{prefix}``, and every state change is one Lua script
 over them, so it is atomic. A ready job is an entry (field ``id``) of the ``ready`` stream;
-the consumer group ``workers`` hands it out (``XREADGROUP ... >``, oldest first), and from
+the consumer group ``workers`` hands it out (``XREADGROUP ... >``, oldest first) — a
+``flush`` job's entry is in the ``flushes`` stream instead, read only when ``ready`` has
+nothing to hand out, so idle flushes never hold up exchange and learn jobs — and from
 then on it is a pending entry of the consumer that claimed it (the worker id). Its header
 (kind, attempts, state, last error, stream entry) is JSON in the ``jobs`` hash, its payload
 in ``payloads``. ``claim`` adds one to the attempt count in the header — so the count is
@@ -86,10 +88,12 @@ from proxy.learning.queue import (
     DeadLetter,
     Job,
     JobKind,
+    JobState,
     NewJob,
     QueueDepth,
     batch_channel,
     batch_key,
+    kind_counts,
 )
 from proxy.memory.store import StoreUnavailableError
 
@@ -103,6 +107,7 @@ return 0
 """
 MAX_ERROR_CHARS = 2000  # as the SQLite queue keeps
 DEAD_PAGE = 500  # dead job ids read per round trip when listing one tenant's
+HEADER_PAGE = 1000  # job headers read per round trip when counting jobs by kind
 PROMOTE_PER_CLAIM = 100  # due delayed jobs moved to the stream by one claim, at most
 # A seal names the messages it seals; when the buffer changed in between it is asked
 # again with the new messages. Each retry means another writer sealed or expired the
@@ -141,7 +146,8 @@ class RedisLearningQueue:
         self._consumer_idle_ms = int(consumer_idle_seconds * 1000)
         self._keys = KeyLayout(key_prefix)
         self._jobs = [self._keys.queue(name) for name in
-                      ("ready", "jobs", "payloads", "delayed", "leased", "dead")]
+                      ("ready", "jobs", "payloads", "delayed", "leased", "dead",
+                                   "flushes")]
         self._sweep = BufferIndexes(client, self._keys, recover=self._recover)
         script = client.register_script
         self._enqueue, self._claim = script(lua.ENQUEUE), script(lua.CLAIM)
@@ -237,6 +243,25 @@ class RedisLearningQueue:
                 keys=[*self._jobs, self._sweep.gauge], args=[])
         return QueueDepth(ready=int(ready), delayed=int(delayed), leased=int(leased),
                           dead=int(dead), buffered_messages=max(0, int(buffered)))
+
+    async def depth_by_kind(self) -> dict[tuple[JobKind, JobState], int]:
+        """Counted from the job headers (``HSCAN`` in pages of :data:`HEADER_PAGE`, so Redis
+        is never blocked by a long backlog); a delayed job due by the server's clock counts
+        as ready, as in :meth:`depth`. Jobs changing state meanwhile may be counted in
+        either state."""
+        counts = kind_counts()
+        with unavailable_on_redis_error("learning queue depth by kind"):
+            seconds, micros = await self._redis.time()
+            now = seconds + micros / 1_000_000
+            async for _, raw in self._redis.hscan_iter(self._keys.queue("jobs"),
+                                                       count=HEADER_PAGE):
+                header = orjson.loads(raw)
+                state = header.get("state")
+                if state == "delayed" and float(header.get("available") or 0) <= now:
+                    state = "ready"
+                if (header.get("kind"), state) in counts:
+                    counts[(header["kind"], state)] += 1
+        return counts
 
     # buffer ----------------------------------------------------------------------------
     async def buffer(self, exchange: Exchange, *, batch_size: int, now: float) -> str | None:

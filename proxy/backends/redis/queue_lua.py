@@ -5,11 +5,15 @@ Each script runs atomically on one hash slot and touches only the keys it is giv
 - **job scripts** get the six job keys of the queue, in this order::
 
       KEYS = [ready (STREAM), jobs (HASH), payloads (HASH), delayed (ZSET),
-              leased (ZSET), dead (ZSET)]
+              leased (ZSET), dead (ZSET), flushes (STREAM)]
 
   A job's header in ``jobs`` is JSON ``{kind, attempts, state, created, available,
-  updated, error, entry, by, tenant}`` (``tenant`` absent on jobs queued before it was
-  kept, ``''`` for a job of no tenant); ``state`` is ``ready`` (an undelivered stream entry),
+  updated, error, entry, by, tenant, stream}`` (``tenant`` absent on jobs queued before it
+  was kept, ``''`` for a job of no tenant; ``stream`` ``'f'`` when its entry is in the
+  ``flushes`` stream, absent or ``''`` for ``ready``). A ``flush`` job's entry goes to
+  ``flushes``, every other kind's to ``ready``; a claim reads ``ready`` first, so idle
+  flushes wait until no exchange or learn job does. ``state`` is ``ready`` (an undelivered
+  stream entry),
   ``leased`` (a pending entry of the group, and a member of ``leased``), ``delayed``
   (a member of ``delayed``, no stream entry) or ``dead`` (a member of ``dead``). Times are
   the Redis server's clock (``TIME``), epoch seconds, kept as ``%.17g`` strings.
@@ -32,22 +36,33 @@ local function clock()
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 local function fmt(x) return string.format('%.17g', x) end
+local STREAMS = {KEYS[1], KEYS[7]}
 local function ensure_group()
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('XGROUP', 'CREATE', KEYS[1], GROUP, '0', 'MKSTREAM')
+  for _, key in ipairs(STREAMS) do
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('XGROUP', 'CREATE', key, GROUP, '0', 'MKSTREAM')
+    end
   end
 end
--- Take a job's entry off the stream: acknowledged (out of the pending list) and deleted.
+-- The stream holding a job's entry (headers written before flushes had their own
+-- stream name none: theirs is `ready`).
+local function stream_of(h)
+  if h.stream == 'f' then return KEYS[7] end
+  return KEYS[1]
+end
+-- Take a job's entry off its stream: acknowledged (out of the pending list) and deleted.
 local function unlist(h)
   if h.entry ~= nil and h.entry ~= '' then
-    redis.call('XACK', KEYS[1], GROUP, h.entry)
-    redis.call('XDEL', KEYS[1], h.entry)
+    redis.call('XACK', stream_of(h), GROUP, h.entry)
+    redis.call('XDEL', stream_of(h), h.entry)
   end
   h.entry = ''
 end
 local function save(id, h) redis.call('HSET', KEYS[2], id, cjson.encode(h)) end
+-- Append the job to its kind's stream: `flushes` for a flush, `ready` for the others.
 local function make_ready(id, h, now)
-  h.entry = redis.call('XADD', KEYS[1], '*', 'id', id)
+  if h.kind == 'flush' then h.stream = 'f' else h.stream = '' end
+  h.entry = redis.call('XADD', stream_of(h), '*', 'id', id)
   h.state = 'ready'
   h.by = ''
   h.updated = fmt(now)
@@ -64,15 +79,14 @@ end
 # state) are ignored. Returns how many were added.
 ENQUEUE = _JOB_PRELUDE + """
 ensure_group()
-local now = fmt(clock())
+local now = clock()
+local at = fmt(now)
 local added = 0
 for i = 1, #ARGV, 4 do
   local id = ARGV[i + 1]
   if redis.call('HEXISTS', KEYS[2], id) == 0 then
-    local entry = redis.call('XADD', KEYS[1], '*', 'id', id)
-    save(id, {kind = ARGV[i], attempts = 0, state = 'ready', created = now,
-              available = now, updated = now, error = '', entry = entry, by = '',
-              tenant = ARGV[i + 3]})
+    make_ready(id, {kind = ARGV[i], attempts = 0, created = at, available = at,
+                    error = '', tenant = ARGV[i + 3]}, now)
     redis.call('HSET', KEYS[3], id, ARGV[i + 2])
     added = added + 1
   end
@@ -85,7 +99,7 @@ return added
 #    the script is atomic, so each is promoted once);
 # 2. a job whose lease ran out is claimed from its holder (XCLAIM ... FORCE: the pending
 #    entry moves to this consumer, and is recreated if the holder was pruned);
-# 3. else the oldest undelivered entry (XREADGROUP '>').
+# 3. else the oldest undelivered entry (XREADGROUP '>') of `ready`, then of `flushes`.
 # The attempt count lives in the header and grows by one per delivery.
 # Returns false or {id, kind, payload, attempts}.
 CLAIM = _JOB_PRELUDE + """
@@ -117,7 +131,8 @@ if expired then
   else
     local claimed = {}
     if h.entry ~= '' then
-      claimed = redis.call('XCLAIM', KEYS[1], GROUP, consumer, 0, h.entry, 'FORCE', 'JUSTID')
+      claimed = redis.call('XCLAIM', stream_of(h), GROUP, consumer, 0, h.entry, 'FORCE',
+                           'JUSTID')
     end
     if claimed[1] then return grant(expired, h, claimed[1]) end
     -- its entry left the stream (never expected): the job becomes ready again
@@ -125,19 +140,22 @@ if expired then
     make_ready(expired, h, now)
   end
 end
-for _ = 1, 32 do
-  local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', 1,
-                         'STREAMS', KEYS[1], '>')
-  if not got then return false end
-  local entry = got[1][2][1][1]
-  local id = got[1][2][1][2][2]
-  local h = header(id)
-  if h and h.entry == entry then return grant(id, h, entry) end
-  -- a stale entry (its job was acknowledged or moved): drop it
-  redis.call('XACK', KEYS[1], GROUP, entry)
-  redis.call('XDEL', KEYS[1], entry)
+local function next_of(stream)
+  for _ = 1, 32 do
+    local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', 1,
+                           'STREAMS', stream, '>')
+    if not got then return nil end
+    local entry = got[1][2][1][1]
+    local id = got[1][2][1][2][2]
+    local h = header(id)
+    if h and h.entry == entry and stream_of(h) == stream then return grant(id, h, entry) end
+    -- a stale entry (its job was acknowledged or moved): drop it
+    redis.call('XACK', stream, GROUP, entry)
+    redis.call('XDEL', stream, entry)
+  end
+  return nil
 end
-return false
+return next_of(KEYS[1]) or next_of(KEYS[7]) or false
 """
 
 # ARGV = (id). Deletes the job in whatever state it is. Returns 1, or 0 when unknown.
@@ -238,18 +256,21 @@ return 1
 """
 
 # KEYS = job keys + (buffered counter). Returns {ready, delayed, leased, dead, buffered}:
-# ready = undelivered entries + delayed jobs already due (SQLite counts those as ready).
+# ready = undelivered entries of both streams + delayed jobs already due (SQLite counts
+# those as ready).
 DEPTH = _JOB_PRELUDE + """
 local now = clock()
 local undelivered = 0
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local pending = redis.pcall('XPENDING', KEYS[1], GROUP)
-  local held = 0
-  if type(pending) == 'table' and pending[1] then held = pending[1] end
-  undelivered = redis.call('XLEN', KEYS[1]) - held
+for _, stream in ipairs(STREAMS) do
+  if redis.call('EXISTS', stream) == 1 then
+    local pending = redis.pcall('XPENDING', stream, GROUP)
+    local held = 0
+    if type(pending) == 'table' and pending[1] then held = pending[1] end
+    undelivered = undelivered + redis.call('XLEN', stream) - held
+  end
 end
 local due = redis.call('ZCOUNT', KEYS[4], '-inf', now)
-local buffered = tonumber(redis.call('GET', KEYS[7]) or '0')
+local buffered = tonumber(redis.call('GET', KEYS[8]) or '0')
 return {undelivered + due, redis.call('ZCARD', KEYS[4]) - due, redis.call('ZCARD', KEYS[5]),
         redis.call('ZCARD', KEYS[6]), buffered}
 """
@@ -257,14 +278,17 @@ return {undelivered + due, redis.call('ZCARD', KEYS[4]) - due, redis.call('ZCARD
 # ARGV = (idle milliseconds). Deletes consumers of the group that hold nothing and have
 # not read for that long (each worker process is one consumer; restarts leave old ones).
 PRUNE_CONSUMERS = _JOB_PRELUDE + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local removed = 0
-for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], GROUP)) do
-  local info = {}
-  for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
-  if info['pending'] == 0 and info['idle'] >= tonumber(ARGV[1]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], GROUP, info['name'])
-    removed = removed + 1
+for _, stream in ipairs(STREAMS) do
+  if redis.call('EXISTS', stream) == 1 then
+    for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, GROUP)) do
+      local info = {}
+      for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
+      if info['pending'] == 0 and info['idle'] >= tonumber(ARGV[1]) then
+        redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, info['name'])
+        removed = removed + 1
+      end
+    end
   end
 end
 return removed
@@ -440,23 +464,26 @@ return 1
 """
 
 # Returns the age in seconds (a string, %.17g) of the oldest job waiting for a worker —
-# the first undelivered stream entry (its id is its XADD time in ms) or the earliest due
-# delayed job — or false when none waits.
+# the first undelivered entry of either stream (its id is its XADD time in ms) or the
+# earliest due delayed job — or false when none waits.
 OLDEST = _JOB_PRELUDE + """
 local now = clock()
 local oldest = nil
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local last = '0-0'
-  local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
-  for _, g in ipairs(groups) do
-    for i = 1, #g, 2 do
-      if g[i] == 'name' and g[i + 1] ~= GROUP then break end
-      if g[i] == 'last-delivered-id' then last = g[i + 1] end
+for _, stream in ipairs(STREAMS) do
+  if redis.call('EXISTS', stream) == 1 then
+    local last = '0-0'
+    local groups = redis.call('XINFO', 'GROUPS', stream)
+    for _, g in ipairs(groups) do
+      for i = 1, #g, 2 do
+        if g[i] == 'name' and g[i + 1] ~= GROUP then break end
+        if g[i] == 'last-delivered-id' then last = g[i + 1] end
+      end
     end
-  end
-  local first = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', 1)[1]
-  if first then
-    oldest = tonumber(string.match(first[1], '^(%d+)')) / 1000
+    local first = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', 1)[1]
+    if first then
+      local at = tonumber(string.match(first[1], '^(%d+)')) / 1000
+      if oldest == nil or at < oldest then oldest = at end
+    end
   end
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)

@@ -22,14 +22,17 @@ from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
 from proxy.learning.jobs import blank_exchange, learn_payload
 from proxy.learning.queue import (
+    LAST_CLAIMED,
     Batch,
     DeadLetter,
     Job,
     JobKind,
+    JobState,
     NewJob,
     QueueDepth,
     batch_channel,
     batch_key,
+    kind_counts,
 )
 from proxy.memory.store import StoreUnavailableError
 
@@ -91,15 +94,20 @@ class SqliteLearningQueue:
         ))
 
     async def claim(self, worker: str, *, lease_seconds: float) -> Job | None:
+        """A job whose lease ran out first, then the oldest ready job not a flush, then the
+        oldest ready flush (:meth:`LearningQueue.claim`)."""
         now = time.time()
 
         def run(conn: sqlite3.Connection) -> Job | None:
             row = conn.execute(
                 "SELECT id, kind, payload, attempts FROM jobs WHERE "
-                "(status = 'ready' AND available_at <= ?) OR "
-                "(status = 'leased' AND lease_until <= ?) "
-                "ORDER BY available_at, created_at LIMIT 1",
-                (now, now),
+                "status = 'leased' AND lease_until <= ? ORDER BY lease_until LIMIT 1",
+                (now,),
+            ).fetchone() or conn.execute(
+                "SELECT id, kind, payload, attempts FROM jobs WHERE "
+                "status = 'ready' AND available_at <= ? "
+                "ORDER BY kind = ?, available_at, created_at LIMIT 1",
+                (now, LAST_CLAIMED),
             ).fetchone()
             if row is None:
                 return None
@@ -288,6 +296,23 @@ class SqliteLearningQueue:
                               counts["dead"], buffered)
 
         result: QueueDepth = await self._read(run)
+        return result
+
+    async def depth_by_kind(self) -> dict[tuple[JobKind, JobState], int]:
+        now = time.time()
+
+        def run(conn: sqlite3.Connection) -> dict[tuple[JobKind, JobState], int]:
+            counts = kind_counts()
+            for kind, status, delayed, n in conn.execute(
+                "SELECT kind, status, available_at > ?, count(*) FROM jobs GROUP BY 1, 2, 3",
+                (now,),
+            ):
+                key = (kind, "delayed" if status == "ready" and delayed else status)
+                if key in counts:
+                    counts[key] += n
+            return counts
+
+        result: dict[tuple[JobKind, JobState], int] = await self._read(run)
         return result
 
     async def dead_letters(self, *, limit: int = 100,
