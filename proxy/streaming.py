@@ -1,7 +1,8 @@
 """Forward an upstream chunk stream to the client as OpenAI frames it.
 
-``data: {chunk}\\n\\n`` per upstream event, byte for byte, then ``data: [DONE]\\n\\n``. The
-only rewrites concern ``usage`` (docs/design.md#streaming):
+``data: {chunk}\\n\\n`` per upstream event, byte for byte, then ``data: [DONE]\\n\\n``
+— always, also after an error event, so that a client waiting for ``[DONE]`` never hangs.
+The only rewrites concern ``usage`` (docs/design.md#streaming):
 
 - when the client asked (``stream_options.include_usage``), exactly one usage chunk is sent,
   with ``"choices": []``, after the chunk carrying ``finish_reason`` and before ``[DONE]``;
@@ -13,7 +14,7 @@ only rewrites concern ``usage`` (docs/design.md#streaming):
 Events are held back only until the first substantive chunk (content, tool call or finish),
 so that an error the upstream reports inside the stream before any content becomes a proper
 HTTP error with the upstream's status, never a 200 stream carrying an error; after that, an
-error ends the stream with an error event.
+error ends the stream with an error event followed by ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ class StreamForwarder:
 
     async def body(self) -> AsyncIterator[bytes]:
         """The client's SSE body. Ends with the usage chunk (when asked) and ``[DONE]``, or
-        with an error event when the upstream fails mid-stream."""
+        — when the upstream fails mid-stream, or the gateway ends the stream itself (its
+        read timeout, the shutdown grace) — with an error event and ``[DONE]``."""
         held, self._held = self._held, []
         if held:  # the frames held before the first content go out in one write
             yield b"".join(held)
@@ -161,7 +163,7 @@ class StreamForwarder:
             self.error = UpstreamError("The upstream stream ended abruptly: no finish_reason "
                                        "and no [DONE].", code="stream_truncated")
         if self.error is not None:
-            batch.append(error_event(self.error))
+            batch += (error_event(self.error), DONE)
             yield b"".join(batch)
             return
         if self._include_usage:

@@ -17,7 +17,8 @@ async def test_draining_makes_readyz_503_and_ends_a_silent_stream_after_the_grac
 ) -> None:
     """Once draining, /readyz answers 503 "draining" (liveness stays 200); a stream whose
     upstream has gone quiet is ended after the grace with an SSE error event carrying
-    server_shutting_down — while a stream that ends within the grace is untouched."""
+    server_shutting_down, then ``[DONE]`` — while a stream that ends within the grace is
+    untouched."""
     settings = make_settings(tmp_path, server={"shutdown_grace_seconds": 0.3})
     upstream = FakeUpstream()
     upstream.push(Reply(events=text_chunks("first", pieces=1)[:2], done=False, hang=True))
@@ -39,7 +40,8 @@ async def test_draining_makes_readyz_503_and_ends_a_silent_stream_after_the_grac
         late = await client.post("/v1/chat/completions", json={
             "model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
     frames = [f.removeprefix(b"data: ") for f in body.split(b"\n\n") if f]
-    assert orjson.loads(frames[-1])["error"]["code"] == "server_shutting_down"
+    assert orjson.loads(frames[-2])["error"]["code"] == "server_shutting_down"
+    assert frames[-1] == b"[DONE]"  # a client waiting for [DONE] does not hang
     assert orjson.loads(frames[0])["choices"][0]["delta"]["role"] == "assistant"
     assert b"server_shutting_down" in late.content
     assert upstream.closed_streams == upstream.opened_streams == 2

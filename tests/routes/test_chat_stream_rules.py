@@ -214,14 +214,63 @@ async def test_error_event_before_content_becomes_http_error(
 async def test_error_after_first_byte_ends_stream_with_error_event(
     any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    """A failure mid-stream ends the stream with an error event (no [DONE])."""
+    """A failure mid-stream ends the stream with an error event, then ``[DONE]`` (once), so
+    a client that waits for ``[DONE]`` does not hang."""
     upstream.push(Reply(events=[*text_chunks("partial")[:2], {"error": {
         "message": "upstream crashed", "type": "server_error"}}], done=False))
     response = await stream(any_gateway)
     assert response.status_code == 200
     got = events(response.text)
-    assert got[-1]["error"]["message"] == "upstream crashed"
-    assert "[DONE]" not in got
+    assert got[-2]["error"]["message"] == "upstream crashed"
+    assert got[-1] == "[DONE]"
+    assert got.count("[DONE]") == 1
+
+
+async def test_truncated_stream_ends_with_error_event_then_done(
+    any_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """An upstream stream that stops after content without finish_reason or [DONE] ends
+    with the gateway's error event (the relay names it ``stream_truncated``), then
+    ``[DONE]``."""
+    upstream.push(Reply(events=text_chunks("partial")[:2], done=False))
+    response = await stream(any_gateway)
+    got = events(response.text)
+    assert "error" in got[-2]
+    assert got[-1] == "[DONE]"
+
+
+async def test_mid_stream_timeout_ends_with_error_event_then_done(tmp_path: Any) -> None:
+    """On the relay, when the upstream goes silent after content for longer than its
+    timeout, the gateway ends the stream itself with a timeout error event, then
+    ``[DONE]``."""
+    from tests.fakes import make_settings, running_gateway
+
+    fake = FakeUpstream()
+    fake.push(Reply(events=text_chunks("partial")[:2], done=False, hang=True))
+    settings = make_settings(tmp_path, upstream={"timeout_seconds": 0.5})
+    async with running_gateway(settings, fake) as gw:
+        response = await asyncio.wait_for(stream(gw), 20)
+    got = events(response.text)
+    assert "error" in got[-2]
+    assert got[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/responses", {"model": "m", "input": "hi", "stream": True}),
+    ("/v1/messages", {"model": "m", "max_tokens": 8, "stream": True,
+                      "messages": [{"role": "user", "content": "hi"}]}),
+], ids=["responses", "messages"])
+async def test_other_protocols_end_a_failed_stream_without_chat_done(
+    gateway: Gateway, upstream: FakeUpstream, path: str, body: dict[str, Any]
+) -> None:
+    """The Responses and Messages streams end a mid-stream failure with their own error
+    events; the chat-completions terminator ``[DONE]`` is not theirs and never appears."""
+    upstream.push(Reply(events=[*text_chunks("partial")[:2], {"error": {
+        "message": "upstream crashed", "type": "server_error"}}], done=False))
+    async with gateway.client() as client:
+        response = await client.post(path, json=body)
+    assert "upstream crashed" in response.text
+    assert "[DONE]" not in response.text
 
 
 async def test_openai_sdk_raises_on_mid_stream_error(
