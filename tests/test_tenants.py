@@ -16,7 +16,7 @@ from proxy.settings import Settings
 from proxy.settings.overrides import TENANT_OVERRIDABLE
 from proxy.tenants import OVERRIDABLE, REFRESH_SECONDS, TenantSettings
 from tests.fakes import make_settings
-from tests.memory.test_store_contract import store
+from tests.memory.conftest import store
 
 __all__ = ["store"]
 

@@ -10,9 +10,7 @@ from datetime import timedelta
 
 from proxy.memory.store import AuditEvent, AuditFilter, MemoryStore, SearchQuery
 from proxy.settings import GLOBAL_NAMESPACE
-from tests.memory.test_store_contract import T0, ask, mem, store
-
-__all__ = ["store"]  # the fixture, collected from this module too
+from tests.memory.test_store_contract import T0, ask, mem
 
 
 def event(action: str, *, user: str | None = "u1", actor: str = "auto", minutes: int = 0,
