@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import orjson
 
 from proxy.errors import (
@@ -61,13 +62,42 @@ def _upstream_body(exc: Exception) -> Any:
     return None
 
 
-def translate_litellm_error(exc: Exception) -> ProxyError:
+# Failures of the connection itself (refused, reset, dropped before a reply), found among
+# the exceptions litellm wraps: the same cases the relay reports as upstream_unavailable.
+_CONNECTION_FAILURES = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
+                        httpx.WriteError, ConnectionError)
+
+
+def _connection_failure(exc: BaseException) -> BaseException | None:
+    """The connection failure that ``exc`` wraps (litellm re-raises httpx's error as an
+    openai ``APIConnectionError`` inside its own 500 ``InternalServerError``), or ``None``.
+    Follows ``original_exception``, ``__cause__`` and ``__context__``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, _CONNECTION_FAILURES):
+            return current
+        wrapped = getattr(current, "original_exception", None)
+        current = (wrapped if isinstance(wrapped, BaseException) else None) or \
+            current.__cause__ or current.__context__
+    return None
+
+
+def translate_litellm_error(exc: Exception, *, where: str = "before the reply") -> ProxyError:
     """Map a litellm / openai SDK exception to the error tree, keeping the upstream's status,
     message and code (litellm's "litellm.XError: …Exception - " prefixes are removed) and its
     Retry-After header. A mid-stream fallback error raised before the first chunk is
-    translated from the exception it wraps."""
+    translated from the exception it wraps. A connection that could not be opened or was
+    dropped is 502 ``upstream_unavailable`` with the relay's message, "Could not reach the
+    upstream ({where}: {exception class})." — naming what failed, never the address."""
     if isinstance(exc, ProxyError):
         return exc
+    if not isinstance(getattr(exc, "body", None), dict) and _upstream_body(exc) is None:
+        failure = _connection_failure(exc)
+        if failure is not None:
+            return UpstreamUnavailableError(
+                f"Could not reach the upstream ({where}: {type(failure).__name__}).")
     original = getattr(exc, "original_exception", None)
     if isinstance(original, Exception) and original is not exc:
         inner = translate_litellm_error(original)
@@ -127,7 +157,7 @@ class _LiteLLMStream:
             self.ended_cleanly = True  # litellm itself rejects streams cut short
             raise
         except Exception as exc:
-            raise translate_litellm_error(exc) from exc
+            raise translate_litellm_error(exc, where="while streaming") from exc
         return chunk.model_dump_json(exclude_none=True).encode()  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
@@ -200,6 +230,11 @@ class LiteLLMUpstream:
                 kwargs[name] = value
         if params.extra_headers:
             kwargs["extra_headers"] = dict(params.extra_headers)
+        user = call.body.get("user")
+        if isinstance(user, str) and user:
+            # litellm drops ``user`` for some providers' request bodies; the client's field
+            # reaches the upstream as it does through the relay.
+            kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), "user": user}
         kwargs["timeout"] = route.timeout or self._settings.timeout_seconds
         kwargs["num_retries"] = 0
         kwargs["max_retries"] = 0
@@ -227,7 +262,7 @@ class LiteLLMUpstream:
         try:
             response = await self._entry(litellm, call)(**kwargs)
         except Exception as exc:
-            raise translate_litellm_error(exc) from exc
+            raise translate_litellm_error(exc, where="before the first byte") from exc
         return _LiteLLMStream(response)
 
 
