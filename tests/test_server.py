@@ -136,13 +136,16 @@ async def test_sigterm_past_the_grace_ends_the_stream_with_an_error_event(
     tmp_path: Path,
 ) -> None:
     """A stream still open when the grace runs out ends with an SSE error event (code
-    server_shutting_down) rather than a cut connection, and the process exits."""
+    server_shutting_down) and one ``[DONE]`` after it, rather than a cut connection, and
+    the process exits."""
     fake = FakeUpstream()
     fake.push(Reply(events=text_chunks("first words", pieces=2)[:2], done=False, hang=True))
     body, events = await _stream_through_sigterm(tmp_path, fake, grace_seconds=1)
-    last = orjson.loads(_frames(body)[-1])
+    frames = _frames(body)
+    assert frames[-1] == b"[DONE]"
+    assert body.count(b"[DONE]") == 1
+    last = orjson.loads(frames[-2])
     assert last["error"]["code"] == "server_shutting_down"
-    assert b"[DONE]" not in body
     assert "shutdown_grace_expired" in [e.get("event") for e in events]
 
 

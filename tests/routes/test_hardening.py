@@ -182,14 +182,17 @@ async def test_stream_cut_short_ends_with_an_error_event(
     any_gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     """An upstream stream that stops with neither finish_reason nor [DONE] ends the client's
-    stream with an error event, on both transports."""
+    stream with an error event and then one ``data: [DONE]`` (clients that wait for it do
+    not hang), on both transports."""
     upstream.push(Reply(events=text_chunks("partial answer")[:-1], done=False))
     async with any_gateway.client() as client:
         response = await client.post("/v1/chat/completions", json={
             "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
     assert response.status_code == 200
-    assert "data: [DONE]" not in response.text
-    assert response.text.split("\n\n")[-2].startswith('data: {"error":')
+    frames = response.text.split("\n\n")
+    assert frames[-2] == "data: [DONE]"
+    assert response.text.count("data: [DONE]") == 1
+    assert frames[-3].startswith('data: {"error":')
 
 
 async def test_context_overflow_as_first_event_is_400_on_every_transport(
