@@ -39,6 +39,7 @@ from proxy.learning.exchange import (
     group_namespace,
     transcript,
 )
+from proxy.learning.fingerprints import UNKEYED, Fingerprinter
 from proxy.learning.jobs import exchange_job
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import NewJob
@@ -134,8 +135,10 @@ class QueueSink:
         capacity: int = 10_000,
         batch: int = 200,
         recent: int = 100_000,
+        fingerprints: Fingerprinter = UNKEYED,
     ) -> None:
         self._queue = queue
+        self._fingerprints = fingerprints
         self._scrubbers = scrubbers
         self._max_messages = max_messages
         self._metrics = metrics
@@ -252,7 +255,8 @@ class QueueSink:
                 m for m in transcript(tenant=turn.tenant, user=owner,
                                       messages=sent, reply=turn.reply,
                                       limit=self._max_messages,
-                                      conversation=turn.conversation)
+                                      conversation=turn.conversation,
+                                      keys=self._fingerprints)
                 if m.new or m.fingerprint not in self._recent
             ]
             # Only a trusted caller binds a display name to its user (exchange module doc).
@@ -273,7 +277,7 @@ class QueueSink:
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
                                   fingerprint=m.fingerprint, name=m.name, images=m.images,
-                                  request=m.request, new=m.new)
+                                  request=m.request, new=m.new, aliases=m.aliases)
                 for m in messages
             )
             exchange = Exchange(

@@ -59,7 +59,7 @@ from proxy.backends.redis.client import (
     transact,
 )
 from proxy.backends.redis.codec import stored_norm
-from proxy.backends.redis.erasure import Erasure
+from proxy.backends.redis.erasure import AofPurge, Erasure
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -84,6 +84,7 @@ from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
+    DEFAULT_PURGE_SECONDS,
     READ_TURN,
     AuditEvent,
     AuditFilter,
@@ -152,7 +153,8 @@ class RedisMemoryStore:
 
     def __init__(self, client: Redis, *, key_prefix: str = "mp",
                  vector_dim: int | None = None,
-                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS) -> None:
+                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS,
+                 purge_seconds: float = DEFAULT_PURGE_SECONDS) -> None:
         require_resp2_bytes(client)
         self._redis = client
         self._keys = KeyLayout(key_prefix)
@@ -166,6 +168,7 @@ class RedisMemoryStore:
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
                                 audit=self._audit)
+        self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
 
     @property
@@ -517,7 +520,16 @@ class RedisMemoryStore:
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         with _unavailable("erase_user"):
-            return await self._erasure.erase_user(tenant, user, audit=audit)
+            removed = await self._erasure.erase_user(tenant, user, audit=audit)
+            await self._purge.owe()
+        await self.purge_erased()
+        return removed
+
+    async def purge_erased(self) -> bool:
+        """:meth:`~proxy.memory.store.MemoryStore.purge_erased`: an AOF rewrite
+        (:class:`~proxy.backends.redis.erasure.AofPurge`)."""
+        with _unavailable("purge_erased"):
+            return await self._purge.run()
 
     async def delete_shared(self, tenant: str, memory_id: str, *,
                             audit: AuditEvent | None = None) -> bool:
