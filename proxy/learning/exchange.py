@@ -278,10 +278,10 @@ def transcript(
         if index == open_turn:
             new_message = out[-1]
     if conversation is not None:
-        keys = request_keys(tenant=tenant, user=user, conversation=conversation,
-                            fingerprints=[m.fingerprint for m in out])
+        requests = request_keys(tenant=tenant, user=user, conversation=conversation,
+                                fingerprints=[m.fingerprint for m in out])
         out = [replace(m, request=key, new=m is new_message) if m.role == "user" else m
-               for m, key in zip(out, keys, strict=True)]
+               for m, key in zip(out, requests, strict=True)]
     out = out[-limit:]
     reply_text = clip_message(strip_blocks(reply).strip())
     if reply_text:
