@@ -70,7 +70,7 @@ def test_redis_with_learning_and_no_key_is_refused_at_startup(tmp_path: Path) ->
     """No key kept in Redis beside the fingerprints, none generated per pod: preflight
     refuses; with a key (or learning off) it starts."""
     storage = {"backend": "redis", "url": "redis://127.0.0.1:1/0"}
-    with pytest.raises(ConfigError, match="learning.fingerprint_key"):
+    with pytest.raises(ConfigError, match=r"learning\.fingerprint_key"):
         preflight(make_settings(tmp_path, storage=storage, learning={"enabled": True}))
     preflight(make_settings(tmp_path, storage=storage,
                             learning={"enabled": True, "fingerprint_key": "k" * 20}))

@@ -5,6 +5,7 @@ merges the keyword index only when the period ends."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -51,12 +52,12 @@ async def test_main_file_and_wal_hold_no_erased_word(tmp_path: Path) -> None:
         assert _files_hold(path, KEPT)
         assert path.with_name(path.name + "-wal").stat().st_size == 0
 
-        def naming(conn: object) -> set[str]:
-            tables = [r[0] for r in conn.execute(  # type: ignore[attr-defined]
+        def naming(conn: sqlite3.Connection) -> set[str]:
+            tables = [r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")]
             return {t for t in tables
-                    if any(VICTIM in str(tuple(row)) for row in conn.execute(  # type: ignore[attr-defined]
-                        f'SELECT * FROM "{t}"'))}
+                    if any(VICTIM in str(tuple(row))
+                           for row in conn.execute("SELECT * FROM " + t))}  # noqa: S608
 
         assert await db.read(naming) == {"user_settings", "audit_log"}
 
