@@ -252,9 +252,6 @@ async def open_resources(
                 log.warning("redis_unavailable_at_startup", error=str(exc))
             store, ledger = redis_store, RedisLedger(client, key_prefix=storage.key_prefix)
             queue = RedisLearningQueue(client, key_prefix=storage.key_prefix)
-            if settings.learning.enabled and settings.learning.fingerprint_key is None:
-                log.warning("fingerprint_key_missing", backend="redis")  # preflight refuses
-            fingerprints = configured_fingerprints(settings)
         else:
             from proxy.backends.sqlite.database import SqliteDatabase
             from proxy.backends.sqlite.ledger import SqliteLedger
@@ -264,9 +261,6 @@ async def open_resources(
             db = await stack.enter_async_context(SqliteDatabase(storage.path))
             store = SqliteMemoryStore(db, purge_seconds=storage.erasure_purge_seconds)
             ledger, queue = SqliteLedger(db), SqliteLearningQueue(db)
-            fingerprints = configured_fingerprints(
-                settings, key_file=key_file_for(storage.path) if settings.learning.enabled
-                else None)
         if upstream is None:
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
@@ -275,5 +269,17 @@ async def open_resources(
             settings, store=count_store_errors(store, metrics, "store"),
             ledger=count_store_errors(ledger, metrics, "ledger"), upstream=upstream,
             queue=count_store_errors(queue, metrics, "queue"), embedder=embedder,
-            metrics=metrics, clock=clock, fingerprints=fingerprints,
+            metrics=metrics, clock=clock, fingerprints=_backend_fingerprints(settings),
         )
+
+
+def _backend_fingerprints(settings: Settings) -> Fingerprinter:
+    """The fingerprint keys of an opened backend: SQLite falls back to the key file next
+    to its database; Redis without a key (refused by :func:`preflight`) is unkeyed."""
+    learning, storage = settings.learning, settings.storage
+    if storage.backend == "redis":
+        if learning.enabled and learning.fingerprint_key is None:
+            log.warning("fingerprint_key_missing", backend="redis")
+        return configured_fingerprints(settings)
+    return configured_fingerprints(
+        settings, key_file=key_file_for(storage.path) if learning.enabled else None)

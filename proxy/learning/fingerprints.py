@@ -47,25 +47,25 @@ class Fingerprinter:
     def keyed(self) -> bool:
         return self._current is not None
 
-    def __call__(self, seed: str) -> str:
-        """The fingerprint of ``seed`` (32 hex digits)."""
-        return _digest(self._current, seed)
+    def __call__(self, material: str) -> str:
+        """The fingerprint of ``material`` (32 hex digits)."""
+        return _digest(self._current, material)
 
-    def aliases(self, seed: str) -> tuple[str, ...]:
-        """Fingerprints ``seed`` may be stored under from before a rotation or before
+    def aliases(self, material: str) -> tuple[str, ...]:
+        """Fingerprints ``material`` may be stored under from before a rotation or before
         keying (unkeyed SHA-256); empty for an unkeyed fingerprinter."""
         if self._current is None:
             return ()
-        return (*(_digest(k, seed) for k in self._previous), _digest(None, seed))
+        return (*(_digest(k, material) for k in self._previous), _digest(None, material))
 
 
 UNKEYED = Fingerprinter(None)
 
 
-def _digest(key: bytes | None, seed: str) -> str:
+def _digest(key: bytes | None, material: str) -> str:
     if key is None:
-        return hashlib.sha256(seed.encode()).hexdigest()[:FINGERPRINT_HEX]
-    return hmac.new(key, seed.encode(), hashlib.sha256).hexdigest()[:FINGERPRINT_HEX]
+        return hashlib.sha256(material.encode()).hexdigest()[:FINGERPRINT_HEX]
+    return hmac.new(key, material.encode(), hashlib.sha256).hexdigest()[:FINGERPRINT_HEX]
 
 
 def key_file_for(database: Path) -> Path:

@@ -26,8 +26,9 @@ HISTORY = [{"role": "user", "content": "I sail on weekends"},
 
 
 def test_a_fingerprint_is_hmac_sha256_under_the_key() -> None:
-    """HMAC-SHA256 of the seed under the key, 32 hex digits; another key or no key gives
-    another value, so a copy of the store alone cannot confirm a guessed sentence."""
+    """HMAC-SHA256 of the fingerprinted text under the key, 32 hex digits; another key or
+    no key gives another value, so a copy of the store alone cannot confirm a guessed
+    sentence."""
     seed = fingerprint_seed(tenant="t", user="u", role="user", text="I sail")
     keyed = Fingerprinter(KEY_A)
     assert keyed(seed) == hmac.new(KEY_A, seed.encode(), hashlib.sha256).hexdigest()[:32]
