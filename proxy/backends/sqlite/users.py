@@ -215,6 +215,10 @@ def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str 
         "UPDATE generation_floor SET value = max(value, coalesce((SELECT generation FROM "
         "memory_generations WHERE tenant = ? AND owner = ?), 0)) + 1", owner)
     conn.execute("DELETE FROM memory_generations WHERE tenant = ? AND owner = ?", owner)
+    # A group batch's change set for this user is applied under "<batch key>:<user id>"
+    # (proxy.learning.owners): that key names the user. Batch keys are b_ + 32 hex digits.
+    conn.execute("DELETE FROM applied_batches WHERE substr(batch_key, 35) = ?",
+                 (":" + user,))
     conn.execute("UPDATE purges SET owed = 1")
     conn.execute("INSERT INTO user_settings (tenant, user_id, cleared_at) "
                  "VALUES (?, ?, ?)", (tenant, user, marker))

@@ -12,7 +12,7 @@ from pathlib import Path
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.queue import SqliteLearningQueue
 from proxy.backends.sqlite.store import SqliteMemoryStore
-from proxy.memory.store import AuditEvent
+from proxy.memory.store import AuditEvent, ChangeSet
 from tests.learning.test_queue_contract import exchange, turn
 from tests.memory.test_store_contract import mem
 
@@ -43,6 +43,10 @@ async def test_main_file_and_wal_hold_no_erased_word(tmp_path: Path) -> None:
         await store.add(mem(f"Owns a {KEPT}", user="u2"))
         await queue.buffer(exchange(turn(f"my {ERASED} sleeps"), user=VICTIM),
                            batch_size=9, now=1000)
+        group_key = "b_" + "0" * 32 + ":" + VICTIM  # a group batch's key for the user
+        await store.apply(ChangeSet(tenant="t1", user_id=VICTIM, batch_key=group_key,
+                                    upserts=(mem(f"Said {ERASED} in the group",
+                                                 user=VICTIM),)))
         assert _files_hold(path, ERASED)
 
         await queue.erase_user("t1", VICTIM, names=[])
