@@ -94,6 +94,11 @@ class LearningSink(Protocol):
         """Write every pending turn now."""
         ...
 
+    def forget_seen(self) -> None:
+        """Drop the in-process memory of recently seen fingerprints (an erasure: the
+        erased user's resent history must reach the queue, which forgot them too)."""
+        ...
+
     async def aclose(self) -> None: ...
 
     def spool(self) -> SpoolState: ...
@@ -109,6 +114,9 @@ class NullSink:
         return None
 
     async def flush(self) -> None:
+        return None
+
+    def forget_seen(self) -> None:
         return None
 
     async def aclose(self) -> None:
@@ -214,6 +222,11 @@ class QueueSink:
     async def flush(self) -> None:
         """Write everything pending now (used by the explicit flush endpoint and tests)."""
         await self.aclose()
+
+    def forget_seen(self) -> None:
+        """:meth:`LearningSink.forget_seen`: the cache is by fingerprint alone, so all of
+        it goes (the queue dedupes again what it still knows)."""
+        self._recent.clear()
 
     async def _write_unwritten(self) -> None:
         jobs, seen = self._unwritten, self._unwritten_seen

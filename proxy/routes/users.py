@@ -180,10 +180,12 @@ async def erase_me(request: Request) -> Response:
             "Erasing everything about the user needs explicit confirmation: add "
             "?confirm=true.", param="confirm", code="confirmation_required")
     profile = await res.store.get_profile(me.tenant, me.user)
+    names = [*(profile.names if profile is not None else ()),
+             *await res.store.names_of(me.tenant, me.user)]
     await res.sink.flush()
+    res.sink.forget_seen()
     if res.queue is not None:
-        await res.queue.erase_user(me.tenant, me.user,
-                                   names=profile.names if profile is not None else ())
+        await res.queue.erase_user(me.tenant, me.user, names=names)
     await res.usage.flush()
     await res.ledger.erase_user(me.tenant, me.user)
     deleted = await res.store.erase_user(me.tenant, me.user, audit=me.audit(res, "erased"))

@@ -442,6 +442,10 @@ class RedisMemoryStore:
         with _unavailable("users_named"):
             return await self._users.users_named(tenant, name)
 
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        with _unavailable("names_of"):
+            return await self._users.names_of(tenant, user)
+
     async def save_prompt(self, tenant: str, kind: str, text: str, actor: str,
                           at: datetime) -> PromptVersion:
         with _unavailable("save_prompt"):

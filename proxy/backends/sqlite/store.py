@@ -309,6 +309,12 @@ class SqliteMemoryStore:
         key = normalize(name)
         return await self._read(lambda c: users.users_named(c, tenant, key))
 
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        rows = await self._read(lambda c: c.execute(
+            "SELECT name FROM user_names WHERE tenant = ? AND user_id = ? ORDER BY name",
+            (tenant, user)).fetchall())
+        return [r[0] for r in rows]
+
     async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
         return await self._read(lambda c: users.get_settings(c, tenant, user))
 
