@@ -43,6 +43,7 @@ import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 
+import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
@@ -104,6 +105,8 @@ from proxy.memory.store import (
 )
 from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
+
+log = structlog.get_logger("proxy.memory.redis")
 
 # Seconds a user's switches may take to read (on the request path: the chat's learning
 # header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
@@ -526,7 +529,10 @@ class RedisMemoryStore:
         with _unavailable("erase_user"):
             removed = await self._erasure.erase_user(tenant, user, audit=audit)
             await self._purge.owe()
-        await self.purge_erased()
+        try:
+            await self.purge_erased()
+        except StoreUnavailableError as exc:  # owed still: the periodic purge retries
+            log.warning("redis_erasure_purge_failed", error=str(exc)[:300])
         return removed
 
     async def purge_erased(self) -> bool:
