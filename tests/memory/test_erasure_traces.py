@@ -78,3 +78,16 @@ async def test_erasure_of_one_user_keeps_another_instances_cache_of_others(
     assert [c.memory.content for c in await second.search(query)] == ["Harbour fact of u2"]
     await first.erase_user("t1", "u1", audit=_tombstone())
     assert [c.memory.content for c in await second.search(query)] == ["Harbour fact of u2"]
+
+
+async def test_names_of_lists_the_users_bound_names_until_erasure(pair: Pair) -> None:
+    """names_of gives the names bound to the user (normalised, sorted), never another
+    user's; after erasure none (what erasure looked for in group buffers is gone too)."""
+    store, _ = pair
+    await store.bind_names("t1", "u1", ["Alice", "ＡＬＩ"])
+    await store.bind_names("t1", "u2", ["Bob"])
+    assert await store.names_of("t1", "u1") == ["ali", "alice"]
+    assert await store.names_of("t1", "u2") == ["bob"]
+    await store.erase_user("t1", "u1", audit=_tombstone())
+    assert await store.names_of("t1", "u1") == []
+    assert await store.names_of("t1", "u2") == ["bob"]
