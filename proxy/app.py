@@ -57,6 +57,9 @@ from proxy.shutdown import Drain
 
 log = structlog.get_logger("proxy.app")
 FLUSH_INTERVAL_SECONDS = 1.0
+# How often the gateway looks for an erasure whose purge had to wait (docs/design.md#erasure):
+# an owed purge runs at most this long after its period ends.
+PURGE_CHECK_SECONDS = 60.0
 WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
 # Between backfill batches (vector-backfill task): leaves the CPU to requests.
 BACKFILL_PAUSE_SECONDS = 0.05
@@ -228,6 +231,13 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
                "index_maintenance", first=0.0),
         name="index-maintenance"))
+    purge_every = min(PURGE_CHECK_SECONDS, res.settings.storage.erasure_purge_seconds)
+
+    async def purge() -> None:
+        await res.store.purge_erased()
+
+    tasks.append(asyncio.create_task(_every(purge_every, purge, "erasure_purge"),
+                                     name="erasure-purge"))
     if res.embedder is not None and res.settings.memory.embedder.reindex_on_start:
         tasks.append(asyncio.create_task(_backfill(res), name="vector-backfill"))
     if res.worker is not None and res.settings.server.run_worker:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
-from proxy.settings.base import Section
+from proxy.settings.base import ENV_REFERENCE, Section, resolve_env_reference
+
+# A fingerprint key shorter than this is refused: 16 characters of a random secret are
+# ~96 bits, past guessing (docs/design.md#erasure).
+MIN_FINGERPRINT_KEY_CHARS = 16
 
 
 class TenantPii(Section):
@@ -67,6 +71,14 @@ class LearningSettings(Section):
     lease_seconds: int = Field(default=300, ge=5)
     poll_interval_seconds: float = Field(default=0.5, gt=0)
     seen_message_ttl_days: int = Field(default=30, ge=1)
+    # The deployment secret message fingerprints are keyed with (HMAC-SHA256,
+    # docs/design.md#erasure): ``os.environ/NAME`` or the value itself (e.g. from
+    # MEMORY_PROXY_LEARNING__FINGERPRINT_KEY). Unset: the SQLite backend keeps a generated
+    # key in a file next to the database; the Redis backend refuses to start with learning
+    # on. ``fingerprint_previous_keys``: keys rotated out, still recognised, so resent
+    # history is not learned twice; keep one there ``seen_message_ttl_days`` after rotating.
+    fingerprint_key: SecretStr | None = None
+    fingerprint_previous_keys: list[SecretStr] = Field(default_factory=list, max_length=8)
     # A controlled synonym table of trait words; the first word of a group is kept.
     synonyms: list[list[str]] = Field(
         default_factory=lambda: [["话少", "潜水", "沉默"], ["quiet", "reserved", "taciturn"]]
@@ -76,6 +88,13 @@ class LearningSettings(Section):
     maintenance_interval_seconds: float = Field(default=30.0, gt=0)
     # A cap on what learning spends per tenant (LearningBudget); none by default.
     budget: LearningBudget = Field(default_factory=LearningBudget)
+
+    @field_validator("fingerprint_key", "fingerprint_previous_keys", mode="before")
+    @classmethod
+    def _keys_from_env(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [_fingerprint_key(v) for v in value]
+        return None if value is None else _fingerprint_key(value)
 
     @field_validator("batch_messages", mode="before")
     @classmethod
@@ -89,3 +108,19 @@ class LearningSettings(Section):
                                  f"{', '.join(sorted(map(str, unknown)))}; use private, group")
             return {"private": 5, "group": 25, **value}
         return value
+
+
+def _fingerprint_key(value: Any) -> Any:
+    """A fingerprint key setting resolved (``os.environ/NAME``) and checked for length."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if not isinstance(value, str):
+        return value
+    resolved = resolve_env_reference(value, setting="learning.fingerprint_key")
+    if resolved is None:
+        raise ValueError(f"learning.fingerprint_key: environment variable "
+                         f"{value.removeprefix(ENV_REFERENCE)} is not set")
+    if len(resolved) < MIN_FINGERPRINT_KEY_CHARS:
+        raise ValueError(f"learning.fingerprint_key: at least {MIN_FINGERPRINT_KEY_CHARS} "
+                         "characters (a random secret, e.g. openssl rand -hex 32)")
+    return resolved

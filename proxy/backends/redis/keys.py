@@ -23,6 +23,8 @@ key name::
     P:learning:{ns|t…}         HASH    learning ledger counters (per user / per tenant)
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
     P:unames:{ns}              SET     the name keys above the user is in (erasure)
+    P:unametexts:{ns}          SET     the normalised names themselves (erasure)
+    P:purge:owed · P:purge:slot STRING an erasure owes an AOF rewrite · one ran this period
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
     P:day:{t…}:<YYYY-MM-DD>    HASH    the tenant's usage and learning counters of one UTC
                                        day, per (user, model): see the ledger module
@@ -166,6 +168,11 @@ class KeyLayout:
     def user_names(self, ns: str) -> str:
         """The :meth:`names` keys a user was added to (so erasure needs no key scan)."""
         return f"{self.prefix}:unames:{{{ns}}}"
+
+    def user_name_texts(self, ns: str) -> str:
+        """The normalised display names a user was bound to (erasure finds their lines in
+        group buffers by them)."""
+        return f"{self.prefix}:unametexts:{{{ns}}}"
 
     def prompts(self, tenant_tok: str, kind: str) -> str:
         return f"{self.prefix}:prompts:{{{tenant_tok}}}:{kind}"

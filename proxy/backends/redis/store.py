@@ -43,6 +43,7 @@ import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 
+import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
@@ -59,7 +60,7 @@ from proxy.backends.redis.client import (
     transact,
 )
 from proxy.backends.redis.codec import stored_norm
-from proxy.backends.redis.erasure import Erasure
+from proxy.backends.redis.erasure import AofPurge, Erasure
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -84,6 +85,7 @@ from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
+    DEFAULT_PURGE_SECONDS,
     READ_TURN,
     AuditEvent,
     AuditFilter,
@@ -103,6 +105,8 @@ from proxy.memory.store import (
 )
 from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
+
+log = structlog.get_logger("proxy.memory.redis")
 
 # Seconds a user's switches may take to read (on the request path: the chat's learning
 # header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
@@ -152,7 +156,8 @@ class RedisMemoryStore:
 
     def __init__(self, client: Redis, *, key_prefix: str = "mp",
                  vector_dim: int | None = None,
-                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS) -> None:
+                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS,
+                 purge_seconds: float = DEFAULT_PURGE_SECONDS) -> None:
         require_resp2_bytes(client)
         self._redis = client
         self._keys = KeyLayout(key_prefix)
@@ -166,6 +171,7 @@ class RedisMemoryStore:
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
                                 audit=self._audit)
+        self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
 
     @property
@@ -439,6 +445,10 @@ class RedisMemoryStore:
         with _unavailable("users_named"):
             return await self._users.users_named(tenant, name)
 
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        with _unavailable("names_of"):
+            return await self._users.names_of(tenant, user)
+
     async def save_prompt(self, tenant: str, kind: str, text: str, actor: str,
                           at: datetime) -> PromptVersion:
         with _unavailable("save_prompt"):
@@ -517,7 +527,19 @@ class RedisMemoryStore:
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         with _unavailable("erase_user"):
-            return await self._erasure.erase_user(tenant, user, audit=audit)
+            removed = await self._erasure.erase_user(tenant, user, audit=audit)
+            await self._purge.owe()
+        try:
+            await self.purge_erased()
+        except StoreUnavailableError as exc:  # owed still: the periodic purge retries
+            log.warning("redis_erasure_purge_failed", error=str(exc)[:300])
+        return removed
+
+    async def purge_erased(self) -> bool:
+        """:meth:`~proxy.memory.store.MemoryStore.purge_erased`: an AOF rewrite
+        (:class:`~proxy.backends.redis.erasure.AofPurge`)."""
+        with _unavailable("purge_erased"):
+            return await self._purge.run()
 
     async def delete_shared(self, tenant: str, memory_id: str, *,
                             audit: AuditEvent | None = None) -> bool:

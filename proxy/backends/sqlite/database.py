@@ -310,6 +310,58 @@ MIGRATIONS: tuple[str, ...] = (
     # 12: keyword terms gained the character bigrams and characters of CJK runs (beside
     # jieba's words): memories holding CJK are re-termed (reterm_index, in Python).
     "python:reterm_index",
+    # 13: erasure leaves nothing of the user (docs/design.md#erasure). A buffered group
+    # line records the user whose request brought it (``speaker``), so their erasure finds
+    # it. ``generation_floor``: erasure deletes the user's counters row and raises the
+    # floor above its generation; a row created later starts above the floor, so an
+    # owner's generation never comes back to a value a cache saw before. ``purges``: when
+    # the keyword index was last merged to drop erased terms, and whether one is owed.
+    """
+    ALTER TABLE buffered_messages ADD COLUMN speaker TEXT;
+    CREATE TABLE generation_floor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        value INTEGER NOT NULL
+    );
+    INSERT INTO generation_floor (id, value) VALUES (1, 0);
+    CREATE TABLE purges (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_at REAL NOT NULL DEFAULT 0,
+        owed INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO purges (id) VALUES (1);
+    DROP TRIGGER memories_generation_insert;
+    DROP TRIGGER memories_generation_delete;
+    DROP TRIGGER memories_generation_update;
+    DROP TRIGGER memories_accessed_update;
+    CREATE TRIGGER memories_generation_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_generation_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_generation_update AFTER UPDATE OF id, tenant, user_id, scope,
+        category, subcategory, title, content, tags, subject, source, source_conversation_id,
+        source_channel, score, embedding, enabled, hits, created_at, updated_at, last_seen_at,
+        superseded_at, superseded_by, supersede_reason, norm, embedding_model ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; INSERT INTO
+        memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_accessed_update AFTER UPDATE OF access_count, last_access_at
+        ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation, accessed)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1, 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET accessed = accessed + 1; END;
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
@@ -414,6 +466,21 @@ class SqliteDatabase:
             loop.call_soon_threadsafe(_settle, batch, outcomes)
 
         self._reader.submit(run)
+
+    async def checkpoint(self) -> bool:
+        """``PRAGMA wal_checkpoint(TRUNCATE)`` on the writer connection, outside any
+        transaction: every page of the ``-wal`` file is copied into the database and the
+        ``-wal`` file is cut to zero bytes. ``False`` when a reader of another connection
+        kept it from completing (it waited ``busy_timeout`` for them)."""
+        if self._writer is None or self._wconn is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        conn = self._wconn
+
+        def run() -> bool:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return not busy
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any
