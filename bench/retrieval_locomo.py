@@ -25,7 +25,10 @@ What it does
        in-sample: quote the untuned rows.
     4. ``--ablations``: recall@5/10, hit@5, MRR of ``keyword`` (FTS5 BM25), ``vector``,
        ``hybrid-rrf`` and ablations of ``full`` on all conversations.
-    5. Measures recall latency at 500 memories per user on the SQLite store (query vectors
+    5. ``--served``: the product as it serves (:mod:`bench.locomo_served`): memories
+       written as learning writes them, per session with its date and conversation, and
+       recalled as a chat request recalls; printed beside the shipped-weights figures.
+    6. Measures recall latency at 500 memories per user on the SQLite store (query vectors
        precomputed, so embedding time is excluded) and, separately, the CPU time of
        embedding one uncached query (target ≤ 1 ms).
 
@@ -79,7 +82,7 @@ Data: LoCoMo (Maharana et al., ACL 2024; CC BY-NC 4.0), read in place from
 ``--cache-dir`` (default .bench/embedders, git-ignored; ~2 min CPU).
 
     python bench/retrieval_locomo.py [--data PATH] [--embedders local,static,none]
-        [--cache-dir DIR] [--ablations] [--no-latency]
+        [--cache-dir DIR] [--ablations] [--no-latency] [--served]
 """
 
 from __future__ import annotations
@@ -121,6 +124,8 @@ from proxy.memory.store import ChangeSet, SearchQuery  # noqa: E402
 from proxy.memory.text import query_terms  # noqa: E402
 from proxy.memory.when import mentioned_periods  # noqa: E402
 from proxy.settings import EmbedderSettings, MemorySettings  # noqa: E402
+
+from bench.locomo_served import compare, served  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 TENANT = "bench"
@@ -525,6 +530,8 @@ async def main() -> None:
     parser.add_argument("--ablations", action="store_true",
                         help="also print the method/ablation table (all conversations)")
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--served", action="store_true",
+                        help="also run the product as it serves (bench/locomo_served.py)")
     args = parser.parse_args()
     conversations = load(args.data, args.conversations)
     asked = sum(len(c.questions) for c in conversations)
@@ -553,6 +560,11 @@ async def main() -> None:
                 weights = grid(embedder is not None)
                 scored = await score_grid(store, conversations, weights, embedder is not None)
                 summary[name] = cross_validate(name, conversations, weights, scored)
+                if args.served:
+                    shipped = pooled(scored[weights.index(rank_weights(MemorySettings()))],
+                                     [c.id for c in conversations])
+                    compare(name, await served(conversations, embedder, scores=Scores,
+                                               top=TOP), shipped, CATEGORIES)
                 if args.ablations and embedder is not None:
                     await ablations(store, conversations)
             if not args.no_latency and embedder is not None:
