@@ -38,17 +38,20 @@ from proxy.settings import MemorySettings
 TITLE_CHARS = 30  # the extraction parser's title of a fact that has none
 
 
-def learned(memory: Memory, *, batch_key: str, vector: Sequence[float] | None,
-            model: str | None) -> Memory:
-    """``memory`` (an observation) as learning stores a new fact of that session."""
+def learned(memory: Memory, *, vector: Sequence[float] | None, model: str | None,
+            titled: bool = True) -> Memory:
+    """``memory`` (an observation) as learning stores a new fact of that session
+    (``titled=False``: with no title, as the held-out protocol stores it)."""
     return memory.with_changes(
-        id=new_id(), title=memory.content[:TITLE_CHARS], subject="user", source="auto",
+        id=new_id(), title=memory.content[:TITLE_CHARS] if titled else "",
+        subject="user", source="auto",
         hits=1, embedding=None if vector is None else tuple(vector),
         embedding_model=None if vector is None else model)
 
 
 async def write_sessions(store: SqliteMemoryStore, conv: Any,
-                         embedder: CachedEmbedder | None) -> dict[str, str]:
+                         embedder: CachedEmbedder | None, *,
+                         titled: bool = True) -> dict[str, str]:
     """One learning change set per session of ``conv``, oldest first; returns the
     observation id → stored memory id."""
     sessions: dict[str, list[Memory]] = defaultdict(list)
@@ -61,8 +64,8 @@ async def write_sessions(store: SqliteMemoryStore, conv: Any,
         vectors: Sequence[Sequence[float] | None] = [None] * len(memories)
         if embedder is not None:
             vectors = (await embedder.embed_documents([m.content for m in memories])).vectors
-        stored = [learned(m, batch_key=key, vector=v,
-                          model=None if embedder is None else embedder.model)
+        stored = [learned(m, vector=v, model=None if embedder is None else embedder.model,
+                          titled=titled)
                   for m, v in zip(memories, vectors, strict=True)]
         ids.update((m.id, s.id) for m, s in zip(memories, stored, strict=True))
         await store.apply(ChangeSet(
@@ -79,16 +82,18 @@ async def write_sessions(store: SqliteMemoryStore, conv: Any,
 
 
 async def served(conversations: Sequence[Any], embedder: CachedEmbedder | None, *,
-                 scores: Callable[[], Any], top: int) -> Any:
+                 scores: Callable[[], Any], top: int, titled: bool = True) -> Any:
     """Scores (the protocol's :class:`Scores`, from ``scores()``) of every question of
-    ``conversations`` in the served mode (module docstring), ``top`` memories a recall."""
+    ``conversations`` in the served mode (module docstring), ``top`` memories a recall;
+    ``titled=False`` stores the facts without a title."""
     settings = MemorySettings()
     out = scores()
     with tempfile.TemporaryDirectory() as tmp:
         async with SqliteDatabase(Path(tmp) / "served.db") as db:
             store = SqliteMemoryStore(db)  # every conversation's user in one store
             ids = {k: v for conv in conversations
-                   for k, v in (await write_sessions(store, conv, embedder)).items()}
+                   for k, v in (await write_sessions(store, conv, embedder,
+                                                   titled=titled)).items()}
             retriever = Retriever(store=store, embedder=embedder,
                                   weights=rank_weights(settings),
                                   candidate_pool=settings.candidate_pool)

@@ -112,6 +112,7 @@ DEFAULT_DATA = next((p for p in (ROOT.parent / "shared" / "data" / "locomo-dev.j
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.locomo_served import compare, served  # noqa: E402
 from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
 from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.embed import CachedEmbedder, Embeddings, Vector  # noqa: E402
@@ -124,8 +125,6 @@ from proxy.memory.store import ChangeSet, SearchQuery  # noqa: E402
 from proxy.memory.text import query_terms  # noqa: E402
 from proxy.memory.when import mentioned_periods  # noqa: E402
 from proxy.settings import EmbedderSettings, MemorySettings  # noqa: E402
-
-from bench.locomo_served import compare, served  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 TENANT = "bench"
@@ -532,6 +531,8 @@ async def main() -> None:
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--served", action="store_true",
                         help="also run the product as it serves (bench/locomo_served.py)")
+    parser.add_argument("--served-untitled", action="store_true",
+                        help="--served with facts stored without a title")
     args = parser.parse_args()
     conversations = load(args.data, args.conversations)
     asked = sum(len(c.questions) for c in conversations)
@@ -560,11 +561,12 @@ async def main() -> None:
                 weights = grid(embedder is not None)
                 scored = await score_grid(store, conversations, weights, embedder is not None)
                 summary[name] = cross_validate(name, conversations, weights, scored)
-                if args.served:
+                if args.served or args.served_untitled:
                     shipped = pooled(scored[weights.index(rank_weights(MemorySettings()))],
                                      [c.id for c in conversations])
                     compare(name, await served(conversations, embedder, scores=Scores,
-                                               top=TOP), shipped, CATEGORIES)
+                                               top=TOP, titled=not args.served_untitled),
+                            shipped, CATEGORIES)
                 if args.ablations and embedder is not None:
                     await ablations(store, conversations)
             if not args.no_latency and embedder is not None:

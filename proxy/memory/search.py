@@ -45,7 +45,7 @@ from proxy.memory.when import mentioned_periods
 SEARCH_SCAN = 10_000
 # Rows per listing read while collecting the filtered memories (the API's largest page).
 SCAN_PAGE = 500
-TOKEN_PREFIX = "rk_"  # never the start of a memory id (ULIDs are upper-case base32)
+CURSOR_PREFIX = "rk_"  # never the start of a memory id (ULIDs are upper-case base32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +63,18 @@ class SearchPage:
 def page_token(position: int, memory_id: str) -> str:
     """The opaque cursor after the result at 0-based ``position``, memory ``memory_id``."""
     raw = f"{position + 1}:{memory_id}".encode()
-    return TOKEN_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def is_page_token(after: str | None) -> bool:
     """Whether ``after`` is a search's page token rather than a memory id."""
-    return after is not None and after.startswith(TOKEN_PREFIX)
+    return after is not None and after.startswith(CURSOR_PREFIX)
 
 
 def _parse_token(after: str) -> tuple[int, str]:
     """(position to continue at, memory id) of a page token. Raises
     :class:`InvalidRequestError` (400, param ``after``) for a damaged one."""
-    body = after[len(TOKEN_PREFIX):]
+    body = after[len(CURSOR_PREFIX):]
     try:
         text = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
         position, memory_id = text.split(":", 1)

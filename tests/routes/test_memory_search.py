@@ -140,7 +140,8 @@ async def test_pages_of_a_search_continue_by_token_or_offset(gw: Gateway) -> Non
         after = body["last_id"]
         if not body["has_more"]:
             break
-        assert after is not None and not after.startswith("01")
+        assert after is not None
+        assert not after.startswith("01")  # a page token, not a memory id
     assert pages == everything
     assert contents(await listed(gw, q="hazelnuts", limit=2, offset=2)) == everything[2:4]
     first = (await listed(gw, q="hazelnuts", limit=1)).json()["data"][0]["id"]
@@ -170,7 +171,8 @@ async def test_cursors_a_search_does_not_know_are_a_400(gw: Gateway, params: dic
     response = await listed(gw, **params)
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["param"] == "after" and fragment in error["message"]
+    assert error["param"] == "after"
+    assert fragment in error["message"]
 
 
 async def test_filters_apply_to_the_ranked_order(gw: Gateway) -> None:
