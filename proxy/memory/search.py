@@ -7,11 +7,12 @@ runs the query's keyword (BM25) and, with an embedder, vector searches, and
 question chat recall answers from a memory finds that memory here, best match first.
 Around that:
 
-1. **Filters.** The candidates are limited to the memories the listing would show with
-   the same filters (category, scope, enabled, source, include_retired), read through
-   :meth:`~proxy.memory.store.MemoryStore.list_memories` — at most :data:`SEARCH_SCAN`.
+1. **Filters.** Recall's candidates are kept when the listing would show them with the
+   same filters (category, scope, enabled, source: :func:`admits`).
 2. **Memories recall never sees.** Retired and disabled memories are not in the recall
-   index; when the filters ask for them, one that contains query words (the substring
+   index; when the filters ask for them they are read through
+   :meth:`~proxy.memory.store.MemoryStore.list_memories` (:func:`inactive`, at most
+   :data:`SEARCH_SCAN`), and one that contains query words (the substring
    rule of the listing: :func:`~proxy.memory.text.query_terms` without sub-words, in the
    normalised content or the title) counts as a keyword hit scored ``best BM25 × share of
    the query words it contains``.
@@ -103,19 +104,41 @@ def _start(ordered: list[Memory], after: str | None, offset: int) -> int:
     return ids.index(after) + 1 + offset
 
 
-async def filtered(store: MemoryStore, query: ListQuery) -> list[Memory]:
-    """Every memory the listing shows for ``query``'s filters (its text, cursor and
-    paging ignored), newest first, at most :data:`SEARCH_SCAN`."""
+def admits(query: ListQuery, memory: Memory) -> bool:
+    """Whether the listing of ``query`` (its filters; text, cursor and paging aside) shows
+    the active ``memory`` that recall found: same owner and scope, category, source, and
+    an ``enabled`` filter that is not ``False``."""
+    owner = memory.user_id == query.user if query.scope == "personal" \
+        else memory.user_id is None
+    return (owner and memory.tenant == query.tenant and memory.scope == query.scope
+            and query.category in (None, memory.category)
+            and query.source in (None, memory.source) and query.enabled is not False)
+
+
+async def inactive(store: MemoryStore, query: ListQuery) -> list[Memory]:
+    """The retired and disabled memories the listing of ``query`` shows (recall never
+    holds them), at most :data:`SEARCH_SCAN`: disabled ones unless ``enabled=true``;
+    retired ones only with ``include_retired`` (then the listing of every state is read,
+    the active memories dropped)."""
+    if not query.include_disabled and not query.include_retired:
+        return []
+    if query.include_retired and query.enabled is not False:
+        reads = [query]
+    elif query.enabled is True or not query.include_disabled:
+        return []
+    else:
+        reads = [replace(query, enabled=False)]
     out: list[Memory] = []
-    after: str | None = None
-    while len(out) < SEARCH_SCAN:
-        page = await store.list_memories(replace(
-            query, text=None, after=after, offset=0,
-            limit=min(SCAN_PAGE, SEARCH_SCAN - len(out))))
-        out.extend(page)
-        if len(page) < SCAN_PAGE:
-            break
-        after = page[-1].id
+    for read in reads:
+        after: str | None = None
+        while len(out) < SEARCH_SCAN:
+            page = await store.list_memories(replace(
+                read, text=None, after=after, offset=0,
+                limit=min(SCAN_PAGE, SEARCH_SCAN - len(out))))
+            out.extend(m for m in page if not m.active)
+            if len(page) < SCAN_PAGE:
+                break
+            after = page[-1].id
     return out
 
 
@@ -148,23 +171,19 @@ async def search(retriever: Retriever, store: MemoryStore, query: ListQuery, *,
     text = query.text or ""
     if is_page_token(query.after):
         _parse_token(query.after or "")  # a damaged token is a 400 even with no results
-    pool = {m.id: m for m in await filtered(store, query)}
-    degraded: str | None = None
-    ordered: list[Memory] = []
-    if pool:
-        hits, degraded = await retriever.hits(
-            tenant=query.tenant, user=query.user, text=text,
-            include_shared=query.scope != "personal", keyword_limit=SEARCH_SCAN,
-            embed_budget=embed_budget)
-        found = [c for c in hits.candidates if c.memory.id in pool]
-        best = max((c.keyword_score or 0.0 for c in found), default=0.0) or 1.0
-        await load_segmenter_for(text)
-        unseen = [m for m in pool.values() if not m.active]
-        found += word_hits(unseen, text, best=best, first_rank=len(found) + 1)
-        ranked = rank([QueryHits(found, vector=hits.vector)], now=now,
-                      weights=retriever.weights, limit=len(found),
-                      periods=mentioned_periods(text), distinct_only=False)
-        ordered = [r.memory for r in ranked if r.relevance > 0]
+    hits, degraded = await retriever.hits(
+        tenant=query.tenant, user=query.user, text=text,
+        include_shared=query.scope != "personal", keyword_limit=SEARCH_SCAN,
+        embed_budget=embed_budget)
+    found = [c for c in hits.candidates if c.memory.active and admits(query, c.memory)]
+    best = max((c.keyword_score or 0.0 for c in found), default=0.0) or 1.0
+    await load_segmenter_for(text)
+    found += word_hits(await inactive(store, query), text, best=best,
+                       first_rank=len(found) + 1)
+    ranked = rank([QueryHits(found, vector=hits.vector)], now=now,
+                  weights=retriever.weights, limit=len(found),
+                  periods=mentioned_periods(text), distinct_only=False)
+    ordered = [r.memory for r in ranked if r.relevance > 0]
     start = _start(ordered, query.after, query.offset)
     page = ordered[start:start + query.limit]
     token = page_token(start + len(page) - 1, page[-1].id) if page else None

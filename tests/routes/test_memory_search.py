@@ -14,8 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.memory.embed import CachedEmbedder, EmbedderError
 from proxy.memory.search import page_token
 from tests.fakes import (
+    ConceptBackend,
     FakeUpstream,
     Gateway,
     backend_overrides,
@@ -235,3 +237,16 @@ async def test_vectors_rank_a_paraphrase_when_an_embedder_is_configured(
         assert (result[:1] == ["Owns a puppy called Rex"]) is found
         assert "Plays chess on Sundays" not in result[:1]
 
+
+
+async def test_a_failing_embedder_leaves_a_keyword_search(tmp_path: Path) -> None:
+    """The embedder down: the search still answers from keywords (200), a paraphrase
+    without a shared word then finds nothing."""
+    settings = make_settings(tmp_path)
+    backend = ConceptBackend([["dog", "puppy", "hound"]])
+    embedder = CachedEmbedder(backend, dimension=backend.size)
+    async with running_gateway(settings, embedder=embedder) as gateway:
+        await add(gateway, "Owns a puppy called Rex", "Plays chess on Sundays")
+        backend.fail = EmbedderError("provider down")
+        assert contents(await listed(gateway, q="puppy")) == ["Owns a puppy called Rex"]
+        assert contents(await listed(gateway, q="my hound")) == []
