@@ -39,6 +39,12 @@ open-domain / single-hop / all; tuned in-sample per fold beside: conv 26,30,41 /
     static  0.401 / 0.794 / 0.361 / 0.827 / 0.699   (tuned 0.688 / 0.710; target 0.75)
     none    0.343 / 0.765 / 0.335 / 0.811 / 0.671   (tuned 0.657 / 0.684; target 0.68)
 
+``--served`` (one run beside the figures above; shipped weights, all conversations, r@5):
+local 0.742 → served 0.735, static 0.691 → 0.694, none 0.666 → 0.665. With
+``--served-untitled`` the served figures equal the protocol's (local 0.742, none 0.666):
+the difference is the title learning stores for a fact without one (its first 30
+characters, indexed beside the content, so those words count twice in BM25).
+
 Tried to raise recall and dropped (untuned r@5 all, before → after, the other weights
 cross-validated as above; CPU = added recall CPU per query, keyword-only, 500 memories):
 
