@@ -300,8 +300,10 @@
     heading.focus();
   }
 
-  // Orders of the memory cards (over the memories loaded so far).
+  // Orders of the memory cards (over the memories loaded so far). "match" keeps the
+  // server's order: a search's results come best match first (ranked as chat recall).
   const SORTS = {
+    match: () => 0,
     newest: (a, b) => String(b.created_at || "").localeCompare(String(a.created_at || "")),
     oldest: (a, b) => String(a.created_at || "").localeCompare(String(b.created_at || "")),
     evidence: (a, b) => (Number(b.hits) || 0) - (Number(a.hits) || 0) || SORTS.newest(a, b),
@@ -314,6 +316,8 @@
     const category = h("select", {}, h("option", { value: "" }, t("allCategories")),
       CATEGORIES.map((c) => h("option", { value: c }, cat(c))));
     const sort = h("select", {}, Object.keys(SORTS).map((k) => h("option", { value: k }, t(`sort.${k}`))));
+    const matchOption = sort.querySelector('option[value="match"]');
+    sort.value = "newest";
     const list = h("ul", { class: "cards", "aria-labelledby": "mem-h" });
     const more = h("button", { type: "button", class: "quiet", hidden: true }, t("loadMore"));
     const selected = new Set();
@@ -346,7 +350,14 @@
       selectionChanged();
     }
     async function load(reset) {
-      if (reset) { cursor = null; loaded = []; selected.clear(); }
+      if (reset) {
+        cursor = null; loaded = []; selected.clear();
+        // A search shows best match first; the plain listing newest first.
+        const searching = Boolean(search.value.trim());
+        matchOption.disabled = !searching;
+        if (searching) sort.value = "match";
+        else if (sort.value === "match") sort.value = "newest";
+      }
       try {
         const page = await api("GET", "/v1/memories", as({ query: {
           q: search.value.trim(), category: category.value, limit: 50, after: cursor,
