@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from proxy.backends.sqlite import users
+from proxy.backends.sqlite import synonyms, users
 from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
@@ -48,6 +48,7 @@ from proxy.memory.store import (
     scope_state_counts,
     state_counts,
 )
+from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 T = TypeVar("T")
@@ -356,11 +357,31 @@ class SqliteMemoryStore:
         stamp = to_iso(utcnow())
         await self._write(lambda c: users.put_tenant_settings(c, tenant, overrides, stamp))
 
+    # candidate synonyms (proxy.backends.sqlite.synonyms) -----------------------------------
+    async def count_synonyms(self, tenant: str, user: str,
+                             examples: Sequence[SynonymExample]) -> None:
+        if examples:
+            await self._write(lambda c: synonyms.count_synonyms(c, tenant, user, examples))
+
+    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
+                                 limit: int) -> list[SynonymCandidate]:
+        return await self._read(
+            lambda c: synonyms.synonym_candidates(c, tenant, status=status, limit=limit))
+
+    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
+                             actor: str, at: datetime) -> SynonymCandidate | None:
+        return await self._write(lambda c: synonyms.decide_synonym(
+            c, tenant, candidate, status=status, actor=actor, at=at))
+
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         marker = to_iso(utcnow())
-        return await self._write(
-            lambda c: users.erase_user(c, tenant, user, marker=marker, audit=audit))
+
+        def run(conn: sqlite3.Connection) -> int:
+            synonyms.erase_user(conn, tenant, user)
+            return users.erase_user(conn, tenant, user, marker=marker, audit=audit)
+
+        return await self._write(run)
 
     async def delete_shared(self, tenant: str, memory_id: str, *,
                             audit: AuditEvent | None = None) -> bool:
