@@ -185,9 +185,10 @@ class TenantSettings:
         sections: dict[str, dict[str, Any]] = {"learning": {}, "memory": {}}
         for name, value in overrides.items():
             section, field_name = name.split(".", 1)
-            if name in EXTENDING:  # config.yaml's value first, then the tenant's
-                value = [*getattr(getattr(self._settings, section), field_name), *value]
-            sections[section][field_name] = value
+            # An extending setting: config.yaml's value first, then the tenant's.
+            base = getattr(getattr(self._settings, section), field_name) \
+                if name in EXTENDING else None
+            sections[section][field_name] = value if base is None else [*base, *value]
         learning = _rebuild(self._settings.learning, sections["learning"], "learning")
         memory = _rebuild(self._settings.memory, sections["memory"], "memory")
         model = learning.model

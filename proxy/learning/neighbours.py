@@ -69,8 +69,11 @@ class Judged:
     audit: tuple[AuditEvent, ...] = ()
 
 
-def unmatched(profile: Profile, update: ProfileUpdate, synonyms: Sequence[Sequence[str]],
-              ) -> list[tuple[TagField, str]]:
+def unmatched(
+    profile: Profile,
+    update: ProfileUpdate,
+    synonyms: Sequence[Sequence[str]],
+) -> list[tuple[TagField, str]]:
     """The update's wordings that no stored tag of their list takes by today's rules."""
     out = []
     for name in FIELDS:
@@ -82,8 +85,13 @@ def unmatched(profile: Profile, update: ProfileUpdate, synonyms: Sequence[Sequen
     return out
 
 
-def nearest(profile: Profile, wordings: Sequence[tuple[TagField, str]], *,
-            vectors: Mapping[str, Vector], threshold: float) -> Neighbour | None:
+def nearest(
+    profile: Profile,
+    wordings: Sequence[tuple[TagField, str]],
+    *,
+    vectors: Mapping[str, Vector],
+    threshold: float,
+) -> Neighbour | None:
     """The closest (wording, stored tag of the same list) pair at or above ``threshold``
     (cosine of their vectors), else ``None``."""
     best: Neighbour | None = None
@@ -100,8 +108,9 @@ def nearest(profile: Profile, wordings: Sequence[tuple[TagField, str]], *,
 def rewritten(update: ProfileUpdate, neighbour: Neighbour) -> ProfileUpdate:
     """``update`` with the neighbour's wording replaced by the stored tag's text."""
     said = normalize(neighbour.said)
-    texts = tuple(neighbour.kept if normalize(t) == said else t
-                  for t in getattr(update, neighbour.field))
+    texts = tuple(
+        neighbour.kept if normalize(t) == said else t for t in getattr(update, neighbour.field)
+    )
     if neighbour.field == "traits":
         return replace(update, traits=texts)
     return replace(update, topics=texts)
@@ -110,17 +119,33 @@ def rewritten(update: ProfileUpdate, neighbour: Neighbour) -> ProfileUpdate:
 class Neighbours:
     """The verdict stage of a batch's owners (module docstring)."""
 
-    def __init__(self, *, vectors: MemoryVectors | None, tenancy: TenantLearning,
-                 count: Counter, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        *,
+        vectors: MemoryVectors | None,
+        tenancy: TenantLearning,
+        count: Counter,
+        clock: Callable[[], datetime],
+    ) -> None:
         self._vectors = vectors
         self._tenancy = tenancy
         self._count = count
         self._clock = clock
 
-    async def judge(self, batch: Batch, *, job_id: str, owner: str, profile: Profile | None,
-                    update: ProfileUpdate | None, synonyms: Sequence[Sequence[str]],
-                    config: LearningSettings, model: LearningModel, language: Language,
-                    turn: VerdictTurn) -> Judged:
+    async def judge(
+        self,
+        batch: Batch,
+        *,
+        job_id: str,
+        owner: str,
+        profile: Profile | None,
+        update: ProfileUpdate | None,
+        synonyms: Sequence[Sequence[str]],
+        config: LearningSettings,
+        model: LearningModel,
+        language: Language,
+        turn: VerdictTurn,
+    ) -> Judged:
         """The owner's update after at most one verdict (module docstring)."""
         if self._vectors is None or turn.used or update is None or profile is None:
             return Judged(update)
@@ -128,11 +153,18 @@ class Neighbours:
         if not wordings:
             return Judged(update)
         stored = [t.text for name in FIELDS for t in getattr(profile, name)]
-        vectors = await self._vectors.embed([w for _, w in wordings] + stored,
-                                            tenant=batch.tenant, user=owner, source="learn",
-                                            job_id=job_id)
-        found = None if vectors is None else nearest(
-            profile, wordings, vectors=vectors, threshold=config.trait_similarity)
+        vectors = await self._vectors.embed(
+            [w for _, w in wordings] + stored,
+            tenant=batch.tenant,
+            user=owner,
+            source="learn",
+            job_id=job_id,
+        )
+        found = (
+            None
+            if vectors is None
+            else nearest(profile, wordings, vectors=vectors, threshold=config.trait_similarity)
+        )
         if found is None:
             return Judged(update)
         turn.used = True
@@ -140,27 +172,42 @@ class Neighbours:
         if await self._tenancy.budget_spent(batch.tenant, config):
             return self._outcome(batch, owner, found, update, "budget_spent")
         try:
-            same = parse_verdict(await model.call(
-                purpose="verdict", request_model=batch.model, tenant=batch.tenant,
-                user=owner, job_id=job_id, max_tokens=VERDICT_MAX_TOKENS,
-                schema=VERDICT_SCHEMA, messages=verdict_messages(
-                    field=found.field, kept=found.kept, said=found.said, language=language),
-            ))
+            same = parse_verdict(
+                await model.call(
+                    purpose="verdict",
+                    request_model=batch.model,
+                    tenant=batch.tenant,
+                    user=owner,
+                    job_id=job_id,
+                    max_tokens=VERDICT_MAX_TOKENS,
+                    schema=VERDICT_SCHEMA,
+                    messages=verdict_messages(
+                        field=found.field, kept=found.kept, said=found.said, language=language
+                    ),
+                )
+            )
         except (ProxyError, ParseError) as exc:
-            log.warning("learning_verdict_failed", batch=batch.key,
-                        error=f"{type(exc).__name__}: {exc}"[:300])
+            log.warning(
+                "learning_verdict_failed",
+                batch=batch.key,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
             return self._outcome(batch, owner, found, update, "failed")
         return self._outcome(batch, owner, found, update, "same" if same else "different")
 
-    def _outcome(self, batch: Batch, owner: str, found: Neighbour, update: ProfileUpdate,
-                 verdict: str) -> Judged:
+    def _outcome(
+        self, batch: Batch, owner: str, found: Neighbour, update: ProfileUpdate, verdict: str
+    ) -> Judged:
         """Counted and audited (field, similarity and verdict: no profile text)."""
         self._count("verdict", verdict)
-        event = batch_event(batch, "profile_updated",
-                            f"near-neighbour verdict: {verdict}", self._clock(),
-                            {"field": found.field, "similarity": round(found.similarity, 3),
-                             "verdict": verdict}, owner=owner)
+        event = batch_event(
+            batch,
+            "profile_updated",
+            f"near-neighbour verdict: {verdict}",
+            self._clock(),
+            {"field": found.field, "similarity": round(found.similarity, 3), "verdict": verdict},
+            owner=owner,
+        )
         if verdict != "same":
             return Judged(update, audit=(event,))
-        return Judged(rewritten(update, found), {normalize(found.said): found.kept},
-                      (event,))
+        return Judged(rewritten(update, found), {normalize(found.said): found.kept}, (event,))

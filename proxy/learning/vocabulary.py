@@ -28,13 +28,17 @@ FIELDS: tuple[TagField, ...] = ("traits", "topics")
 
 def _group_of(word: str, groups: Groups) -> int | None:
     norm = normalize(word)
-    return next((i for i, g in enumerate(groups) if any(normalize(w) == norm for w in g)),
-                None)
+    return next((i for i, g in enumerate(groups) if any(normalize(w) == norm for w in g)), None)
 
 
-def profile_merges(profile: Profile | None, update: ProfileUpdate | None, *,
-                   synonyms: Groups, neighbours: Mapping[str, str], now: datetime,
-                   ) -> list[SynonymExample]:
+def profile_merges(
+    profile: Profile | None,
+    update: ProfileUpdate | None,
+    *,
+    synonyms: Groups,
+    neighbours: Mapping[str, str],
+    now: datetime,
+) -> list[SynonymExample]:
     """The merges of two differently worded tags that consolidating ``update`` into
     ``profile`` makes, in order. ``neighbours``: normalised new wording → the stored tag
     text a verdict call judged the same (merged as ``"neighbour"``). A pair already joined
@@ -59,8 +63,11 @@ def profile_merges(profile: Profile | None, update: ProfileUpdate | None, *,
                     tags.append(text)
                     continue
                 how = _how(kept, said, synonyms)
-            if normalize(kept) == normalize(said) or _joined(kept, said, synonyms) or \
-                    max(len(kept), len(said)) > MAX_WORD_CHARS:
+            if (
+                normalize(kept) == normalize(said)
+                or _joined(kept, said, synonyms)
+                or max(len(kept), len(said)) > MAX_WORD_CHARS
+            ):
                 continue
             out.append(SynonymExample(field=field, kept=kept, said=said, how=how, at=now))
     return out
@@ -78,8 +85,7 @@ def _joined(a: str, b: str, groups: Groups) -> bool:
     return first is not None and first == _group_of(b, groups)
 
 
-def accept_group(words: Sequence[str], *, configured: Groups, tenant: Groups
-                 ) -> list[list[str]]:
+def accept_group(words: Sequence[str], *, configured: Groups, tenant: Groups) -> list[list[str]]:
     """The tenant's synonym groups once ``words`` are accepted as synonyms.
 
     ``configured``: ``config.yaml``'s groups (never changed here; they come first when
@@ -95,14 +101,16 @@ def accept_group(words: Sequence[str], *, configured: Groups, tenant: Groups
     if len(found) > 1:
         raise ConflictError(
             "These words belong to two different synonym groups of config.yaml "
-            "(learning.synonyms); join those groups there.", code="synonym_conflict")
+            "(learning.synonyms); join those groups there.",
+            code="synonym_conflict",
+        )
     groups = [list(g) for g in tenant]
     touched = sorted({i for w in words if (i := _group_of(w, groups)) is not None})
     members = [w for i in touched for w in groups[i]]
     anchor = [configured[next(iter(found))][0]] if found else []
     merged: list[str] = []
-    for word in (*anchor, *members, *words):
-        word = word.strip()
+    for raw in (*anchor, *members, *words):
+        word = raw.strip()
         norm = normalize(word)
         if not norm or any(normalize(w) == norm for w in merged):
             continue

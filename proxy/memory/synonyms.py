@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from proxy.memory.records import from_iso, to_iso
 from proxy.memory.text import normalize
@@ -77,16 +77,26 @@ class SynonymCandidate:
 
 def example_to_json(example: SynonymExample) -> dict[str, str]:
     """An example as the API and both stores write it (``at`` ISO 8601 UTC)."""
-    return {"field": example.field, "kept": example.kept, "said": example.said,
-            "how": example.how, "at": to_iso(example.at) or ""}
+    return {
+        "field": example.field,
+        "kept": example.kept,
+        "said": example.said,
+        "how": example.how,
+        "at": to_iso(example.at) or "",
+    }
 
 
 def example_from_json(data: Mapping[str, str]) -> SynonymExample:
     """The inverse of :func:`example_to_json`."""
     at = from_iso(data["at"])
     assert at is not None
-    return SynonymExample(field=data["field"], kept=data["kept"],  # type: ignore[arg-type]
-                          said=data["said"], how=data["how"], at=at)  # type: ignore[arg-type]
+    return SynonymExample(
+        field=cast(TagField, data["field"]),
+        kept=data["kept"],
+        said=data["said"],
+        how=cast(MergeKind, data["how"]),
+        at=at,
+    )
 
 
 def newest(examples: Sequence[SynonymExample], limit: int) -> tuple[SynonymExample, ...]:
@@ -99,21 +109,24 @@ class SynonymStore(Protocol):
     Every method raises :class:`~proxy.memory.store.StoreUnavailableError` when the store
     fails."""
 
-    async def count_synonyms(self, tenant: str, user: str,
-                             examples: Sequence[SynonymExample]) -> None:
+    async def count_synonyms(
+        self, tenant: str, user: str, examples: Sequence[SynonymExample]
+    ) -> None:
         """Count each example as one observation by ``user`` of the candidate of its two
         words (created ``open`` when new and the tenant holds fewer than
         :data:`MAX_CANDIDATES`); the user keeps their :data:`EXAMPLES_PER_USER` newest."""
         ...
 
-    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
-                                 limit: int) -> list[SynonymCandidate]:
+    async def synonym_candidates(
+        self, tenant: str, *, status: SynonymStatus | None, limit: int
+    ) -> list[SynonymCandidate]:
         """The tenant's candidates (``status`` ``None``: all), most counted first (then
         newest), at most ``limit``."""
         ...
 
-    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
-                             actor: str, at: datetime) -> SynonymCandidate | None:
+    async def decide_synonym(
+        self, tenant: str, candidate: str, *, status: SynonymStatus, actor: str, at: datetime
+    ) -> SynonymCandidate | None:
         """Set the candidate's status (who decided, when); ``None`` when the tenant has no
         candidate of that id."""
         ...

@@ -52,8 +52,9 @@ class SynonymCandidateOut(BaseModel):
     id: str
     words: list[str] = Field(description="the pair, the kept word first as first seen")
     count: int = Field(description="merges of the pair across the tenant's users")
-    examples: list[SynonymExampleOut] = Field(description="the newest merges (at most 5); "
-                                                          "no user ids")
+    examples: list[SynonymExampleOut] = Field(
+        description="the newest merges (at most 5); no user ids"
+    )
     status: Literal["open", "accepted", "rejected"]
     created_at: datetime
     updated_at: datetime = Field(description="the newest merge")
@@ -68,12 +69,19 @@ class SynonymCandidateList(BaseModel):
 
 def _out(candidate: SynonymCandidate) -> SynonymCandidateOut:
     return SynonymCandidateOut(
-        id=candidate.id, words=list(candidate.words), count=candidate.count,
-        examples=[SynonymExampleOut(field=e.field, kept=e.kept, said=e.said, how=e.how,
-                                    at=e.at) for e in candidate.examples],
-        status=candidate.status, created_at=candidate.created_at,
-        updated_at=candidate.updated_at, decided_at=candidate.decided_at,
-        decided_by=candidate.decided_by)
+        id=candidate.id,
+        words=list(candidate.words),
+        count=candidate.count,
+        examples=[
+            SynonymExampleOut(field=e.field, kept=e.kept, said=e.said, how=e.how, at=e.at)
+            for e in candidate.examples
+        ],
+        status=candidate.status,
+        created_at=candidate.created_at,
+        updated_at=candidate.updated_at,
+        decided_at=candidate.decided_at,
+        decided_by=candidate.decided_by,
+    )
 
 
 async def candidates(request: Request) -> Response:
@@ -81,29 +89,35 @@ async def candidates(request: Request) -> Response:
     admin = caller(request)
     q = query(CandidatesQuery, request)
     status: SynonymStatus | None = None if q.status == "all" else q.status
-    found = await admin.res.store.synonym_candidates(admin.tenant, status=status,
-                                                     limit=q.limit)
+    found = await admin.res.store.synonym_candidates(admin.tenant, status=status, limit=q.limit)
     return ok(SynonymCandidateList(data=[_out(c) for c in found]))
 
 
 async def _candidate(admin: Admin, request: Request) -> SynonymCandidate:
     cid = str(request.path_params["candidate_id"])
-    found = await admin.res.store.synonym_candidates(admin.tenant, status=None,
-                                                     limit=MAX_CANDIDATES)
+    found = await admin.res.store.synonym_candidates(
+        admin.tenant, status=None, limit=MAX_CANDIDATES
+    )
     candidate = next((c for c in found if c.id == cid), None)
     if candidate is None:
-        raise NotFoundError("No synonym candidate with that id.", param="candidate_id",
-                            code="synonym_candidate_not_found")
+        raise NotFoundError(
+            "No synonym candidate with that id.",
+            param="candidate_id",
+            code="synonym_candidate_not_found",
+        )
     return candidate
 
 
-async def _decide(admin: Admin, candidate: SynonymCandidate,
-                  status: SynonymStatus) -> Response:
+async def _decide(admin: Admin, candidate: SynonymCandidate, status: SynonymStatus) -> Response:
     decided = await admin.res.store.decide_synonym(
-        admin.tenant, candidate.id, status=status, actor=admin.actor, at=admin.res.clock())
+        admin.tenant, candidate.id, status=status, actor=admin.actor, at=admin.res.clock()
+    )
     if decided is None:  # erased meanwhile
-        raise NotFoundError("No synonym candidate with that id.", param="candidate_id",
-                            code="synonym_candidate_not_found")
+        raise NotFoundError(
+            "No synonym candidate with that id.",
+            param="candidate_id",
+            code="synonym_candidate_not_found",
+        )
     return ok(_out(decided))
 
 
@@ -114,16 +128,29 @@ async def accept(request: Request) -> Response:
     stored = await admin.res.store.get_tenant_settings(admin.tenant)
     mine = stored.get(SYNONYMS)
     tenant_groups = [list(g) for g in mine] if isinstance(mine, list) else []
-    groups = accept_group(candidate.words, configured=admin.res.settings.learning.synonyms,
-                          tenant=tenant_groups)
+    groups = accept_group(
+        candidate.words, configured=admin.res.settings.learning.synonyms, tenant=tenant_groups
+    )
     if groups != tenant_groups:
         _, changed = await admin.res.tenants.update(admin.tenant, {SYNONYMS: groups})
         if changed:
-            await admin.res.store.audit([AuditEvent(
-                tenant=admin.tenant, user_id=None, action="settings_changed",
-                actor="admin", at=admin.res.clock(), reason=SYNONYMS,
-                detail={"by": admin.actor, "changed": changed,
-                        "synonym_candidate": candidate.id})])
+            await admin.res.store.audit(
+                [
+                    AuditEvent(
+                        tenant=admin.tenant,
+                        user_id=None,
+                        action="settings_changed",
+                        actor="admin",
+                        at=admin.res.clock(),
+                        reason=SYNONYMS,
+                        detail={
+                            "by": admin.actor,
+                            "changed": changed,
+                            "synonym_candidate": candidate.id,
+                        },
+                    )
+                ]
+            )
     return await _decide(admin, candidate, "accepted")
 
 
@@ -135,14 +162,33 @@ async def reject(request: Request) -> Response:
 
 _ID = {"candidate_id": "the candidate's id (syn_…)"}
 openapi.register(
-    openapi.Operation("GET", "/v1/admin/synonyms/candidates", "Candidate synonyms mined "
-                      "from merged traits and topics", auth="admin", query=CandidatesQuery,
-                      response=SynonymCandidateList, tags=("admin",)),
-    openapi.Operation("POST", "/v1/admin/synonyms/candidates/{candidate_id}/accept",
-                      "Accept a candidate: its words join the tenant's learning.synonyms",
-                      auth="admin", response=SynonymCandidateOut, errors=(404, 409),
-                      tags=("admin",), path_params=_ID),
-    openapi.Operation("POST", "/v1/admin/synonyms/candidates/{candidate_id}/reject",
-                      "Reject a candidate", auth="admin", response=SynonymCandidateOut,
-                      errors=(404,), tags=("admin",), path_params=_ID),
+    openapi.Operation(
+        "GET",
+        "/v1/admin/synonyms/candidates",
+        "Candidate synonyms mined from merged traits and topics",
+        auth="admin",
+        query=CandidatesQuery,
+        response=SynonymCandidateList,
+        tags=("admin",),
+    ),
+    openapi.Operation(
+        "POST",
+        "/v1/admin/synonyms/candidates/{candidate_id}/accept",
+        "Accept a candidate: its words join the tenant's learning.synonyms",
+        auth="admin",
+        response=SynonymCandidateOut,
+        errors=(404, 409),
+        tags=("admin",),
+        path_params=_ID,
+    ),
+    openapi.Operation(
+        "POST",
+        "/v1/admin/synonyms/candidates/{candidate_id}/reject",
+        "Reject a candidate",
+        auth="admin",
+        response=SynonymCandidateOut,
+        errors=(404,),
+        tags=("admin",),
+        path_params=_ID,
+    ),
 )

@@ -9,7 +9,14 @@ from typing import Any
 from playwright.async_api import expect
 
 from proxy.memory.synonyms import SynonymExample
-from tests.console.conftest import ADMIN_KEY, TENANT, axe_violations, fits_width, screenshot, sign_in
+from tests.console.conftest import (
+    ADMIN_KEY,
+    TENANT,
+    axe_violations,
+    fits_width,
+    screenshot,
+    sign_in,
+)
 from tests.console.test_console_admin import admin_get
 from tests.fakes import Gateway
 
@@ -17,12 +24,25 @@ T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
 async def seed(gw: Gateway) -> None:
-    merges = [("mountain hiking", "hiking", "containment", 0), ("introverted", "shy", "neighbour", 5),
-              ("introverted", "shy", "neighbour", 9)]
+    merges = [
+        ("mountain hiking", "hiking", "containment", 0),
+        ("introverted", "shy", "neighbour", 5),
+        ("introverted", "shy", "neighbour", 9),
+    ]
     for kept, said, how, minutes in merges:
-        await gw.res.store.count_synonyms(TENANT, "alice", [SynonymExample(
-            field="traits", kept=kept, said=said, how=how,  # type: ignore[arg-type]
-            at=T0 + timedelta(minutes=minutes))])
+        await gw.res.store.count_synonyms(
+            TENANT,
+            "alice",
+            [
+                SynonymExample(
+                    field="traits",
+                    kept=kept,
+                    said=said,
+                    how=how,  # type: ignore[arg-type]
+                    at=T0 + timedelta(minutes=minutes),
+                )
+            ],
+        )
 
 
 async def test_candidate_synonyms_are_accepted_or_rejected_from_the_console(
@@ -63,5 +83,7 @@ async def test_candidate_synonyms_are_accepted_or_rejected_from_the_console(
     await expect(accepted.get_by_role("button", name="Accept introverted / shy")).to_have_count(0)
     rejected = rows.filter(has_text="mountain hiking / hiking")
     await expect(rejected).to_contain_text("Rejected")
-    await expect(rejected.get_by_role("button", name="Reject mountain hiking / hiking")).to_have_count(0)
+    await expect(
+        rejected.get_by_role("button", name="Reject mountain hiking / hiking")
+    ).to_have_count(0)
     assert await axe_violations(page) == []

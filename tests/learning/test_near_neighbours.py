@@ -28,29 +28,37 @@ Open = Callable[..., Any]
 
 
 def traits(*texts: str, topics: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], Any]:
-    return lambda _body: {"memories": [], "profile": {"traits": list(texts),
-                                                      "topics": list(topics)}}
+    return lambda _body: {
+        "memories": [],
+        "profile": {"traits": list(texts), "topics": list(topics)},
+    }
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def open_gateway(request: pytest.FixtureRequest, tmp_path: Path,
-                 upstream: FakeUpstream) -> Open:
+def open_gateway(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstream) -> Open:
     """A gateway on the test's backend, with the concept embedder unless ``embedder`` is
     False; ``learning`` settings added."""
     extra = backend_overrides(request, tmp_path)
 
     def start(*, embedder: bool = True, **learning: Any) -> Any:
-        settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1,
-                                                     **learning}, **extra)
-        return running_gateway(settings, upstream, embedder=CachedEmbedder(
-            ConceptBackend(CONCEPTS)) if embedder else None)
+        settings = make_settings(
+            tmp_path, learning={"enabled": True, "batch_messages": 1, **learning}, **extra
+        )
+        return running_gateway(
+            settings,
+            upstream,
+            embedder=CachedEmbedder(ConceptBackend(CONCEPTS)) if embedder else None,
+        )
+
     return start
 
 
 async def say(gw: Gateway, text: str, user: str = "u1") -> None:
     async with gw.client(headers={"X-User-Id": user}) as client:
-        reply = await client.post("/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": text}]})
+        reply = await client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": text}]},
+        )
         assert reply.status_code == 200
     await gw.settle()
 
@@ -66,21 +74,24 @@ def verdicts(upstream: FakeUpstream) -> list[dict[str, Any]]:
 
 
 async def verdict_tokens(gw: Gateway) -> int:
-    rows = await gw.res.ledger.usage_report("default", group_by="user", user=None,
-                                            since=None, until=None)
+    rows = await gw.res.ledger.usage_report(
+        "default", group_by="user", user=None, since=None, until=None
+    )
     return sum(row.learning.get("verdict", 0) for row in rows)
 
 
-async def two_batches(gw: Gateway, upstream: FakeUpstream, first: tuple[str, ...],
-                      second: tuple[str, ...]) -> None:
+async def two_batches(
+    gw: Gateway, upstream: FakeUpstream, first: tuple[str, ...], second: tuple[str, ...]
+) -> None:
     upstream.extract = traits(*first)
     await say(gw, "I am rather introverted and I like chess.")
     upstream.extract = traits(*second)
     await say(gw, "People say I am shy and timid.")
 
 
-async def test_a_close_trait_merges_after_a_same_verdict(open_gateway: Open,
-                                                         upstream: FakeUpstream) -> None:
+async def test_a_close_trait_merges_after_a_same_verdict(
+    open_gateway: Open, upstream: FakeUpstream
+) -> None:
     """One verdict call names both wordings; "same" merges them into the stored trait,
     books the call as learning tokens (purpose verdict) and lists the pair as a
     neighbour candidate."""
@@ -92,14 +103,12 @@ async def test_a_close_trait_merges_after_a_same_verdict(open_gateway: Open,
         assert "B: shy" in call["messages"][1]["content"]
         assert await learned(gw) == [("introverted", 2)]
         assert await verdict_tokens(gw) == 120  # the fake's usage of one call
-        [candidate] = await gw.res.store.synonym_candidates("default", status=None,
-                                                            limit=10)
+        [candidate] = await gw.res.store.synonym_candidates("default", status=None, limit=10)
         assert candidate.words == ("introverted", "shy")
         assert candidate.examples[0].how == "neighbour"
 
 
-async def test_a_different_verdict_keeps_both(open_gateway: Open,
-                                              upstream: FakeUpstream) -> None:
+async def test_a_different_verdict_keeps_both(open_gateway: Open, upstream: FakeUpstream) -> None:
     upstream.verdict = lambda body: {"verdict": "different"}
     async with open_gateway() as gw:
         await two_batches(gw, upstream, ("introverted",), ("shy",))
@@ -108,8 +117,9 @@ async def test_a_different_verdict_keeps_both(open_gateway: Open,
         assert await gw.res.store.synonym_candidates("default", status=None, limit=10) == []
 
 
-async def test_without_an_embedder_no_verdict_is_asked(open_gateway: Open,
-                                                       upstream: FakeUpstream) -> None:
+async def test_without_an_embedder_no_verdict_is_asked(
+    open_gateway: Open, upstream: FakeUpstream
+) -> None:
     upstream.verdict = lambda body: {"verdict": "same"}
     async with open_gateway(embedder=False) as gw:
         await two_batches(gw, upstream, ("introverted",), ("shy",))
@@ -119,7 +129,8 @@ async def test_without_an_embedder_no_verdict_is_asked(open_gateway: Open,
 
 
 async def test_unrelated_or_rule_merged_traits_need_no_verdict(
-        open_gateway: Open, upstream: FakeUpstream) -> None:
+    open_gateway: Open, upstream: FakeUpstream
+) -> None:
     """A far wording (different concept) and one containment already merges: no call."""
     upstream.verdict = lambda body: {"verdict": "same"}
     async with open_gateway() as gw:
@@ -128,8 +139,9 @@ async def test_unrelated_or_rule_merged_traits_need_no_verdict(
         assert await learned(gw) == [("gardener", 1), ("introverted", 2)]
 
 
-async def test_at_most_one_verdict_call_per_batch(open_gateway: Open,
-                                                  upstream: FakeUpstream) -> None:
+async def test_at_most_one_verdict_call_per_batch(
+    open_gateway: Open, upstream: FakeUpstream
+) -> None:
     """Two close wordings in one batch: one call (the closest pair); the other wording
     follows today's rules and becomes a trait of its own."""
     upstream.verdict = lambda body: {"verdict": "same"}
@@ -140,8 +152,9 @@ async def test_at_most_one_verdict_call_per_batch(open_gateway: Open,
         assert ("introverted", 2) in await learned(gw)
 
 
-async def test_no_verdict_while_the_budget_is_spent(open_gateway: Open,
-                                                    upstream: FakeUpstream) -> None:
+async def test_no_verdict_while_the_budget_is_spent(
+    open_gateway: Open, upstream: FakeUpstream
+) -> None:
     """The second batch starts under the daily cap and spends past it: its verdict is not
     asked, the wording stays apart, and the skip is audited."""
     upstream.verdict = lambda body: {"verdict": "same"}
@@ -150,17 +163,22 @@ async def test_no_verdict_while_the_budget_is_spent(open_gateway: Open,
         assert verdicts(upstream) == []
         assert await learned(gw) == [("introverted", 1), ("shy", 1)]
         events = await gw.res.store.audit_search(
-            "default", AuditFilter(user="u1", action="profile_updated"), limit=50)
+            "default", AuditFilter(user="u1", action="profile_updated"), limit=50
+        )
         assert any(e.detail.get("verdict") == "budget_spent" for _, e in events)
 
 
-@pytest.mark.parametrize("answer", [
-    Reply(status=500, json={"error": {"message": "boom", "type": "server_error"}}),
-    "I cannot tell.",
-], ids=["upstream-error", "unreadable"])
-async def test_a_failed_verdict_leaves_todays_rules(open_gateway: Open,
-                                                    upstream: FakeUpstream,
-                                                    answer: Any) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Reply(status=500, json={"error": {"message": "boom", "type": "server_error"}}),
+        "I cannot tell.",
+    ],
+    ids=["upstream-error", "unreadable"],
+)
+async def test_a_failed_verdict_leaves_todays_rules(
+    open_gateway: Open, upstream: FakeUpstream, answer: Any
+) -> None:
     upstream.verdict = lambda body: answer
     async with open_gateway() as gw:
         await two_batches(gw, upstream, ("introverted",), ("shy",))

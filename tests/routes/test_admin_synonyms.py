@@ -27,43 +27,58 @@ def traits(*texts: str) -> Callable[[dict[str, Any]], Any]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def settings_for(request: pytest.FixtureRequest, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> Callable[..., Settings]:
+def settings_for(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Settings]:
     for name in ("acme-admin", "globex-admin", "acme-app", "globex-app"):
         monkeypatch.setenv(name.upper().replace("-", "_"), name)
     storage: dict[str, object] = {"path": str(tmp_path / "memory.db")}
     if request.param == "redis":
-        storage = redis_storage(tmp_path, request.getfixturevalue("redis_url"),
-                                request.getfixturevalue("redis_prefix"))
+        storage = redis_storage(
+            tmp_path, request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+        )
 
     def build(**learning: Any) -> Settings:
-        return make_settings(tmp_path, storage=storage, learning={
-            "enabled": True, "batch_messages": 1, "synonyms": CONFIGURED, **learning},
-            auth={"keys": [{"key": "os.environ/ACME_APP", "tenant": "acme"},
-                           {"key": "os.environ/GLOBEX_APP", "tenant": "globex"}],
-                  "admin_keys": [
-                      {"key": "os.environ/ACME_ADMIN", "tenant": "acme", "name": "ops"},
-                      {"key": "os.environ/GLOBEX_ADMIN", "tenant": "globex"}]})
+        return make_settings(
+            tmp_path,
+            storage=storage,
+            learning={"enabled": True, "batch_messages": 1, "synonyms": CONFIGURED, **learning},
+            auth={
+                "keys": [
+                    {"key": "os.environ/ACME_APP", "tenant": "acme"},
+                    {"key": "os.environ/GLOBEX_APP", "tenant": "globex"},
+                ],
+                "admin_keys": [
+                    {"key": "os.environ/ACME_ADMIN", "tenant": "acme", "name": "ops"},
+                    {"key": "os.environ/GLOBEX_ADMIN", "tenant": "globex"},
+                ],
+            },
+        )
+
     return build
 
 
 @pytest.fixture
-async def gw(settings_for: Callable[..., Settings],
-             upstream: FakeUpstream) -> AsyncIterator[Gateway]:
+async def gw(
+    settings_for: Callable[..., Settings], upstream: FakeUpstream
+) -> AsyncIterator[Gateway]:
     async with running_gateway(settings_for(), upstream) as gateway:
         yield gateway
 
 
 async def say(gw: Gateway, user: str, text: str) -> None:
     async with gw.client(headers={**APP, "X-User-Id": user}) as client:
-        reply = await client.post("/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": text}]})
+        reply = await client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": text}]},
+        )
         assert reply.status_code == 200
     await gw.settle()
 
 
-async def admin(gw: Gateway, method: str, path: str, *, headers: dict[str, str] = ADMIN,
-                **kwargs: Any) -> Any:
+async def admin(
+    gw: Gateway, method: str, path: str, *, headers: dict[str, str] = ADMIN, **kwargs: Any
+) -> Any:
     async with gw.client(headers=headers) as client:
         return await client.request(method, path, **kwargs)
 
@@ -83,13 +98,17 @@ async def profile_traits(gw: Gateway, user: str) -> list[tuple[str, int]]:
 
 
 async def seed(gw: Gateway, kept: str, said: str, user: str = "u9") -> str:
-    await gw.res.store.count_synonyms("acme", user, [SynonymExample(
-        field="traits", kept=kept, said=said, how="containment", at=T0)])
+    await gw.res.store.count_synonyms(
+        "acme",
+        user,
+        [SynonymExample(field="traits", kept=kept, said=said, how="containment", at=T0)],
+    )
     return candidate_id([kept, said])
 
 
 async def test_a_merge_of_two_wordings_is_listed_as_a_candidate(
-        gw: Gateway, upstream: FakeUpstream) -> None:
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
     """A trait learned in other words merges and is counted once per applied batch; a
     batch that merges nothing lists nothing."""
     upstream.extract = traits("mountain hiking")
@@ -101,10 +120,17 @@ async def test_a_merge_of_two_wordings_is_listed_as_a_candidate(
     assert candidate["id"] == candidate_id(["mountain hiking", "hiking"])
     assert candidate["object"] == "synonym.candidate"
     assert (candidate["words"], candidate["count"], candidate["status"]) == (
-        ["mountain hiking", "hiking"], 1, "open")
+        ["mountain hiking", "hiking"],
+        1,
+        "open",
+    )
     [example] = candidate["examples"]
     assert {k: example[k] for k in ("field", "kept", "said", "how")} == {
-        "field": "traits", "kept": "mountain hiking", "said": "hiking", "how": "containment"}
+        "field": "traits",
+        "kept": "mountain hiking",
+        "said": "hiking",
+        "how": "containment",
+    }
     assert "u1" not in str(candidate)
     assert await profile_traits(gw, "u1") == [("mountain hiking", 2)]
     # another tenant sees none of it
@@ -113,7 +139,8 @@ async def test_a_merge_of_two_wordings_is_listed_as_a_candidate(
 
 
 async def test_an_accepted_pair_joins_the_tenant_synonyms_for_the_next_batch(
-        gw: Gateway, upstream: FakeUpstream) -> None:
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
     """Before: two traits for "introverted" and "shy". Accepted: GET /v1/admin/settings
     shows the group as the tenant's learning.synonyms beside config.yaml's, and the next
     batch merges the two wordings."""
@@ -135,8 +162,9 @@ async def test_an_accepted_pair_joins_the_tenant_synonyms_for_the_next_batch(
     assert await profile_traits(gw, "u2") == [("introverted", 2)]
     assert await listed(gw) == []
     assert [c["id"] for c in await listed(gw, status="accepted")] == [cid]
-    audit = (await admin(gw, "GET", "/v1/admin/audit",
-                         params={"action": "settings_changed"})).json()["data"]
+    audit = (
+        await admin(gw, "GET", "/v1/admin/audit", params={"action": "settings_changed"})
+    ).json()["data"]
     assert audit[0]["detail"]["synonym_candidate"] == cid
 
 
@@ -154,8 +182,9 @@ async def test_a_rejected_candidate_leaves_the_settings_alone(gw: Gateway) -> No
 
 async def test_a_configured_group_lends_its_first_word(gw: Gateway) -> None:
     cid = await seed(gw, "很话少", "话少")
-    assert (await admin(gw, "POST", f"/v1/admin/synonyms/candidates/{cid}/accept")
-            ).status_code == 200
+    assert (
+        await admin(gw, "POST", f"/v1/admin/synonyms/candidates/{cid}/accept")
+    ).status_code == 200
     view = (await admin(gw, "GET", "/v1/admin/settings")).json()
     assert view["overrides"]["learning.synonyms"] == [["话少", "很话少"]]
 
@@ -165,10 +194,18 @@ async def test_bad_decisions_answer_errors_and_change_nothing(gw: Gateway) -> No
     groups: 409; a bad status filter: 400 — nothing decided."""
     cid = await seed(gw, "话少", "quiet")
     for path, headers, status, code in [
-        ("/v1/admin/synonyms/candidates/syn_0000000000000000/accept", ADMIN, 404,
-         "synonym_candidate_not_found"),
-        (f"/v1/admin/synonyms/candidates/{cid}/reject", OTHER_ADMIN, 404,
-         "synonym_candidate_not_found"),
+        (
+            "/v1/admin/synonyms/candidates/syn_0000000000000000/accept",
+            ADMIN,
+            404,
+            "synonym_candidate_not_found",
+        ),
+        (
+            f"/v1/admin/synonyms/candidates/{cid}/reject",
+            OTHER_ADMIN,
+            404,
+            "synonym_candidate_not_found",
+        ),
         (f"/v1/admin/synonyms/candidates/{cid}/accept", APP, 403, None),
         (f"/v1/admin/synonyms/candidates/{cid}/accept", ADMIN, 409, "synonym_conflict"),
     ]:
@@ -183,25 +220,27 @@ async def test_bad_decisions_answer_errors_and_change_nothing(gw: Gateway) -> No
     assert bad.json()["error"]["param"] == "status"
     [candidate] = await listed(gw)
     assert candidate["status"] == "open"
-    assert "learning.synonyms" not in (await admin(gw, "GET", "/v1/admin/settings")
-                                       ).json()["overrides"]
+    assert (
+        "learning.synonyms"
+        not in (await admin(gw, "GET", "/v1/admin/settings")).json()["overrides"]
+    )
 
 
 async def test_patching_learning_synonyms_is_validated(gw: Gateway) -> None:
-    ok = await admin(gw, "PATCH", "/v1/admin/settings",
-                     json={"learning.synonyms": [["chess", "go"]]})
+    ok = await admin(
+        gw, "PATCH", "/v1/admin/settings", json={"learning.synonyms": [["chess", "go"]]}
+    )
     assert ok.status_code == 200
     assert ok.json()["settings"]["learning.synonyms"] == [*CONFIGURED, ["chess", "go"]]
     for bad in ([["alone"]], [["", "x"]], "chess", [[1, 2]]):
-        refused = await admin(gw, "PATCH", "/v1/admin/settings",
-                              json={"learning.synonyms": bad})
+        refused = await admin(gw, "PATCH", "/v1/admin/settings", json={"learning.synonyms": bad})
         assert refused.status_code == 400, bad
     assert (await admin(gw, "GET", "/v1/admin/settings")).json()["overrides"][
-        "learning.synonyms"] == [["chess", "go"]]
+        "learning.synonyms"
+    ] == [["chess", "go"]]
 
 
-async def test_erasure_removes_the_users_candidates(gw: Gateway,
-                                                    upstream: FakeUpstream) -> None:
+async def test_erasure_removes_the_users_candidates(gw: Gateway, upstream: FakeUpstream) -> None:
     upstream.extract = traits("mountain hiking")
     await say(gw, "u1", "I go mountain hiking every weekend.")
     upstream.extract = traits("hiking")

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from proxy.memory.synonyms import SynonymExample, candidate_id
-
 from tests.fakes import (
     FakeUpstream,
     Gateway,

@@ -39,8 +39,7 @@ class SynonymRecords:
         self._redis = client
         self._keys = layout
 
-    async def count(self, tenant: str, user: str,
-                    examples: Sequence[SynonymExample]) -> None:
+    async def count(self, tenant: str, user: str, examples: Sequence[SynonymExample]) -> None:
         tok, ns = tenant_token(tenant), user_token(tenant, user)
         table = self._keys.synonyms(tok)
         for example in examples:
@@ -48,9 +47,17 @@ class SynonymRecords:
             if not await self._redis.hexists(table, cid):
                 if await self._redis.hlen(table) >= MAX_CANDIDATES:
                     continue
-                await self._redis.hsetnx(table, cid, orjson.dumps({
-                    "words": list(example.words), "status": "open",
-                    "created_at": to_iso(example.at)}))
+                await self._redis.hsetnx(
+                    table,
+                    cid,
+                    orjson.dumps(
+                        {
+                            "words": list(example.words),
+                            "status": "open",
+                            "created_at": to_iso(example.at),
+                        }
+                    ),
+                )
             await self._observe(tok, ns, cid, example)
 
     async def _observe(self, tok: str, ns: str, cid: str, example: SynonymExample) -> None:
@@ -58,37 +65,54 @@ class SynonymRecords:
 
         async def body(pipe: Pipeline) -> None:
             raw = await pipe.hget(key, ns)
-            mine: dict[str, Any] = {"count": 0, "examples": []} if raw is None \
-                else orjson.loads(raw)
+            mine: dict[str, Any] = (
+                {"count": 0, "examples": []} if raw is None else orjson.loads(raw)
+            )
             kept = [example_from_json(e) for e in mine["examples"]]
             multi(pipe)
-            pipe.hset(key, ns, orjson.dumps({
-                "count": int(mine["count"]) + 1, "updated_at": to_iso(example.at),
-                "examples": [example_to_json(e)
-                             for e in newest([*kept, example], EXAMPLES_PER_USER)]}))
+            pipe.hset(
+                key,
+                ns,
+                orjson.dumps(
+                    {
+                        "count": int(mine["count"]) + 1,
+                        "updated_at": to_iso(example.at),
+                        "examples": [
+                            example_to_json(e) for e in newest([*kept, example], EXAMPLES_PER_USER)
+                        ],
+                    }
+                ),
+            )
             pipe.sadd(self._keys.synonyms_of(tok, ns), cid)
             await pipe.execute()
 
         await transact(self._redis, [key], body)
 
-    async def candidates(self, tenant: str, *, status: SynonymStatus | None,
-                         limit: int) -> list[SynonymCandidate]:
+    async def candidates(
+        self, tenant: str, *, status: SynonymStatus | None, limit: int
+    ) -> list[SynonymCandidate]:
         tok = tenant_token(tenant)
-        table = {k.decode() if isinstance(k, bytes) else k: orjson.loads(v)
-                 for k, v in (await self._redis.hgetall(self._keys.synonyms(tok))).items()}
-        chosen = [(cid, data) for cid, data in table.items()
-                  if status is None or data["status"] == status]
+        table = {
+            k.decode() if isinstance(k, bytes) else k: orjson.loads(v)
+            for k, v in (await self._redis.hgetall(self._keys.synonyms(tok))).items()
+        }
+        chosen = [
+            (cid, data) for cid, data in table.items() if status is None or data["status"] == status
+        ]
         async with self._redis.pipeline(transaction=False) as pipe:
             for cid, _ in chosen:
                 pipe.hvals(self._keys.synonym_observations(tok, cid))
             observed = await pipe.execute()
-        out = [_candidate(tenant, cid, data, [orjson.loads(v) for v in values])
-               for (cid, data), values in zip(chosen, observed, strict=True)]
+        out = [
+            _candidate(tenant, cid, data, [orjson.loads(v) for v in values])
+            for (cid, data), values in zip(chosen, observed, strict=True)
+        ]
         out.sort(key=lambda c: (-c.count, -c.updated_at.timestamp(), c.id))
         return out[:limit]
 
-    async def decide(self, tenant: str, candidate: str, *, status: SynonymStatus,
-                     actor: str, at: datetime) -> SynonymCandidate | None:
+    async def decide(
+        self, tenant: str, candidate: str, *, status: SynonymStatus, actor: str, at: datetime
+    ) -> SynonymCandidate | None:
         tok = tenant_token(tenant)
         table = self._keys.synonyms(tok)
 
@@ -96,8 +120,12 @@ class SynonymRecords:
             raw = await pipe.hget(table, candidate)
             if raw is None:
                 return False
-            data = {**orjson.loads(raw), "status": status, "decided_at": to_iso(at),
-                    "decided_by": actor}
+            data = {
+                **orjson.loads(raw),
+                "status": status,
+                "decided_at": to_iso(at),
+                "decided_by": actor,
+            }
             multi(pipe)
             pipe.hset(table, candidate, orjson.dumps(data))
             await pipe.execute()
@@ -105,8 +133,11 @@ class SynonymRecords:
 
         if not await transact(self._redis, [table], body):
             return None
-        found = [c for c in await self.candidates(tenant, status=status, limit=MAX_CANDIDATES)
-                 if c.id == candidate]
+        found = [
+            c
+            for c in await self.candidates(tenant, status=status, limit=MAX_CANDIDATES)
+            if c.id == candidate
+        ]
         return found[0] if found else None
 
     async def erase_user(self, tenant: str, user: str) -> None:
@@ -114,8 +145,9 @@ class SynonymRecords:
         observes."""
         tok, ns = tenant_token(tenant), user_token(tenant, user)
         mine_key = self._keys.synonyms_of(tok, ns)
-        mine = [c.decode() if isinstance(c, bytes) else c
-                for c in await self._redis.smembers(mine_key)]
+        mine = [
+            c.decode() if isinstance(c, bytes) else c for c in await self._redis.smembers(mine_key)
+        ]
         async with self._redis.pipeline(transaction=True) as pipe:
             for cid in mine:
                 key = self._keys.synonym_observations(tok, cid)
@@ -129,15 +161,22 @@ class SynonymRecords:
             await self._redis.hdel(self._keys.synonyms(tok), *orphans)
 
 
-def _candidate(tenant: str, cid: str, data: dict[str, Any],
-               observations: list[dict[str, Any]]) -> SynonymCandidate:
+def _candidate(
+    tenant: str, cid: str, data: dict[str, Any], observations: list[dict[str, Any]]
+) -> SynonymCandidate:
     examples = [example_from_json(e) for o in observations for e in o["examples"]]
     created = from_iso(data["created_at"])
     assert created is not None
     seen = [at for o in observations if (at := from_iso(o.get("updated_at")))]
     return SynonymCandidate(
-        id=cid, tenant=tenant, words=tuple(data["words"]),
+        id=cid,
+        tenant=tenant,
+        words=tuple(data["words"]),
         count=sum(int(o["count"]) for o in observations),
-        examples=newest(examples, EXAMPLES_LISTED), status=data["status"],
-        created_at=created, updated_at=max(seen, default=created),
-        decided_at=from_iso(data.get("decided_at")), decided_by=data.get("decided_by"))
+        examples=newest(examples, EXAMPLES_LISTED),
+        status=data["status"],
+        created_at=created,
+        updated_at=max(seen, default=created),
+        decided_at=from_iso(data.get("decided_at")),
+        decided_by=data.get("decided_by"),
+    )

@@ -28,40 +28,61 @@ from proxy.memory.synonyms import (
 )
 
 
-def count_synonyms(conn: sqlite3.Connection, tenant: str, user: str,
-                   examples: Sequence[SynonymExample]) -> None:
+def count_synonyms(
+    conn: sqlite3.Connection, tenant: str, user: str, examples: Sequence[SynonymExample]
+) -> None:
     """One observation per example (see :meth:`SynonymStore.count_synonyms`)."""
     for example in examples:
         cid = candidate_id(example.words)
-        known = conn.execute("SELECT 1 FROM synonym_candidates WHERE tenant = ? AND id = ?",
-                             (tenant, cid)).fetchone()
+        known = conn.execute(
+            "SELECT 1 FROM synonym_candidates WHERE tenant = ? AND id = ?", (tenant, cid)
+        ).fetchone()
         if known is None:
-            held = conn.execute("SELECT count(*) FROM synonym_candidates WHERE tenant = ?",
-                                (tenant,)).fetchone()[0]
+            held = conn.execute(
+                "SELECT count(*) FROM synonym_candidates WHERE tenant = ?", (tenant,)
+            ).fetchone()[0]
             if held >= MAX_CANDIDATES:
                 continue
-            conn.execute("INSERT INTO synonym_candidates (tenant, id, words, created_at) "
-                         "VALUES (?, ?, ?, ?)",
-                         (tenant, cid, orjson.dumps(list(example.words)).decode(),
-                          to_iso(example.at)))
-        row = conn.execute("SELECT count, examples FROM synonym_observations "
-                           "WHERE tenant = ? AND id = ? AND user_id = ?",
-                           (tenant, cid, user)).fetchone()
-        count, kept = (0, []) if row is None else (
-            int(row[0]), [example_from_json(e) for e in orjson.loads(row[1])])
+            conn.execute(
+                "INSERT INTO synonym_candidates (tenant, id, words, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (tenant, cid, orjson.dumps(list(example.words)).decode(), to_iso(example.at)),
+            )
+        row = conn.execute(
+            "SELECT count, examples FROM synonym_observations "
+            "WHERE tenant = ? AND id = ? AND user_id = ?",
+            (tenant, cid, user),
+        ).fetchone()
+        count, kept = (
+            (0, [])
+            if row is None
+            else (int(row[0]), [example_from_json(e) for e in orjson.loads(row[1])])
+        )
         mine = newest([*kept, example], EXAMPLES_PER_USER)
         conn.execute(
             "INSERT INTO synonym_observations (tenant, id, user_id, count, examples, "
             "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, id, user_id) DO "
             "UPDATE SET count = excluded.count, examples = excluded.examples, "
             "updated_at = excluded.updated_at",
-            (tenant, cid, user, count + 1,
-             orjson.dumps([example_to_json(e) for e in mine]).decode(), to_iso(example.at)))
+            (
+                tenant,
+                cid,
+                user,
+                count + 1,
+                orjson.dumps([example_to_json(e) for e in mine]).decode(),
+                to_iso(example.at),
+            ),
+        )
 
 
-def synonym_candidates(conn: sqlite3.Connection, tenant: str, *,
-                       status: SynonymStatus | None, limit: int,
-                       only: str | None = None) -> list[SynonymCandidate]:
+def synonym_candidates(
+    conn: sqlite3.Connection,
+    tenant: str,
+    *,
+    status: SynonymStatus | None,
+    limit: int,
+    only: str | None = None,
+) -> list[SynonymCandidate]:
     """The tenant's candidates with their counts and newest examples (``only``: that id)."""
     where, args = "c.tenant = ?", [tenant]
     if status is not None:
@@ -76,28 +97,48 @@ def synonym_candidates(conn: sqlite3.Connection, tenant: str, *,
         "FROM synonym_candidates c LEFT JOIN synonym_observations o "
         "ON o.tenant = c.tenant AND o.id = c.id "
         f"WHERE {where} GROUP BY c.id "
-        "ORDER BY 7 DESC, 8 DESC, c.id LIMIT ?", (*args, limit)).fetchall()
+        "ORDER BY 7 DESC, 8 DESC, c.id LIMIT ?",
+        (*args, limit),
+    ).fetchall()
     out = []
     for cid, words, state, created, decided_at, decided_by, count, seen, lists in rows:
-        examples = [example_from_json(e) for part in orjson.loads(lists) if part
-                    for e in orjson.loads(part)]
+        examples = [
+            example_from_json(e) for part in orjson.loads(lists) if part for e in orjson.loads(part)
+        ]
         created_at = from_iso(created)
         assert created_at is not None
-        out.append(SynonymCandidate(
-            id=cid, tenant=tenant, words=tuple(orjson.loads(words)), count=int(count),
-            examples=newest(examples, EXAMPLES_LISTED), status=state,
-            created_at=created_at, updated_at=from_iso(seen) or created_at,
-            decided_at=from_iso(decided_at), decided_by=decided_by))
+        out.append(
+            SynonymCandidate(
+                id=cid,
+                tenant=tenant,
+                words=tuple(orjson.loads(words)),
+                count=int(count),
+                examples=newest(examples, EXAMPLES_LISTED),
+                status=state,
+                created_at=created_at,
+                updated_at=from_iso(seen) or created_at,
+                decided_at=from_iso(decided_at),
+                decided_by=decided_by,
+            )
+        )
     return out
 
 
-def decide_synonym(conn: sqlite3.Connection, tenant: str, candidate: str, *,
-                   status: SynonymStatus, actor: str, at: datetime
-                   ) -> SynonymCandidate | None:
+def decide_synonym(
+    conn: sqlite3.Connection,
+    tenant: str,
+    candidate: str,
+    *,
+    status: SynonymStatus,
+    actor: str,
+    at: datetime,
+) -> SynonymCandidate | None:
     """Set the candidate's status; ``None`` when the tenant has no such candidate."""
     changed = conn.execute(
         "UPDATE synonym_candidates SET status = ?, decided_at = ?, decided_by = ? "
-        "WHERE tenant = ? AND id = ?", (status, to_iso(at), actor, tenant, candidate)).rowcount
+        "WHERE tenant = ? AND id = ?",
+        (status, to_iso(at), actor, tenant, candidate),
+    ).rowcount
     if not changed:
         return None
     found = synonym_candidates(conn, tenant, status=None, limit=1, only=candidate)
@@ -107,7 +148,11 @@ def decide_synonym(conn: sqlite3.Connection, tenant: str, candidate: str, *,
 def erase_user(conn: sqlite3.Connection, tenant: str, user: str) -> None:
     """Remove the user's observations, then every candidate of the tenant nobody observes
     any more (its words came from the erased user's profile)."""
-    conn.execute("DELETE FROM synonym_observations WHERE tenant = ? AND user_id = ?",
-                 (tenant, user))
-    conn.execute("DELETE FROM synonym_candidates WHERE tenant = ? AND id NOT IN "
-                 "(SELECT id FROM synonym_observations WHERE tenant = ?)", (tenant, tenant))
+    conn.execute(
+        "DELETE FROM synonym_observations WHERE tenant = ? AND user_id = ?", (tenant, user)
+    )
+    conn.execute(
+        "DELETE FROM synonym_candidates WHERE tenant = ? AND id NOT IN "
+        "(SELECT id FROM synonym_observations WHERE tenant = ?)",
+        (tenant, tenant),
+    )

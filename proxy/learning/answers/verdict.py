@@ -19,8 +19,13 @@ from proxy.learning.answers.schema import answer_schema
 __all__ = ["VERDICT_SCHEMA", "VerdictAnswer", "parse_verdict"]
 
 _SAYS: dict[str, Literal["same", "different"]] = {
-    "same": "same", "different": "different", "相同": "same", "不同": "different",
-    "一样": "same", "不一样": "different"}
+    "same": "same",
+    "different": "different",
+    "相同": "same",
+    "不同": "different",
+    "一样": "same",
+    "不一样": "different",
+}
 
 
 class VerdictAnswer(BaseModel):
