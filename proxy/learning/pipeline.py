@@ -178,9 +178,8 @@ class Pipeline:
                                               self._scrubbers.for_tenant(batch.tenant)),
                 learning=Learning(config, model, language, turn),
             )
-            if await self._commit(batch, strategy, changes, audit=audit, record=record,
-                                  config=config, owner=owner):
-                await self._count_synonyms(batch.tenant, owner, merges)
+            await self._commit(batch, strategy, changes, audit=audit, record=record,
+                               config=config, owner=owner, merges=merges)
         closing = strategy.closing(batch, audit=audit, record=record)
         if closing is not None:
             await self._apply(batch, closing)
@@ -334,40 +333,44 @@ class Pipeline:
 
     async def _commit(self, batch: Batch, strategy: OwnerStrategy, computed: ChangeSet, *,
                       audit: list[AuditEvent], record: ConversationRecord,
-                      config: LearningSettings, owner: str) -> bool:
+                      config: LearningSettings, owner: str,
+                      merges: list[SynonymExample]) -> None:
         """Apply one owner's change set as the strategy says (closing the batch, or on its
-        own), then evict what is over the owner's quotas; whether it was applied now."""
+        own), with its candidate synonyms, then evict what is over the owner's quotas."""
         changes, closes = strategy.commit(computed, batch=batch, audit=audit, record=record)
         if closes:
-            applied = await self._apply(batch, changes)
-        elif not (applied := await self._store.apply(changes)):
+            await self._apply(batch, changes, merges)
+        elif await self._store.apply(changes):
+            await self._count_synonyms(changes, merges)
+        else:
             log.info("learning_batch_not_applied", batch=changes.batch_key)
         if changes.upserts:
             await self._evictions.enforce_quotas(batch.tenant, owner, batch.channel,
                                                  max_per_user=config.max_memory_per_user)
-        return applied
 
-    async def _count_synonyms(self, tenant: str, owner: str,
-                              merges: list[SynonymExample]) -> None:
-        """Count the applied batch's merges of two wordings as candidate synonyms, once
-        (a redelivered batch is not applied again); a store failure loses only them."""
+    async def _count_synonyms(self, changes: ChangeSet, merges: list[SynonymExample]) -> None:
+        """Count the merges of two wordings of a change set just applied as candidate
+        synonyms of its owner: once, since a redelivered batch is not applied again; a
+        store failure loses only them."""
         if not merges:
             return
         try:
-            await self._store.count_synonyms(tenant, owner, merges)
+            await self._store.count_synonyms(changes.tenant, changes.user_id, merges)
         except StoreUnavailableError as exc:
             log.warning("synonym_candidates_not_counted", error=str(exc)[:300])
 
-    async def _apply(self, batch: Batch, changes: ChangeSet) -> bool:
-        """Apply the change set that closes ``batch`` and drop the batch's raw text;
-        whether it was applied now."""
+    async def _apply(self, batch: Batch, changes: ChangeSet,
+                     merges: list[SynonymExample] | None = None) -> None:
+        """Apply the change set that closes ``batch`` (and count its ``merges`` when it
+        was applied now), then drop the batch's raw text."""
         applied = await self._store.apply(changes)
+        if applied:
+            await self._count_synonyms(changes, merges or [])
         self._calls.forget(batch.key)
         if not applied:
             log.info("learning_batch_not_applied", batch=batch.key,
                      reason="applied before, or memory cleared since")
         await self.queue.drop_batch(batch.key)
-        return applied
 
 
 @dataclass(frozen=True, slots=True)

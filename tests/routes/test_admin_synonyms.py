@@ -4,6 +4,7 @@ storage backends."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +21,24 @@ OTHER_ADMIN = {"Authorization": "Bearer globex-admin"}
 APP = {"Authorization": "Bearer acme-app"}
 CONFIGURED = [["话少", "潜水", "沉默"], ["quiet", "reserved", "taciturn"]]
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
+
+
+class CrashAfterApply:
+    """A queue whose first ``drop_batch`` fails, as if the worker died right after the
+    store applied the batch."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.crashed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def drop_batch(self, key: str) -> None:
+        if not self.crashed:
+            self.crashed = True
+            raise RuntimeError("worker died")
+        await self._inner.drop_batch(key)
 
 
 def traits(*texts: str) -> Callable[[dict[str, Any]], Any]:
@@ -42,7 +61,13 @@ def settings_for(
         return make_settings(
             tmp_path,
             storage=storage,
-            learning={"enabled": True, "batch_messages": 1, "synonyms": CONFIGURED, **learning},
+            learning={
+                "enabled": True,
+                "batch_messages": 1,
+                "synonyms": CONFIGURED,
+                "retry_base_seconds": 0.01,
+                **learning,
+            },
             auth={
                 "keys": [
                     {"key": "os.environ/ACME_APP", "tenant": "acme"},
@@ -250,3 +275,25 @@ async def test_erasure_removes_the_users_candidates(gw: Gateway, upstream: FakeU
     async with gw.client(headers={**APP, "X-User-Id": "u1"}) as client:
         assert (await client.delete("/v1/me", params={"confirm": "true"})).status_code == 200
     assert [c["id"] for c in await listed(gw)] == [kept]
+
+
+async def test_a_redelivered_batch_counts_its_merge_once(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """The worker dies after applying the merging batch and before dropping it: the batch
+    is learned again, is not applied twice, and the candidate's count stays 1."""
+    upstream.extract = traits("mountain hiking")
+    await say(gw, "u1", "I go mountain hiking every weekend.")
+    worker = gw.res.worker
+    assert worker is not None
+    crashing = CrashAfterApply(worker.queue)
+    worker.queue = crashing  # type: ignore[assignment]
+    upstream.extract = traits("hiking")
+    await say(gw, "u1", "Went hiking again on Sunday.")
+    assert crashing.crashed
+    await asyncio.sleep(0.05)
+    await gw.settle()
+    assert [k for k, _ in upstream.learning_calls].count("extract") == 3
+    [candidate] = await listed(gw)
+    assert candidate["count"] == 1
+    assert await profile_traits(gw, "u1") == [("mountain hiking", 2)]
