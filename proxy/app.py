@@ -34,6 +34,7 @@ from proxy.resources import Resources, open_resources
 from proxy.routes import (
     admin,
     admin_memories,
+    admin_synonyms,
     chat,
     console,
     governance,
@@ -374,6 +375,12 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
               methods=["PATCH"]),
         Route("/v1/admin/memories/{memory_id}", admin_memories.delete_admin_memory,
               methods=["DELETE"]),
+        # candidate synonyms (proxy/routes/admin_synonyms.py)
+        Route("/v1/admin/synonyms/candidates", admin_synonyms.candidates, methods=["GET"]),
+        Route("/v1/admin/synonyms/candidates/{candidate_id}/accept", admin_synonyms.accept,
+              methods=["POST"]),
+        Route("/v1/admin/synonyms/candidates/{candidate_id}/reject", admin_synonyms.reject,
+              methods=["POST"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

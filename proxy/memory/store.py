@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 from proxy.errors import MemoryProxyError, ProxyError
 from proxy.memory.records import ConversationRecord, Memory, Profile
+from proxy.memory.synonyms import SynonymStore
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 
@@ -225,7 +226,7 @@ class AuditFilter:
                 and (self.until is None or event.at < self.until))
 
 
-class MemoryStore(Protocol):
+class MemoryStore(SynonymStore, Protocol):
     """Storage of memories, profiles, per-user settings and the audit log."""
 
     async def ping(self) -> None:

@@ -30,7 +30,7 @@ class PiiSettings(Section):
 
 class LearningBudget(Section):
     """``learning.budget``: learning tokens (prompt + completion of every learning call:
-    score, extract, embed, vision) a tenant may spend per UTC day and per UTC calendar
+    score, extract, embed, vision, verdict) a tenant may spend per UTC day and per UTC calendar
     month; ``None`` = no cap. When spent, no batch is scored or extracted until the next
     period (buffered messages wait under ``buffer_ttl_seconds``, sealed jobs wait without
     using attempts); chat is untouched."""
@@ -57,6 +57,9 @@ class LearningSettings(Section):
     retention_days: int = Field(default=365, ge=1, le=36_500)
     # A fact this similar (embeddings) to a stored memory adds evidence to it.
     dedup_similarity: float = Field(default=0.85, gt=0, le=1)
+    # A new trait or topic this similar (embeddings, cosine) to a stored one is merged into
+    # it after one verdict call of the learning model (docs/design.md#growing-vocabulary).
+    trait_similarity: float = Field(default=0.8, gt=0, le=1)
     related_memories: int = Field(default=20, ge=0, le=200)
     max_messages_per_exchange: int = Field(default=40, ge=2, le=1000)
     scoring_prompt: str | None = None

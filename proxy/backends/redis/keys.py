@@ -32,6 +32,9 @@ key name::
     P:users:{t…}               ZSET    the tenant's users (score 0: ordered by id)
     P:seen:{t…}                HASH    user → time of their latest usage row (ISO 8601)
     P:tset:{t…}                STRING  the tenant's run-time settings overrides (JSON)
+    P:syn:{t…}                 HASH    candidate synonym id → JSON (words, status, times)
+    P:synobs:{t…}:<id>         HASH    ``ns`` → JSON of that user's count and examples
+    P:synu:{t…}:<ns>           SET     candidate ids the user observed (erasure)
 
 The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
 its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
@@ -191,6 +194,15 @@ class KeyLayout:
 
     def tenant_settings(self, tenant_tok: str) -> str:
         return f"{self.prefix}:tset:{{{tenant_tok}}}"
+
+    def synonyms(self, tenant_tok: str) -> str:
+        return f"{self.prefix}:syn:{{{tenant_tok}}}"
+
+    def synonym_observations(self, tenant_tok: str, candidate: str) -> str:
+        return f"{self.prefix}:synobs:{{{tenant_tok}}}:{candidate}"
+
+    def synonyms_of(self, tenant_tok: str, ns: str) -> str:
+        return f"{self.prefix}:synu:{{{tenant_tok}}}:{ns}"
 
     # learning queue ------------------------------------------------------------------
     def queue(self, name: str) -> str:

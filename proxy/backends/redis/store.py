@@ -81,6 +81,7 @@ from proxy.backends.redis.keys import (
     user_token,
 )
 from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
+from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
@@ -103,6 +104,7 @@ from proxy.memory.store import (
     scope_state_counts,
     state_counts,
 )
+from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
 
@@ -173,6 +175,7 @@ class RedisMemoryStore:
                                 audit=self._audit)
         self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
+        self._synonyms = SynonymRecords(client, self._keys)
 
     @property
     def index_name(self) -> str:
@@ -524,9 +527,27 @@ class RedisMemoryStore:
         with _unavailable("put_tenant_settings"):
             await self._tenants.put_settings(tenant, overrides)
 
+    # candidate synonyms (proxy.backends.redis.synonyms) ------------------------------------
+    async def count_synonyms(self, tenant: str, user: str,
+                             examples: Sequence[SynonymExample]) -> None:
+        with _unavailable("count_synonyms"):
+            await self._synonyms.count(tenant, user, examples)
+
+    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
+                                 limit: int) -> list[SynonymCandidate]:
+        with _unavailable("synonym_candidates"):
+            return await self._synonyms.candidates(tenant, status=status, limit=limit)
+
+    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
+                             actor: str, at: datetime) -> SynonymCandidate | None:
+        with _unavailable("decide_synonym"):
+            return await self._synonyms.decide(tenant, candidate, status=status, actor=actor,
+                                               at=at)
+
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         with _unavailable("erase_user"):
+            await self._synonyms.erase_user(tenant, user)
             removed = await self._erasure.erase_user(tenant, user, audit=audit)
             await self._purge.owe()
         try:

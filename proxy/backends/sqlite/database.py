@@ -362,6 +362,30 @@ MIGRATIONS: tuple[str, ...] = (
                 (SELECT value FROM generation_floor) + 1, 1)
         ON CONFLICT (tenant, owner) DO UPDATE SET accessed = accessed + 1; END;
     """,
+    # 14: candidate synonyms mined from merged profile traits and topics (per tenant) and
+    # each user's observations of them (erasure removes a user's; proxy/memory/synonyms.py).
+    """
+    CREATE TABLE synonym_candidates (
+        tenant TEXT NOT NULL,
+        id TEXT NOT NULL,
+        words TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'open',
+        created_at TEXT NOT NULL,
+        decided_at TEXT,
+        decided_by TEXT,
+        PRIMARY KEY (tenant, id)
+    ) WITHOUT ROWID;
+    CREATE TABLE synonym_observations (
+        tenant TEXT NOT NULL,
+        id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        count INTEGER NOT NULL DEFAULT 0,
+        examples TEXT NOT NULL DEFAULT '[]',
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, id, user_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX synonym_observers ON synonym_observations (tenant, user_id);
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {

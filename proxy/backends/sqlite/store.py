@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from proxy.backends.sqlite import users
+from proxy.backends.sqlite import synonyms, users
 from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
@@ -52,6 +52,7 @@ from proxy.memory.store import (
     scope_state_counts,
     state_counts,
 )
+from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 T = TypeVar("T")
@@ -369,14 +370,34 @@ class SqliteMemoryStore:
         stamp = to_iso(utcnow())
         await self._write(lambda c: users.put_tenant_settings(c, tenant, overrides, stamp))
 
+    # candidate synonyms (proxy.backends.sqlite.synonyms) -----------------------------------
+    async def count_synonyms(self, tenant: str, user: str,
+                             examples: Sequence[SynonymExample]) -> None:
+        if examples:
+            await self._write(lambda c: synonyms.count_synonyms(c, tenant, user, examples))
+
+    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
+                                 limit: int) -> list[SynonymCandidate]:
+        return await self._read(
+            lambda c: synonyms.synonym_candidates(c, tenant, status=status, limit=limit))
+
+    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
+                             actor: str, at: datetime) -> SynonymCandidate | None:
+        return await self._write(lambda c: synonyms.decide_synonym(
+            c, tenant, candidate, status=status, actor=actor, at=at))
+
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         """Erase in one transaction, then purge the files (:meth:`purge_erased`); a purge
         that fails is logged and left owed (the periodic purge retries it): the erasure
         stands."""
         marker = to_iso(utcnow())
-        removed = await self._write(
-            lambda c: users.erase_user(c, tenant, user, marker=marker, audit=audit))
+
+        def run(conn: sqlite3.Connection) -> int:
+            synonyms.erase_user(conn, tenant, user)
+            return users.erase_user(conn, tenant, user, marker=marker, audit=audit)
+
+        removed = await self._write(run)
         try:
             await self.purge_erased(checkpoint=True)
         except StoreUnavailableError as exc:
