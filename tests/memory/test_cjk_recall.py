@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from proxy.backends.sqlite.codec import COLUMNS, ns_token, row_values
-from proxy.backends.sqlite.database import MIGRATIONS, SqliteDatabase
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.migrations import MIGRATIONS
 from proxy.backends.sqlite.store import SqliteMemoryStore
 from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory, new_id

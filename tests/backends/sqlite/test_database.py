@@ -55,7 +55,7 @@ async def test_reading_a_closed_database_raises(tmp_path: Path) -> None:
 async def test_processes_opening_a_new_file_at_once_migrate_it_once(tmp_path: Path) -> None:
     """Several connections creating the same new database concurrently (serve --processes,
     a worker next to serve) all open it: each migration runs once, in one of them."""
-    from proxy.backends.sqlite.database import MIGRATIONS
+    from proxy.backends.sqlite.migrations import MIGRATIONS
 
     path = tmp_path / "shared.db"
     databases = [SqliteDatabase(path) for _ in range(4)]

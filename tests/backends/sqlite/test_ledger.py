@@ -7,8 +7,9 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy.backends.sqlite.database import MIGRATIONS, SqliteDatabase
+from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.ledger import SqliteLedger
+from proxy.backends.sqlite.migrations import MIGRATIONS
 
 WRITERS_MIGRATION = 11  # the migration that adds memory-only users to tenant_users
 

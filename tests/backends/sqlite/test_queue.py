@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from proxy.backends.sqlite.database import MIGRATIONS, SqliteDatabase
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.migrations import MIGRATIONS
 from proxy.backends.sqlite.queue import SqliteLearningQueue
 
 TENANT_MIGRATION = 7  # the migration that added jobs.tenant
