@@ -155,7 +155,8 @@ def as_told_by(messages: list[Message]) -> list[Message]:
             continue
         name = message.get("name")
         name = name.strip() if isinstance(name, str) else ""
-        rest = {k: v for k, v in message.items() if k != "name"}
+        rest = message.copy()
+        rest.pop("name", None)
         if index == latest or not name:
             out.append(rest)
             continue

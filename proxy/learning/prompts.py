@@ -32,6 +32,7 @@ from proxy.learning.exchange import (
 from proxy.learning.queue import Batch
 from proxy.memory.directives import without_scaffolding
 from proxy.memory.records import Memory
+from proxy.request import Message
 
 __all__ = [
     "EXAMPLE_FACTS",
@@ -290,7 +291,7 @@ def render_known(
 
 def scoring_messages(
     *, batch: Batch, known: str, language: Language, override: str | None
-) -> list[dict[str, str]]:
+) -> list[Message]:
     system = override or (SCORING_ZH if language == "zh" else SCORING_EN)
     heading = "已知记忆" if language == "zh" else "Known memories"
     user = f"{heading}:\n{known}\n\n{render_transcript(batch)}"
@@ -340,7 +341,7 @@ skip = 表情包、截图等不必记住的内容。"memory" 是从图片得知�
 def extraction_messages(
     *, batch: Batch, known: str, language: Language, override: str | None,
     group: bool = False, vision: bool = False, earlier: str = "",
-) -> list[dict[str, Any]]:
+) -> list[Message]:
     """The extraction call's messages. With ``vision`` the batch's images follow the
     transcript as image parts, and the system prompt asks for a tier per image."""
     system = override or (EXTRACTION_ZH if language == "zh" else EXTRACTION_EN)
@@ -384,7 +385,7 @@ VERDICT_MAX_TOKENS = 32  # the answer is one tiny JSON object (~8 tokens), with 
 
 
 def verdict_messages(*, field: str, kept: str, said: str,
-                     language: Language) -> list[dict[str, str]]:
+                     language: Language) -> list[Message]:
     """The verdict call's messages: is ``said`` the same ``field`` entry (``traits`` or
     ``topics``) as the stored ``kept``?"""
     zh = language == "zh"

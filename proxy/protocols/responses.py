@@ -128,9 +128,10 @@ def input_messages(body: dict[str, Any], *, strict: bool) -> list[Message]:
                     "function": {"name": item.get("name") or "",
                                  "arguments": item.get("arguments") or "{}"}}
             last = messages[-1] if messages else None
+            calls = last.get("tool_calls") if last is not None else None
             if last is not None and last.get("role") == "assistant" and \
-                    isinstance(last.get("tool_calls"), list):
-                last["tool_calls"].append(call)
+                    isinstance(calls, list):
+                calls.append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
@@ -259,7 +260,7 @@ def output_text(data: Any) -> str:
     texts = []
     for item in data.get("output") or ():
         if isinstance(item, dict) and item.get("type") == "message":
-            texts.append(message_text({"content": [
+            texts.append(message_text({"role": "assistant", "content": [
                 {**p, "type": "text"} for p in item.get("content") or ()
                 if isinstance(p, dict) and p.get("type") == "output_text"]}))
     return "\n".join(t for t in texts if t)

@@ -10,7 +10,7 @@ here — ``content: null`` on an assistant tool-call turn, say.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import orjson
 from pydantic import ValidationError
@@ -22,9 +22,16 @@ from proxy.request.shapes import CHAT_BODY, MAX_NAME_CHARS
 __all__ = ["MAX_NAME_CHARS", "ChatRequest", "Message", "message_text", "parse_chat_body",
            "parse_chat_request"]
 
-# A message as the client sent it (a JSON object): forwarded and spliced as is; the parts
-# the gateway reads are checked by proxy.request.shapes.ChatMessage.
-Message = dict[str, Any]
+class Message(TypedDict, total=False):
+    """A message as the client sent it (a JSON object), typed by the keys the gateway reads
+    or writes: forwarded and spliced as is, other keys kept. The keys' types on the way in
+    are checked by :class:`proxy.request.shapes.ChatMessage` (a wrong type is a 400)."""
+
+    role: Required[str]
+    name: str | None
+    content: str | list[dict[str, Any]] | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
