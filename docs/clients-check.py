@@ -198,13 +198,13 @@ class Gateway:
         return len(self.log.read_text(errors="replace"))
 
 
-async def check(name: str, blocks: dict[str, str], python: str, gw: Gateway,
+async def check(name: str, blocks: dict[str, str], *, python: str, gw: Gateway,
                 upstream: Upstream, work: Path) -> Result:
     version = await _version(python, DISTRIBUTIONS.get(name, name))
     folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env.update({"OPENAI_AGENTS_DISABLE_TRACING": "1", "PATH": f"{Path(python).parent}:"
-                f"{env.get('PATH', '')}", "LLM_USER_PATH": str(folder)})
+    env.update({"PATH": f"{Path(python).parent}:{env.get('PATH', '')}",
+                "LLM_USER_PATH": str(folder)})
     since, offset = len(upstream.requests), gw.offset()
     if name == "llm":
         (folder / "extra-openai-models.yaml").write_text(_localise(blocks["yaml"], gw.port))
@@ -220,15 +220,23 @@ async def check(name: str, blocks: dict[str, str], python: str, gw: Gateway,
     if code != 0:
         return Result(name, version, False, f"exit {code}: {out.strip()[-600:]}")
     if name == "mcp":
-        ok = "peanuts" in out
-        return Result(name, version, ok, f"prints {last!r}")
+        stored = await _alice_memories(gw)
+        ok = "Allergic to peanuts" in stored and "peanuts" in out
+        return Result(name, version, ok, f"alice's memories: {stored}")
     users = gw.users_since(offset)
     injected = upstream.saw_memory(since)
     ok = injected and "alice" in users
     if name == "previous-response-id":
         ok = ok and "400" in out
     return Result(name, version, ok, f"memory injected: {injected}; access log users: "
-                  f"{sorted(set(u for u in users if u))}; prints {last!r}")
+                  f"{sorted({u for u in users if u})}; prints {last!r}")
+
+
+async def _alice_memories(gw: Gateway) -> list[str]:
+    async with aiohttp.ClientSession() as http, http.get(
+            f"http://127.0.0.1:{gw.port}/v1/memories",
+            headers={"Authorization": f"Bearer {KEY}", "X-User-Id": "alice"}) as reply:
+        return sorted(m["content"] for m in (await reply.json())["data"])
 
 
 # ---------------------------------------------------------------------- the gateway
@@ -295,8 +303,9 @@ async def main() -> int:
     with tempfile.TemporaryDirectory(prefix="clients-check-") as tmp:
         proc, gw = await start_gateway(upstream_port, Path(tmp))
         try:
-            results = [await check(name, blocks, pythons.get(name, sys.executable), gw,
-                                   upstream, Path(tmp)) for name, blocks in found.items()]
+            results = [await check(name, blocks, python=pythons.get(name, sys.executable),
+                                   gw=gw, upstream=upstream, work=Path(tmp))
+                       for name, blocks in found.items()]
         finally:
             proc.terminate()
             await proc.wait()
