@@ -47,10 +47,17 @@ KEY = "check-app-key"
 MEMORY = "Lives in Lisbon"
 # The distribution whose version each client's line reports.
 DISTRIBUTIONS = {
-    "openai": "openai", "langchain": "langchain-openai", "openai-agents": "openai-agents",
-    "openai-agents-chat": "openai-agents", "pydantic-ai": "pydantic-ai-slim",
-    "llama-index": "llama-index-llms-openai-like", "instructor": "instructor", "llm": "llm",
-    "anthropic": "anthropic", "mcp": "mcp", "previous-response-id": "openai",
+    "openai": "openai",
+    "langchain": "langchain-openai",
+    "openai-agents": "openai-agents",
+    "openai-agents-chat": "openai-agents",
+    "pydantic-ai": "pydantic-ai-slim",
+    "llama-index": "llama-index-llms-openai-like",
+    "instructor": "instructor",
+    "llm": "llm",
+    "anthropic": "anthropic",
+    "mcp": "mcp",
+    "previous-response-id": "openai",
 }
 
 
@@ -83,14 +90,24 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
         fn = tools[0]["function"]
         params = fn.get("parameters") or {}
         args = _sample(params, params.get("$defs", {}))
-        return {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "call_1", "type": "function",
-            "function": {"name": fn["name"], "arguments": json.dumps(args)}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": fn["name"], "arguments": json.dumps(args)},
+                }
+            ],
+        }
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
         schema = fmt["json_schema"].get("schema") or {}
-        return {"role": "assistant", "content": json.dumps(_sample(schema,
-                                                                   schema.get("$defs", {})))}
+        return {
+            "role": "assistant",
+            "content": json.dumps(_sample(schema, schema.get("$defs", {}))),
+        }
     return {"role": "assistant", "content": "You live in Lisbon."}
 
 
@@ -106,16 +123,23 @@ class Upstream:
         usage = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
         base = {"id": "chatcmpl-check", "created": int(time.time()), "model": body["model"]}
         if not body.get("stream"):
-            return web.json_response({**base, "object": "chat.completion", "usage": usage,
-                                      "choices": [{"index": 0, "message": message,
-                                                   "finish_reason": finish}]})
+            return web.json_response(
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "usage": usage,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                }
+            )
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await reply.prepare(request)
         delta = dict(message)
         if delta.get("tool_calls"):
             delta["tool_calls"] = [{"index": 0, **delta["tool_calls"][0]}]
-        chunks = [{"index": 0, "delta": delta, "finish_reason": None},
-                  {"index": 0, "delta": {}, "finish_reason": finish}]
+        chunks = [
+            {"index": 0, "delta": delta, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": finish},
+        ]
         for choice in chunks:
             event = {**base, "object": "chat.completion.chunk", "choices": [choice]}
             await reply.write(b"data: " + json.dumps(event).encode() + b"\n\n")
@@ -165,16 +189,19 @@ class Result:
 
 
 async def _run(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env,
-                                                stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=180)
     return proc.returncode or 0, out.decode(errors="replace")
 
 
 async def _version(python: str, dist: str) -> str:
-    code, out = await _run([python, "-c", "import importlib.metadata as m, sys; "
-                            f"print(m.version({dist!r}))"], cwd=ROOT, env=dict(os.environ))
+    code, out = await _run(
+        [python, "-c", f"import importlib.metadata as m, sys; print(m.version({dist!r}))"],
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
     return out.strip() if code == 0 else "not installed"
 
 
@@ -198,13 +225,15 @@ class Gateway:
         return len(self.log.read_text(errors="replace"))
 
 
-async def check(name: str, blocks: dict[str, str], *, python: str, gw: Gateway,
-                upstream: Upstream, work: Path) -> Result:
+async def check(
+    name: str, blocks: dict[str, str], *, python: str, gw: Gateway, upstream: Upstream, work: Path
+) -> Result:
     version = await _version(python, DISTRIBUTIONS.get(name, name))
     folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env.update({"PATH": f"{Path(python).parent}:{env.get('PATH', '')}",
-                "LLM_USER_PATH": str(folder)})
+    env.update(
+        {"PATH": f"{Path(python).parent}:{env.get('PATH', '')}", "LLM_USER_PATH": str(folder)}
+    )
     since, offset = len(upstream.requests), gw.offset()
     if name == "llm":
         (folder / "extra-openai-models.yaml").write_text(_localise(blocks["yaml"], gw.port))
@@ -228,22 +257,32 @@ async def check(name: str, blocks: dict[str, str], *, python: str, gw: Gateway,
     ok = injected and "alice" in users
     if name == "previous-response-id":
         ok = ok and "400" in out
-    return Result(name, version, ok, f"memory injected: {injected}; access log users: "
-                  f"{sorted({u for u in users if u})}; prints {last!r}")
+    return Result(
+        name,
+        version,
+        ok,
+        f"memory injected: {injected}; access log users: "
+        f"{sorted({u for u in users if u})}; prints {last!r}",
+    )
 
 
 async def _alice_memories(gw: Gateway) -> list[str]:
-    async with aiohttp.ClientSession() as http, http.get(
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
             f"http://127.0.0.1:{gw.port}/v1/memories",
-            headers={"Authorization": f"Bearer {KEY}", "X-User-Id": "alice"}) as reply:
+            headers={"Authorization": f"Bearer {KEY}", "X-User-Id": "alice"},
+        ) as reply,
+    ):
         return sorted(m["content"] for m in (await reply.json())["data"])
 
 
 # ---------------------------------------------------------------------- the gateway
 
 
-async def start_gateway(upstream_port: int, work: Path) -> tuple[asyncio.subprocess.Process,
-                                                                 Gateway]:
+async def start_gateway(
+    upstream_port: int, work: Path
+) -> tuple[asyncio.subprocess.Process, Gateway]:
     port = _free_port()
     config = work / "check.yaml"
     config.write_text(f"""
@@ -260,8 +299,19 @@ auth:
     log = work / "gateway.log"
     env = {**os.environ, "CHECK_APP_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port),
-        cwd=work, env=env, stdout=log.open("wb"), stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        cwd=work,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=asyncio.subprocess.STDOUT,
+    )
     gw = Gateway(port, log)
     async with aiohttp.ClientSession() as http:
         for _ in range(300):
@@ -274,9 +324,11 @@ auth:
             if proc.returncode is not None:
                 raise SystemExit(f"gateway exited: {log.read_text()[-2000:]}")
             await asyncio.sleep(0.1)
-        async with http.post(f"http://127.0.0.1:{port}/v1/memories", json={"content": MEMORY},
-                             headers={"Authorization": f"Bearer {KEY}",
-                                      "X-User-Id": "alice"}) as reply:
+        async with http.post(
+            f"http://127.0.0.1:{port}/v1/memories",
+            json={"content": MEMORY},
+            headers={"Authorization": f"Bearer {KEY}", "X-User-Id": "alice"},
+        ) as reply:
             if reply.status >= 300:
                 raise SystemExit(f"seeding alice's memory: {reply.status} {await reply.text()}")
     return proc, gw
@@ -284,8 +336,13 @@ auth:
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--python", action="append", default=[], metavar="CLIENT=PATH",
-                        help="interpreter that has CLIENT's library (default: this one)")
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        metavar="CLIENT=PATH",
+        help="interpreter that has CLIENT's library (default: this one)",
+    )
     parser.add_argument("--only", action="append", default=[], metavar="CLIENT")
     parser.add_argument("--readme", type=Path, default=README, help="another copy to check")
     args = parser.parse_args()
@@ -303,9 +360,17 @@ async def main() -> int:
     with tempfile.TemporaryDirectory(prefix="clients-check-") as tmp:
         proc, gw = await start_gateway(upstream_port, Path(tmp))
         try:
-            results = [await check(name, blocks, python=pythons.get(name, sys.executable),
-                                   gw=gw, upstream=upstream, work=Path(tmp))
-                       for name, blocks in found.items()]
+            results = [
+                await check(
+                    name,
+                    blocks,
+                    python=pythons.get(name, sys.executable),
+                    gw=gw,
+                    upstream=upstream,
+                    work=Path(tmp),
+                )
+                for name, blocks in found.items()
+            ]
         finally:
             proc.terminate()
             await proc.wait()

@@ -110,13 +110,21 @@ def readme_curls(text: str, variables: dict[str, str]) -> list[list[str]]:
     """Each README bash block that calls the gateway, as lists of shell lines (continuations
     joined, comments kept for shlex to drop)."""
     blocks = re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
-    return [block.replace("\\\n", " ").splitlines() for block in blocks
-            if "curl " in block and README_ORIGIN.search(block)]
+    return [
+        block.replace("\\\n", " ").splitlines()
+        for block in blocks
+        if "curl " in block and README_ORIGIN.search(block)
+    ]
 
 
-async def replay(lines: list[str], client: httpx.AsyncClient, variables: dict[str, str],
-                 *, strip_key: bool = False, add_key: str | None = None,
-                 ) -> list[tuple[Curl, httpx.Response]]:
+async def replay(
+    lines: list[str],
+    client: httpx.AsyncClient,
+    variables: dict[str, str],
+    *,
+    strip_key: bool = False,
+    add_key: str | None = None,
+) -> list[tuple[Curl, httpx.Response]]:
     """Run a README block's assignments and curl commands against ``client``."""
     variables, arrays, files = dict(variables), {}, {}
     answered = []
@@ -136,8 +144,9 @@ async def replay(lines: list[str], client: httpx.AsyncClient, variables: dict[st
             curl.headers = [h for h in curl.headers if h[0].lower() != "authorization"]
         elif add_key is not None and not curl.has_key:
             curl.headers.append(("Authorization", f"Bearer {add_key}"))
-        reply = await client.request(curl.method, README_ORIGIN.sub("", curl.url),
-                                     headers=curl.headers, content=curl.body)
+        reply = await client.request(
+            curl.method, README_ORIGIN.sub("", curl.url), headers=curl.headers, content=curl.body
+        )
         if curl.save_to is not None:
             files[curl.save_to] = reply.content
         answered.append((curl, reply))
@@ -158,8 +167,9 @@ def trial_keys(readme: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def trial_settings(readme: str, trial_keys: dict[str, str], tmp_path: Path,
-                   monkeypatch: pytest.MonkeyPatch) -> Settings:
+def trial_settings(
+    readme: str, trial_keys: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
     """The snippet saved as trial.yaml and loaded as ``serve --config trial.yaml`` would,
     from a fresh directory, with the exported keys; ``local`` points at the fake."""
     config = tmp_path / "trial.yaml"
@@ -169,9 +179,16 @@ def trial_settings(readme: str, trial_keys: dict[str, str], tmp_path: Path,
     for name, value in trial_keys.items():
         monkeypatch.setenv(name, value)
     settings = load_settings(config)
-    models = [d.model_copy(update={"litellm_params": d.litellm_params.model_copy(
-                  update={"api_base": UPSTREAM_BASE})}) if d.model_name == "local" else d
-              for d in settings.model_list]
+    models = [
+        d.model_copy(
+            update={
+                "litellm_params": d.litellm_params.model_copy(update={"api_base": UPSTREAM_BASE})
+            }
+        )
+        if d.model_name == "local"
+        else d
+        for d in settings.model_list
+    ]
     return settings.model_copy(update={"model_list": models})
 
 
@@ -189,7 +206,8 @@ def bearer(key: str, **headers: str) -> dict[str, str]:
 
 
 def test_the_snippet_exports_every_key_it_configures_and_the_readme_sends(
-        readme: str, trial_keys: dict[str, str]) -> None:
+    readme: str, trial_keys: dict[str, str]
+) -> None:
     """Each ``os.environ/NAME`` key of the snippet is exported by its start line, and each
     ``Bearer $NAME`` of a README example is one of them (OPENAI_API_KEY is the upstream's,
     optional)."""
@@ -210,16 +228,21 @@ def test_a_missing_marker_is_an_error_not_an_empty_snippet() -> None:
         block_after("no snippet here", CONFIG_MARK, "yaml")
 
 
-async def test_the_app_key_chats_for_the_user_it_names(trial: Gateway,
-                                                       trial_keys: dict[str, str]) -> None:
+async def test_the_app_key_chats_for_the_user_it_names(
+    trial: Gateway, trial_keys: dict[str, str]
+) -> None:
     """Chat with the app key and X-User-Id is alice's chat; without a user it is plain
     pass-through, and without a key a 401."""
     body = {"model": "local", "messages": [{"role": "user", "content": "Hi"}]}
     async with trial.client() as http:
-        named = await http.post("/v1/chat/completions", json=body,
-                                headers=bearer(trial_keys["APP_KEY"], **{"X-User-Id": "alice"}))
-        anonymous = await http.post("/v1/chat/completions", json=body,
-                                    headers=bearer(trial_keys["APP_KEY"]))
+        named = await http.post(
+            "/v1/chat/completions",
+            json=body,
+            headers=bearer(trial_keys["APP_KEY"], **{"X-User-Id": "alice"}),
+        )
+        anonymous = await http.post(
+            "/v1/chat/completions", json=body, headers=bearer(trial_keys["APP_KEY"])
+        )
         keyless = await http.post("/v1/chat/completions", json=body)
     assert named.status_code == 200
     assert named.json()["choices"][0]["message"]["content"] == "Hello there!"
@@ -229,37 +252,49 @@ async def test_the_app_key_chats_for_the_user_it_names(trial: Gateway,
     assert keyless.json()["error"]["type"]
 
 
-async def test_each_key_is_the_role_the_readme_gives_it(trial: Gateway,
-                                                        trial_keys: dict[str, str]) -> None:
+async def test_each_key_is_the_role_the_readme_gives_it(
+    trial: Gateway, trial_keys: dict[str, str]
+) -> None:
     """GET /v1/me (what the console asks at sign-in): the user-bound key is alice whatever
     the header says, the admin key is acme's admin, the global key the global admin."""
     async with trial.client() as http:
-        alice = await http.get("/v1/me", headers=bearer(trial_keys["ALICE_KEY"],
-                                                        **{"X-User-Id": "bob"}))
+        alice = await http.get(
+            "/v1/me", headers=bearer(trial_keys["ALICE_KEY"], **{"X-User-Id": "bob"})
+        )
         admin = await http.get("/v1/me", headers=bearer(trial_keys["ACME_ADMIN_KEY"]))
         root = await http.get("/v1/me", headers=bearer(trial_keys["GLOBAL_KEY"]))
         wrong = await http.get("/v1/me", headers=bearer("not-a-trial-key"))
     assert (alice.json()["user"], alice.json()["role"], alice.json()["tenant"]) == (
-        "alice", "user", "acme")
+        "alice",
+        "user",
+        "acme",
+    )
     assert (admin.json()["role"], admin.json()["tenant"]) == ("admin", "acme")
     assert root.json()["role"] == "global_admin"
     assert wrong.status_code == 401
 
 
-async def test_admin_routes_open_to_the_admin_keys_only(trial: Gateway,
-                                                        trial_keys: dict[str, str]) -> None:
+async def test_admin_routes_open_to_the_admin_keys_only(
+    trial: Gateway, trial_keys: dict[str, str]
+) -> None:
     """The admin key reads acme's stats, the global key names the tenant; the app and the
     user-bound key are refused there, and the global key cannot chat."""
     async with trial.client() as http:
-        admin = await http.get("/v1/admin/stats?days=7",
-                               headers=bearer(trial_keys["ACME_ADMIN_KEY"]))
-        root = await http.get("/v1/admin/stats?tenant=acme",
-                              headers=bearer(trial_keys["GLOBAL_KEY"]))
-        refused = [await http.get("/v1/admin/stats?days=7", headers=bearer(trial_keys[name]))
-                   for name in ("APP_KEY", "ALICE_KEY")]
-        chat = await http.post("/v1/chat/completions", headers=bearer(trial_keys["GLOBAL_KEY"]),
-                               json={"model": "local", "messages": [{"role": "user",
-                                                                     "content": "Hi"}]})
+        admin = await http.get(
+            "/v1/admin/stats?days=7", headers=bearer(trial_keys["ACME_ADMIN_KEY"])
+        )
+        root = await http.get(
+            "/v1/admin/stats?tenant=acme", headers=bearer(trial_keys["GLOBAL_KEY"])
+        )
+        refused = [
+            await http.get("/v1/admin/stats?days=7", headers=bearer(trial_keys[name]))
+            for name in ("APP_KEY", "ALICE_KEY")
+        ]
+        chat = await http.post(
+            "/v1/chat/completions",
+            headers=bearer(trial_keys["GLOBAL_KEY"]),
+            json={"model": "local", "messages": [{"role": "user", "content": "Hi"}]},
+        )
     assert admin.status_code == 200
     assert root.status_code == 200
     assert [r.status_code for r in refused] == [403, 403]
@@ -267,7 +302,8 @@ async def test_admin_routes_open_to_the_admin_keys_only(trial: Gateway,
 
 
 async def test_the_readme_curls_are_answered_with_their_keys(
-        readme: str, trial: Gateway, trial_keys: dict[str, str]) -> None:
+    readme: str, trial: Gateway, trial_keys: dict[str, str]
+) -> None:
     """Every README curl against the gateway, with the snippet's keys (the quick start's,
     which show open mode, with the app key as the README says): answered, never 401/403/5xx;
     only a placeholder id (``01JB…``) may be a 404. Writes land where the README says."""
@@ -277,8 +313,9 @@ async def test_the_readme_curls_are_answered_with_their_keys(
     async with trial.client() as http:
         for lines in blocks:
             answered += await replay(lines, http, trial_keys, add_key=trial_keys["APP_KEY"])
-        shared = await http.get("/v1/admin/memories?scope=shared",
-                                headers=bearer(trial_keys["ACME_ADMIN_KEY"]))
+        shared = await http.get(
+            "/v1/admin/memories?scope=shared", headers=bearer(trial_keys["ACME_ADMIN_KEY"])
+        )
     assert len(answered) >= 20
     for curl, reply in answered:
         allowed = {200, 201, 202, 404} if PLACEHOLDER.search(curl.url) else {200, 201, 202}
@@ -290,7 +327,8 @@ async def test_the_readme_curls_are_answered_with_their_keys(
 
 
 async def test_the_readme_curls_without_their_keys_are_refused(
-        readme: str, trial: Gateway, trial_keys: dict[str, str]) -> None:
+    readme: str, trial: Gateway, trial_keys: dict[str, str]
+) -> None:
     """The same commands with the key left out: every one a 401 in OpenAI's error shape."""
     answered = []
     async with trial.client() as http:
@@ -298,5 +336,6 @@ async def test_the_readme_curls_without_their_keys_are_refused(
             answered += await replay(lines, http, trial_keys, strip_key=True)
     assert answered
     assert {reply.status_code for _, reply in answered} == {401}
-    assert all(set(reply.json()["error"]) >= {"message", "type", "param", "code"}
-               for _, reply in answered)
+    assert all(
+        set(reply.json()["error"]) >= {"message", "type", "param", "code"} for _, reply in answered
+    )
