@@ -5,8 +5,9 @@
   picks the backend.
 - No module of ``proxy/`` is over :data:`MAX_MODULE_LINES` lines, and no function over
   :data:`MAX_FUNCTION_LINES`, except the declaration tables in :data:`TABLE_FUNCTIONS`.
-- The repository stands on its own: code, tests, benches, README.md and ARCHITECTURE.md
-  cite ``docs/design.md`` or say the rule in words, never an issue number, a failure-case
+- The repository stands on its own: code, tests, benches, docs, scripts, the chart and the
+  top-level files (README.md, ARCHITECTURE.md, pyproject.toml, config.yaml…) cite
+  ``docs/design.md`` or say the rule in words, never an issue number, a failure-case
   number or a document outside the repository (:data:`OUTSIDE_REFERENCE`). Reading data
   from ``../shared/data`` is allowed: data is read there, never cited as a rule's source.
 """
@@ -54,6 +55,9 @@ TEXT_SUFFIXES = frozenset({".py", ".md", ".js", ".html", ".css", ".lua", ".yaml"
                            ".toml", ".txt", ".json", ".cfg", ".ini", ".sh"})
 # Third-party files shipped as they are (the console tests' accessibility checker).
 VENDORED = "vendor"
+# Files at the top of the checkout that a reader (or an operator) reads as documents.
+TOP_LEVEL_FILES = ("README.md", "ARCHITECTURE.md", "pyproject.toml", "config.yaml",
+                   "Dockerfile", ".ci/run")
 
 
 def _imports(path: Path) -> set[str]:
@@ -108,12 +112,14 @@ def _outside_references(text: str) -> list[str]:
 
 
 def _cited_files() -> list[Path]:
-    files = [REPO / "README.md", REPO / "ARCHITECTURE.md"]
-    for top in ("proxy", "tests", "bench"):
+    files = [REPO / name for name in TOP_LEVEL_FILES]
+    for top in ("proxy", "tests", "bench", "docs", "helm"):
         files += [p for p in (REPO / top).rglob("*")
-                  if p.is_file() and p.suffix in TEXT_SUFFIXES
+                  if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.suffix == ".tpl")
                   and VENDORED not in p.relative_to(REPO).parts
                   and "__pycache__" not in p.parts]
+    # The scripts have no suffix: every file there is a shell script.
+    files += [p for p in (REPO / "scripts").iterdir() if p.is_file()]
     return sorted(p for p in files if p.exists())
 
 
@@ -235,7 +241,9 @@ def test_no_reference_to_a_document_outside_the_repository(path: Path) -> None:
 def test_the_walk_sees_every_cited_place() -> None:
     names = {p.relative_to(REPO).as_posix() for p in _cited_files()}
     assert {"README.md", "ARCHITECTURE.md", "proxy/app.py", "tests/test_layout.py",
-            "bench/locomo_replay.py"} <= names
+            "bench/locomo_replay.py", "pyproject.toml", "config.yaml", "Dockerfile",
+            ".ci/run", "docs/design.md", "scripts/serve", "helm/memory-proxy/values.yaml",
+            "helm/memory-proxy/templates/_helpers.tpl"} <= names
     assert not any(VENDORED in Path(n).parts for n in names)
 
 
