@@ -26,6 +26,9 @@ T = TypeVar("T")
 # How long a statement waits for another process's lock before failing (then callers see
 # StoreUnavailableError: 503 on the API, degraded memory on chat, a retried learning job).
 BUSY_TIMEOUT_SECONDS = 5.0
+# A write that starts with less than this left of its busy timeout fails without trying;
+# one queued this long or more behind other writes gets the rest as its busy timeout.
+MIN_WRITE_WAIT_SECONDS = 0.05
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: memories, keyword index, profiles, user settings, conversations, evidence, audit,
@@ -323,13 +326,15 @@ class SqliteDatabase:
     Use as ``async with SqliteDatabase(path) as db``; :meth:`read` and :meth:`write` run a
     function ``fn(connection) -> T`` on the right thread and return its result.
     ``sqlite3.Error`` propagates to the caller unchanged. ``busy_timeout`` (seconds): how
-    long a statement waits for another process's lock before ``database is locked``.
+    long a statement waits for another process's lock before ``database is locked``
+    (default :data:`BUSY_TIMEOUT_SECONDS`); a write's wait behind other writes counts in
+    it (:meth:`write`).
     """
 
-    def __init__(self, path: Path | str, *,
-                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout: float | None = None) -> None:
         self.path = Path(path)
-        self.busy_timeout = busy_timeout
+        # Read at construction (not at import), so the module constant is the one default.
+        self.busy_timeout = BUSY_TIMEOUT_SECONDS if busy_timeout is None else busy_timeout
         self._writer: ThreadPoolExecutor | None = None
         self._reader: ThreadPoolExecutor | None = None
         self._wconn: sqlite3.Connection | None = None
@@ -417,22 +422,49 @@ class SqliteDatabase:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any
-        exception rolls the transaction back and propagates."""
+        exception rolls the transaction back and propagates.
+
+        A write waits at most ``busy_timeout`` seconds in all, its wait behind earlier
+        writes on the writer thread included: while another process holds the file's lock
+        each queued write would otherwise wait its own full timeout after the one before
+        it (a manual memory queued behind the worker's writes answered after 14 s). A
+        write that starts with less than :data:`MIN_WRITE_WAIT_SECONDS` of its timeout left
+        raises :class:`sqlite3.OperationalError` ("database is locked") without trying;
+        one that starts late gets what is left as its busy timeout."""
         if self._writer is None or self._wconn is None:
             raise sqlite3.ProgrammingError("database is not open")
         conn = self._wconn
+        queued = time.monotonic()
 
         def run() -> T:
-            conn.execute("BEGIN IMMEDIATE")
+            waited = time.monotonic() - queued
+            left = self.busy_timeout - waited
+            if left < MIN_WRITE_WAIT_SECONDS:
+                raise sqlite3.OperationalError(
+                    f"database is locked: the write waited {waited:.1f} s for the writer "
+                    f"(busy timeout {self.busy_timeout:g} s)")
+            late = waited >= MIN_WRITE_WAIT_SECONDS
+            if late:
+                conn.execute(f"PRAGMA busy_timeout={int(left * 1000)}")
             try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+                return _transaction(conn, fn)
+            finally:
+                if late:
+                    conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
 
         return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
+
+def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(conn)`` inside ``BEGIN IMMEDIATE … COMMIT``, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
 
 
 def _settle(batch: list[tuple[Any, asyncio.Future[Any]]],
