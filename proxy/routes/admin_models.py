@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+from proxy.routes.params import MemoryCursor
 from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue
 
 AdminScope = Literal["shared", "system"]
@@ -226,7 +227,7 @@ class Stats(BaseModel):
 class AdminMemoriesQuery(_Query):
     scope: AdminScope = "shared"
     limit: int = Field(default=100, ge=1, le=500)
-    after: str | None = None
+    after: MemoryCursor | None = None
     include_retired: bool = False
 
 

@@ -19,7 +19,7 @@ from proxy.http import read_body
 from proxy.identity import MAX_ID_LENGTH, header_text
 from proxy.memory.categories import Category as CategoryName
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, from_iso
-from proxy.routes.params import check_query
+from proxy.routes.params import MemoryCursor, check_query
 
 SourceName = Literal["auto", "manual", "system"]
 MAX_TAGS = 20
@@ -180,8 +180,7 @@ class ListParams(_Query):
     source: SourceName | None = None
     include_retired: bool = False
     limit: int = Field(default=100, ge=1, le=MAX_PAGE)
-    after: str | None = Field(default=None, min_length=1, max_length=64,
-                              description="Cursor: the last_id of the previous page")
+    after: MemoryCursor | None = None
     offset: int = Field(default=0, ge=0, le=1_000_000)
 
 
