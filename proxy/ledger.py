@@ -72,8 +72,9 @@ GroupBy = Literal["user", "model", "day"]
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """One group of ``GET /v1/admin/usage``: chat requests and their tokens (``prompt`` /
-    ``completion`` as the upstream billed them, ``memory`` injected by the gateway) and,
-    always apart, the learning tokens (prompt + completion) per ledger purpose.
+    ``completion`` as the upstream billed them, ``memory`` injected by the gateway,
+    ``recall`` the query-embedding tokens a remote embedder billed for recall) and, always
+    apart, the learning tokens (prompt + completion) per ledger purpose.
 
     ``key``: the user id (``None`` for requests without a user), the model name, or the
     UTC date ``YYYY-MM-DD``, after the report's ``group_by``."""
@@ -84,17 +85,20 @@ class UsageRow:
     completion: int = 0
     memory: int = 0
     learning: dict[str, int] = field(default_factory=dict)
+    recall: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class DailyUsage:
     """One UTC day of a tenant: chat tokens (prompt + completion), learning tokens (every
-    purpose) and how many distinct users chatted."""
+    purpose), how many distinct users chatted, and the recall tokens (query embeddings of
+    a remote embedder; memory cost, in neither of the others)."""
 
     day: date
     user_tokens: int = 0
     learning_tokens: int = 0
     active_users: int = 0
+    recall_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,9 @@ class UsageEntry(BaseModel):
     memory_tokens: int
     learning_tokens: dict[str, int] = Field(description="learning tokens (prompt + "
                                                         "completion) per ledger purpose")
+    recall_tokens: int = Field(description="query-embedding tokens a remote embedder "
+                                           "billed for recall (memory cost: in neither "
+                                           "user_tokens nor learning_tokens)")
 
 
 class UsageList(BaseModel):
@@ -213,6 +216,8 @@ class StatsDay(BaseModel):
     learning_tokens: int
     user_tokens: int
     active_users: int
+    recall_tokens: int = Field(description="query-embedding tokens of recall that day "
+                                           "(remote embedder)")
 
 
 class Stats(BaseModel):

@@ -125,7 +125,8 @@ class SqliteLedger:
         def run(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
             chat = conn.execute(
                 f"SELECT {key}, count(*), coalesce(sum(prompt_tokens), 0), "
-                f"coalesce(sum(completion_tokens), 0), coalesce(sum(memory_tokens), 0) "
+                f"coalesce(sum(completion_tokens), 0), coalesce(sum(memory_tokens), 0), "
+                f"coalesce(sum(recall_tokens), 0) "
                 f"FROM usage_ledger WHERE {where} GROUP BY 1", args).fetchall()
             learned = conn.execute(
                 f"SELECT {key}, purpose, sum(prompt_tokens + completion_tokens) "
@@ -134,9 +135,10 @@ class SqliteLedger:
 
         chat, learned = await self._read(run)
         rows: dict[str | None, dict[str, Any]] = {}
-        for k, requests, prompt, completion, memory in chat:
+        for k, requests, prompt, completion, memory, recall in chat:
             rows[k] = {"requests": int(requests), "prompt": int(prompt),
-                       "completion": int(completion), "memory": int(memory), "learning": {}}
+                       "completion": int(completion), "memory": int(memory),
+                       "recall": int(recall), "learning": {}}
         for k, purpose, tokens in learned:
             row = rows.setdefault(k, {"learning": {}})
             row["learning"][purpose] = int(tokens)
@@ -149,7 +151,8 @@ class SqliteLedger:
         def run(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
             chat = conn.execute(
                 "SELECT substr(at, 1, 10), sum(prompt_tokens + completion_tokens), "
-                f"count(DISTINCT user_id) FROM usage_ledger WHERE {where} GROUP BY 1",
+                "count(DISTINCT user_id), sum(recall_tokens) "
+                f"FROM usage_ledger WHERE {where} GROUP BY 1",
                 args).fetchall()
             learned = conn.execute(
                 "SELECT substr(at, 1, 10), sum(prompt_tokens + completion_tokens) "
@@ -157,16 +160,16 @@ class SqliteLedger:
             return chat, learned
 
         chat, learned = await self._read(run)
-        by_chat = {d: (int(t), int(n)) for d, t, n in chat}
+        by_chat = {d: (int(t), int(n), int(r)) for d, t, n, r in chat}
         by_learning = {d: int(t) for d, t in learned}
         out = []
         day = since
         while day <= until:
             iso = day.isoformat()
-            tokens, active = by_chat.get(iso, (0, 0))
+            tokens, active, recall = by_chat.get(iso, (0, 0, 0))
             out.append(DailyUsage(day=day, user_tokens=tokens,
                                   learning_tokens=by_learning.get(iso, 0),
-                                  active_users=active))
+                                  active_users=active, recall_tokens=recall))
             day += timedelta(days=1)
         return out
 
