@@ -218,6 +218,12 @@ class LearningQueue(Protocol):
         for it. ``reason`` is kept as the job's last error."""
         ...
 
+    async def resume_postponed(self, tenant: str) -> int:
+        """Make every job of ``tenant`` that :meth:`postpone` put off due now (its budget
+        was lifted or raised: docs/design.md#learning-budgets). Jobs waiting for a retry's
+        back-off keep their time, other tenants' jobs are untouched. Returns how many."""
+        ...
+
     # erasure ---------------------------------------------------------------------------
     async def scrub_user(self, tenant: str, user: str) -> int:
         """Blank the text (and images) of every queued exchange job of the user — ready,

@@ -313,6 +313,11 @@ MIGRATIONS: tuple[str, ...] = (
     # 12: keyword terms gained the character bigrams and characters of CJK runs (beside
     # jieba's words): memories holding CJK are re-termed (reterm_index, in Python).
     "python:reterm_index",
+    # 13: jobs put off by a spent learning budget are marked, so that lifting the budget
+    # makes exactly those due at once (LearningQueue.resume_postponed).
+    """
+    ALTER TABLE jobs ADD COLUMN postponed INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
