@@ -168,8 +168,10 @@ class UsageWriter:
     succeeded. Past ``max_pending`` rows (the ledger has been away a long time) the newest
     rows are dropped and counted (``dropped``; with ``on_drop``, e.g. the
     ``memory_proxy_learning_events_total{event="spool_dropped", label="usage"}`` counter).
-    Rows still buffered when the process dies are lost; the Prometheus token counters
-    have them too."""
+    Rows still buffered when the process dies are lost — at most a second's worth, or
+    what an outage left pending (docs/design.md#usage-durability); :attr:`pending` counts
+    them, those of a write under way included. The Prometheus token counters have them
+    too."""
 
     def __init__(self, ledger: Ledger, *, max_pending: int = 10_000,
                  on_drop: Callable[[int], None] | None = None) -> None:
@@ -178,10 +180,12 @@ class UsageWriter:
         self._max = max_pending
         self._on_drop = on_drop
         self.dropped = 0
+        self._writing = 0  # rows of the write under way (not written yet either)
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """Rows not yet written: buffered, or in a write that has not succeeded yet."""
+        return len(self._pending) + self._writing
 
     def add(self, record: UsageRecord) -> None:
         if len(self._pending) < self._max:
@@ -196,6 +200,7 @@ class UsageWriter:
         pending, self._pending = self._pending, []
         if not pending:
             return
+        self._writing += len(pending)  # flushes may overlap (a usage view's, the timer's)
         try:
             await self._ledger.record_usage(pending)
         except BaseException:
@@ -208,3 +213,5 @@ class UsageWriter:
                 if self._on_drop is not None:
                     self._on_drop(lost)
             raise
+        finally:
+            self._writing -= len(pending)

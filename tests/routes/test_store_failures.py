@@ -192,3 +192,28 @@ async def test_the_same_routes_work_once_the_storage_is_back(failing: Failing) -
     listed = await call(gw, "GET", "/v1/memories", APP)
     assert sorted(m["content"] for m in listed.json()["data"]) == [
         "Keeps bees", "Likes oolong", "Plays the cello"]
+
+
+def usage_gauge(metrics: str) -> float:
+    [line] = [x for x in metrics.splitlines()
+              if x.startswith('memory_proxy_spool_items{spool="usage"}')]
+    return float(line.split()[-1])
+
+
+async def test_usage_rows_a_crash_would_lose_show_in_the_spool_gauge(
+        failing: Failing) -> None:
+    """While the storage fails, each chat's usage row stays buffered and the gauge
+    ``memory_proxy_spool_items{spool="usage"}`` counts it (what a kill would lose); once
+    the rows are written the gauge is back to 0 and the usage report has them all."""
+    gw = failing.gw
+    with failing.broken():
+        for text in ("Hello", "Hello again", "And once more"):
+            chat = await call(gw, "POST", "/v1/chat/completions", APP, json={
+                "model": "m", "messages": [{"role": "user", "content": text}]})
+            assert chat.status_code == 200
+        metrics = await call(gw, "GET", "/metrics", {})
+        assert usage_gauge(metrics.text) == 3
+    await gw.res.usage.flush()
+    assert usage_gauge((await call(gw, "GET", "/metrics", {})).text) == 0
+    usage = (await call(gw, "GET", "/v1/admin/usage", ADMIN)).json()["data"]
+    assert [(r["key"], r["requests"]) for r in usage] == [("u1", 3)]
