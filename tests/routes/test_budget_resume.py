@@ -52,12 +52,15 @@ def noon() -> Clock:
 
 
 async def test_lifting_the_budget_resumes_the_postponed_job_at_once(
-        build: Build, upstream: FakeUpstream) -> None:  # noqa: F811
+    build: Build,  # noqa: F811
+    upstream: FakeUpstream,
+) -> None:
     """Postponed, the job waits while the budget is unchanged; once the admin removes the
     cap, the worker's next pass learns it (no sleep, the 5-minute re-check far away)."""
     async with running_gateway(build(), upstream, clock=noon()) as gw:
         await held_back(gw, upstream)
-        assert gw.res.worker is not None and gw.res.queue is not None
+        assert gw.res.worker is not None
+        assert gw.res.queue is not None
         await gw.res.worker.drain()
         await gw.res.worker.drain()  # the budget unchanged: still waiting
         assert (await gw.res.queue.depth()).delayed == 1
@@ -69,12 +72,15 @@ async def test_lifting_the_budget_resumes_the_postponed_job_at_once(
 
 
 async def test_a_raise_still_below_the_spending_keeps_waiting_a_real_one_resumes(
-        build: Build, upstream: FakeUpstream) -> None:  # noqa: F811
+    build: Build,  # noqa: F811
+    upstream: FakeUpstream,
+) -> None:
     """Raising the cap to 2 tokens (already passed) changes nothing; raising it well above
     what was spent resumes the job."""
     async with running_gateway(build(), upstream, clock=noon()) as gw:
         await held_back(gw, upstream)
-        assert gw.res.worker is not None and gw.res.queue is not None
+        assert gw.res.worker is not None
+        assert gw.res.queue is not None
         await gw.res.worker.drain()
         await patch_budget(gw, {"tokens_per_day": 2})
         await gw.res.worker.drain()
@@ -95,7 +101,9 @@ class Monotonic:
 
 
 async def test_a_worker_process_sees_the_lift_at_its_next_settings_refresh(
-        build: Build, upstream: FakeUpstream) -> None:  # noqa: F811
+    build: Build,  # noqa: F811
+    upstream: FakeUpstream,
+) -> None:
     """A worker with its own settings cache (as ``memory-proxy worker`` beside the
     gateway) postpones the job; the gateway lifts the budget; the worker keeps waiting
     until its cached settings are a refresh old (≤ 4 s, the clock moved on, no sleep),
@@ -103,12 +111,20 @@ async def test_a_worker_process_sees_the_lift_at_its_next_settings_refresh(
     clock = noon()
     async with running_gateway(build(), upstream, clock=clock) as gw:
         res = gw.res
-        assert res.worker is not None and res.queue is not None
+        assert res.worker is not None
+        assert res.queue is not None
         monotonic = Monotonic()
-        other = Worker(queue=res.queue, store=res.store, model=res.worker.model,
-                       scrubbers=res.scrubbers, settings=res.settings.learning,
-                       metrics=res.metrics, clock=clock, ledger=res.ledger,
-                       tenants=TenantSettings(res.settings, res.store, clock=monotonic))
+        other = Worker(
+            queue=res.queue,
+            store=res.store,
+            model=res.worker.model,
+            scrubbers=res.scrubbers,
+            settings=res.settings.learning,
+            metrics=res.metrics,
+            clock=clock,
+            ledger=res.ledger,
+            tenants=TenantSettings(res.settings, res.store, clock=monotonic),
+        )
         await held_back(gw, upstream)
         await other.drain()
         assert (await res.queue.depth()).delayed == 1

@@ -71,31 +71,43 @@ async def test_edge_values_answer_alike_on_both_backends(gw: Gateway) -> None:  
     async with gw.client(headers=ADMIN) as client:
         shared = await client.post("/v1/admin/memories", json={"content": "Opens at 9"})
         assert shared.status_code == 201, shared.text
-    await call(gw, "POST", "/v1/chat/completions", U1, json={
-        "model": "m", "messages": [{"role": "user", "content": "Hello"}]})  # a usage row
+    await call(
+        gw,
+        "POST",
+        "/v1/chat/completions",
+        U1,
+        json={"model": "m", "messages": [{"role": "user", "content": "Hello"}]},
+    )  # a usage row
     got = {}
     for path, params, _ in CASES:
-        response = await call(gw, "GET", path, U1 if path == "/v1/memories" else ADMIN,
-                              params=params)
+        response = await call(
+            gw, "GET", path, U1 if path == "/v1/memories" else ADMIN, params=params
+        )
         got[(path, tuple(params.items()))] = outcome(response.status_code, response.json())
     assert got == {(path, tuple(params.items())): want for path, params, want in CASES}
 
 
-async def test_a_memory_cursor_pages_and_a_bad_one_names_after(
-        gw: Gateway) -> None:  # noqa: F811
+async def test_a_memory_cursor_pages_and_a_bad_one_names_after(gw: Gateway) -> None:  # noqa: F811
     """The negative case beside the positive: ``after=<last_id>`` gives the next page; a
     value that is no memory id is a 400 with ``param: after`` and a message saying what
     to send, not the first page again."""
     for text in ("Likes green tea", "Plays the cello", "Keeps bees"):
         await add(gw, text)
     first = (await call(gw, "GET", "/v1/memories", U1, params={"limit": 2})).json()
-    rest = (await call(gw, "GET", "/v1/memories", U1,
-                       params={"limit": 2, "after": first["last_id"]})).json()
+    rest = (
+        await call(gw, "GET", "/v1/memories", U1, params={"limit": 2, "after": first["last_id"]})
+    ).json()
     assert [m["content"] for m in first["data"] + rest["data"]] == [
-        "Keeps bees", "Plays the cello", "Likes green tea"]
+        "Keeps bees",
+        "Plays the cello",
+        "Likes green tea",
+    ]
     bad = await call(gw, "GET", "/v1/memories", U1, params={"after": "zzz"})
     assert bad.status_code == 400
     error = bad.json()["error"]
     assert (error["param"], error["code"], error["type"]) == (
-        "after", "invalid_value", "invalid_request_error")
+        "after",
+        "invalid_value",
+        "invalid_request_error",
+    )
     assert "last_id" in error["message"]

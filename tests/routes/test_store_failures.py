@@ -59,16 +59,20 @@ def stopped(server: RedisServer) -> Iterator[None]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-async def failing(request: pytest.FixtureRequest, tmp_path: Path,
-                  monkeypatch: pytest.MonkeyPatch,
-                  upstream: FakeUpstream) -> AsyncIterator[Failing]:
+async def failing(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    upstream: FakeUpstream,
+) -> AsyncIterator[Failing]:
     """A gateway (learning on, an app key and an admin key of tenant-a) on each backend."""
     monkeypatch.setenv("K_APP", "app-a")
     monkeypatch.setenv("K_ADMIN", "admin-a")
     monkeypatch.setattr(database, "BUSY_TIMEOUT_SECONDS", BUSY_SECONDS)
-    auth = {"keys": [{"key": "os.environ/K_APP", "tenant": "tenant-a"}],
-            "admin_keys": [{"key": "os.environ/K_ADMIN", "tenant": "tenant-a",
-                            "name": "ops"}]}
+    auth = {
+        "keys": [{"key": "os.environ/K_APP", "tenant": "tenant-a"}],
+        "admin_keys": [{"key": "os.environ/K_ADMIN", "tenant": "tenant-a", "name": "ops"}],
+    }
     server: RedisServer | None = None
     overrides: dict[str, Any] = {}
     if request.param == "redis":
@@ -76,8 +80,9 @@ async def failing(request: pytest.FixtureRequest, tmp_path: Path,
         server = RedisServer(persistent=True).start()
         overrides["storage"] = redis_storage(tmp_path, server.url, "failing")
     try:
-        settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1},
-                                 auth=auth, **overrides)
+        settings = make_settings(
+            tmp_path, learning={"enabled": True, "batch_messages": 1}, auth=auth, **overrides
+        )
         async with running_gateway(settings, upstream) as gw:
             if server is None:
                 yield Failing(gw, lambda: locked(tmp_path / "memory.db"), "sqlite")
@@ -89,8 +94,9 @@ async def failing(request: pytest.FixtureRequest, tmp_path: Path,
             server.stop()
 
 
-async def call(gw: Gateway, method: str, path: str, headers: dict[str, str],
-               **kwargs: Any) -> httpx.Response:
+async def call(
+    gw: Gateway, method: str, path: str, headers: dict[str, str], **kwargs: Any
+) -> httpx.Response:
     async with gw.client() as client:
         return await client.request(method, path, headers=headers, **kwargs)
 
@@ -103,12 +109,18 @@ async def prepared(gw: Gateway) -> dict[str, str]:
         response = await call(gw, "POST", "/v1/memories", APP, json={"content": content})
         assert response.status_code == 201, response.text
         ids[name] = response.json()["id"]
-    response = await call(gw, "POST", "/v1/admin/memories", ADMIN,
-                          json={"content": "Expense reports are due on Fridays"})
+    response = await call(
+        gw,
+        "POST",
+        "/v1/admin/memories",
+        ADMIN,
+        json={"content": "Expense reports are due on Fridays"},
+    )
     assert response.status_code == 201, response.text
     ids["shared"] = response.json()["id"]
-    response = await call(gw, "PUT", "/v1/admin/prompts/scoring", ADMIN,
-                          json={"text": "Score what lasts."})
+    response = await call(
+        gw, "PUT", "/v1/admin/prompts/scoring", ADMIN, json={"text": "Score what lasts."}
+    )
     assert response.status_code == 200, response.text
     return ids
 
@@ -119,8 +131,12 @@ def write_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str], di
         ("POST", "/v1/memories", APP, {"json": {"content": "Keeps bees"}}),
         ("PATCH", f"/v1/memories/{ids['edit']}", APP, {"json": {"content": "Likes oolong"}}),
         ("DELETE", f"/v1/memories/{ids['drop']}", APP, {}),
-        ("POST", "/v1/memories/import", APP,
-         {"json": {"results": [{"id": "a", "memory": "Lives in Lyon"}]}}),
+        (
+            "POST",
+            "/v1/memories/import",
+            APP,
+            {"json": {"results": [{"id": "a", "memory": "Lives in Lyon"}]}},
+        ),
         ("POST", "/v1/memories/flush", APP, {}),
         ("DELETE", "/v1/memories", APP, {"params": {"confirm": "true"}}),
         ("PATCH", "/v1/settings", APP, {"json": {"personal_learning": False}}),
@@ -133,16 +149,14 @@ def write_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str], di
         ("POST", "/v1/admin/memories", ADMIN, {"json": {"content": "The office opens at 9"}}),
         ("PATCH", f"/v1/admin/memories/{ids['shared']}", ADMIN, {"json": {"enabled": False}}),
         ("DELETE", f"/v1/admin/memories/{ids['shared']}", ADMIN, {}),
-        ("POST", f"/v1/admin/memories/{ids['edit']}/promote", {**ADMIN, "X-User-Id": "u1"},
-         {}),
+        ("POST", f"/v1/admin/memories/{ids['edit']}/promote", {**ADMIN, "X-User-Id": "u1"}, {}),
         # The usage views write the buffered usage rows first.
         ("GET", "/v1/admin/usage", ADMIN, {}),
         ("GET", "/v1/admin/users", ADMIN, {}),
     ]
 
 
-async def test_every_write_route_answers_503_store_unavailable_quickly(
-        failing: Failing) -> None:
+async def test_every_write_route_answers_503_store_unavailable_quickly(failing: Failing) -> None:
     """With the storage failing each write route answers 503 ``store_unavailable`` (type
     ``service_unavailable``, Retry-After) within a few busy timeouts — never a 500 and
     never a wait of the worker's writes queued before it."""
@@ -153,8 +167,13 @@ async def test_every_write_route_answers_503_store_unavailable_quickly(
         # Chat goes on (a locked SQLite file still reads; a stopped Redis degrades
         # memory); its usage row stays buffered, unwritten, so the usage views below must
         # write it first.
-        chat = await call(gw, "POST", "/v1/chat/completions", APP, json={
-            "model": "m", "messages": [{"role": "user", "content": "I keep bees."}]})
+        chat = await call(
+            gw,
+            "POST",
+            "/v1/chat/completions",
+            APP,
+            json={"model": "m", "messages": [{"role": "user", "content": "I keep bees."}]},
+        )
         assert chat.status_code == 200
         expected = "degraded" if failing.backend == "redis" else "injected"
         assert chat.headers["x-memory-status"] == expected
@@ -162,11 +181,17 @@ async def test_every_write_route_answers_503_store_unavailable_quickly(
             started = time.monotonic()
             response = await call(gw, method, path, headers, **kwargs)
             took = time.monotonic() - started
-            body = response.json() if response.headers.get("content-type", "").startswith(
-                "application/json") else response.text
+            body = (
+                response.json()
+                if response.headers.get("content-type", "").startswith("application/json")
+                else response.text
+            )
             answers[f"{method} {path}"] = (response.status_code, body, took)
-    wrong = {route: (status, body) for route, (status, body, _) in answers.items()
-             if status != 503 or body["error"]["code"] != "store_unavailable"}
+    wrong = {
+        route: (status, body)
+        for route, (status, body, _) in answers.items()
+        if status != 503 or body["error"]["code"] != "store_unavailable"
+    }
     assert wrong == {}
     for route, (_, body, took) in answers.items():
         assert set(body["error"]) == {"message", "type", "param", "code"}, route
@@ -184,32 +209,41 @@ async def test_the_same_routes_work_once_the_storage_is_back(failing: Failing) -
         assert failed.status_code == 503
     added = await call(gw, "POST", "/v1/memories", APP, json={"content": "Keeps bees"})
     assert added.status_code == 201, added.text
-    edited = await call(gw, "PATCH", f"/v1/memories/{ids['edit']}", APP,
-                        json={"content": "Likes oolong"})
+    edited = await call(
+        gw, "PATCH", f"/v1/memories/{ids['edit']}", APP, json={"content": "Likes oolong"}
+    )
     assert edited.status_code == 200, edited.text
     usage = await call(gw, "GET", "/v1/admin/usage", ADMIN)
     assert usage.status_code == 200, usage.text
     listed = await call(gw, "GET", "/v1/memories", APP)
     assert sorted(m["content"] for m in listed.json()["data"]) == [
-        "Keeps bees", "Likes oolong", "Plays the cello"]
+        "Keeps bees",
+        "Likes oolong",
+        "Plays the cello",
+    ]
 
 
 def usage_gauge(metrics: str) -> float:
-    [line] = [x for x in metrics.splitlines()
-              if x.startswith('memory_proxy_spool_items{spool="usage"}')]
+    [line] = [
+        x for x in metrics.splitlines() if x.startswith('memory_proxy_spool_items{spool="usage"}')
+    ]
     return float(line.split()[-1])
 
 
-async def test_usage_rows_a_crash_would_lose_show_in_the_spool_gauge(
-        failing: Failing) -> None:
+async def test_usage_rows_a_crash_would_lose_show_in_the_spool_gauge(failing: Failing) -> None:
     """While the storage fails, each chat's usage row stays buffered and the gauge
     ``memory_proxy_spool_items{spool="usage"}`` counts it (what a kill would lose); once
     the rows are written the gauge is back to 0 and the usage report has them all."""
     gw = failing.gw
     with failing.broken():
         for text in ("Hello", "Hello again", "And once more"):
-            chat = await call(gw, "POST", "/v1/chat/completions", APP, json={
-                "model": "m", "messages": [{"role": "user", "content": text}]})
+            chat = await call(
+                gw,
+                "POST",
+                "/v1/chat/completions",
+                APP,
+                json={"model": "m", "messages": [{"role": "user", "content": text}]},
+            )
             assert chat.status_code == 200
         metrics = await call(gw, "GET", "/metrics", {})
         assert usage_gauge(metrics.text) == 3

@@ -14,9 +14,10 @@ hashes live in different slots); a failure raises
 Per-day and per-model figures (``GET /v1/admin/usage``, ``/v1/admin/stats``) live in one
 hash per tenant and UTC day, ``<prefix>:day:{t…}:<YYYY-MM-DD>``, whose fields are JSON
 arrays: ``["u", user, model, metric]`` (metric ``requests`` / ``prompt`` / ``completion``
-/ ``memory``, and ``recall`` when a request's query embeddings were billed) for chat and ``["l", user, model, purpose]`` (prompt + completion tokens)
-for learning; ``user`` is ``null`` for records without one. ``<prefix>:days:{t…}`` lists
-the days that have such a hash, and :data:`DAY_TTL_SECONDS` bounds how long one is kept.
+/ ``memory``, and ``recall`` when a request's query embeddings were billed) for chat and
+``["l", user, model, purpose]`` (prompt + completion tokens) for learning; ``user`` is
+``null`` for records without one. ``<prefix>:days:{t…}`` lists the days that have such a
+hash, and :data:`DAY_TTL_SECONDS` bounds how long one is kept.
 The tenant → users index is ``<prefix>:users:{t…}`` (a sorted set of score 0, read in
 id order with ``ZRANGEBYLEX``) beside ``<prefix>:seen:{t…}`` (user → latest usage or
 memory-write time, only ever moved forward). It is filled by usage rows and
