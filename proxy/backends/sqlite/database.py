@@ -26,9 +26,9 @@ T = TypeVar("T")
 # How long a statement waits for another process's lock before failing (then callers see
 # StoreUnavailableError: 503 on the API, degraded memory on chat, a retried learning job).
 BUSY_TIMEOUT_SECONDS = 5.0
-# A write that starts with less than this left of its busy timeout fails without trying;
-# one queued this long or more behind other writes gets the rest as its busy timeout.
-MIN_WRITE_WAIT_SECONDS = 0.05
+# A write queued this long or more behind other writes gets the rest of its busy timeout
+# as its busy timeout (shorter waits are not worth a PRAGMA).
+LATE_WRITE_SECONDS = 0.05
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: memories, keyword index, profiles, user settings, conversations, evidence, audit,
@@ -433,9 +433,9 @@ class SqliteDatabase:
         writes on the writer thread included: while another process holds the file's lock
         each queued write would otherwise wait its own full timeout after the one before
         it (a manual memory queued behind the worker's writes answered after 14 s). A
-        write that starts with less than :data:`MIN_WRITE_WAIT_SECONDS` of its timeout left
-        raises :class:`sqlite3.OperationalError` ("database is locked") without trying;
-        one that starts late gets what is left as its busy timeout."""
+        write whose timeout ran out in the queue raises :class:`sqlite3.OperationalError`
+        ("database is locked") without trying; one that starts late (by
+        :data:`LATE_WRITE_SECONDS` or more) gets what is left as its busy timeout."""
         if self._writer is None or self._wconn is None:
             raise sqlite3.ProgrammingError("database is not open")
         conn = self._wconn
@@ -444,13 +444,13 @@ class SqliteDatabase:
         def run() -> T:
             waited = time.monotonic() - queued
             left = self.busy_timeout - waited
-            if left < MIN_WRITE_WAIT_SECONDS:
+            if left <= 0:
                 raise sqlite3.OperationalError(
                     f"database is locked: the write waited {waited:.1f} s for the writer "
                     f"(busy timeout {self.busy_timeout:g} s)")
-            late = waited >= MIN_WRITE_WAIT_SECONDS
+            late = waited >= LATE_WRITE_SECONDS
             if late:
-                conn.execute(f"PRAGMA busy_timeout={int(left * 1000)}")
+                conn.execute(f"PRAGMA busy_timeout={max(1, int(left * 1000))}")
             try:
                 return _transaction(conn, fn)
             finally:
