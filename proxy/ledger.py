@@ -12,6 +12,7 @@ never added to a user's usage.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -181,6 +182,9 @@ class UsageWriter:
         self._on_drop = on_drop
         self.dropped = 0
         self._writing = 0  # rows of the write under way (not written yet either)
+        # One flush at a time: a usage view's flush waits for the timer's, so it reads
+        # after the rows are written (or fails with the write), never around them.
+        self._one_at_a_time = asyncio.Lock()
 
     @property
     def pending(self) -> int:
@@ -196,11 +200,16 @@ class UsageWriter:
             self._on_drop(1)
 
     async def flush(self) -> None:
-        """Write the buffered rows. Raises what the ledger raised (the rows stay)."""
+        """Write the buffered rows, after a flush already under way. Raises what the
+        ledger raised (the rows stay)."""
+        async with self._one_at_a_time:
+            await self._flush()
+
+    async def _flush(self) -> None:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        self._writing += len(pending)  # flushes may overlap (a usage view's, the timer's)
+        self._writing += len(pending)
         try:
             await self._ledger.record_usage(pending)
         except BaseException:
