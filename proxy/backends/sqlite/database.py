@@ -432,7 +432,7 @@ class SqliteDatabase:
         A write waits at most ``busy_timeout`` seconds in all, its wait behind earlier
         writes on the writer thread included: while another process holds the file's lock
         each queued write would otherwise wait its own full timeout after the one before
-        it (a manual memory queued behind the worker's writes answered after 14 s). A
+        it (a manual memory queued behind other writes answered only after several). A
         write whose timeout ran out in the queue raises :class:`sqlite3.OperationalError`
         ("database is locked") without trying; one that starts late (by
         :data:`LATE_WRITE_SECONDS` or more) gets what is left as its busy timeout."""
