@@ -141,13 +141,21 @@ class _AnswerUnexpected:
 async def _every(seconds: float, action: Callable[[], Awaitable[None]], name: str,
                  *, first: float | None = None) -> None:
     """Run ``action`` every ``seconds`` (the first time after ``first`` seconds, default
-    ``seconds``), logging its failures; until cancelled."""
+    ``seconds``), logging its failures; until cancelled. A failure our error tree says
+    needs no traceback (a store outage: the usage flush fails every second while it
+    lasts) is a warning without one — rendering a traceback each second held the event
+    loop, and so every chat, for seconds."""
     delay = seconds if first is None else first
     while True:
         await asyncio.sleep(delay)
         delay = seconds
         try:
             await action()
+        except MemoryProxyError as exc:
+            if exc.log_traceback:
+                log.exception("periodic_task_failed", task=name)
+            else:
+                log.warning("periodic_task_failed", task=name, error=str(exc)[:300])
         except Exception:
             log.exception("periodic_task_failed", task=name)
 

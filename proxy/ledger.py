@@ -12,6 +12,7 @@ never added to a user's usage.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -72,8 +73,9 @@ GroupBy = Literal["user", "model", "day"]
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """One group of ``GET /v1/admin/usage``: chat requests and their tokens (``prompt`` /
-    ``completion`` as the upstream billed them, ``memory`` injected by the gateway) and,
-    always apart, the learning tokens (prompt + completion) per ledger purpose.
+    ``completion`` as the upstream billed them, ``memory`` injected by the gateway,
+    ``recall`` the query-embedding tokens a remote embedder billed for recall) and, always
+    apart, the learning tokens (prompt + completion) per ledger purpose.
 
     ``key``: the user id (``None`` for requests without a user), the model name, or the
     UTC date ``YYYY-MM-DD``, after the report's ``group_by``."""
@@ -84,17 +86,20 @@ class UsageRow:
     completion: int = 0
     memory: int = 0
     learning: dict[str, int] = field(default_factory=dict)
+    recall: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class DailyUsage:
     """One UTC day of a tenant: chat tokens (prompt + completion), learning tokens (every
-    purpose) and how many distinct users chatted."""
+    purpose), how many distinct users chatted, and the recall tokens (query embeddings of
+    a remote embedder; memory cost, in neither of the others)."""
 
     day: date
     user_tokens: int = 0
     learning_tokens: int = 0
     active_users: int = 0
+    recall_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +169,10 @@ class UsageWriter:
     succeeded. Past ``max_pending`` rows (the ledger has been away a long time) the newest
     rows are dropped and counted (``dropped``; with ``on_drop``, e.g. the
     ``memory_proxy_learning_events_total{event="spool_dropped", label="usage"}`` counter).
-    Rows still buffered when the process dies are lost; the Prometheus token counters
-    have them too."""
+    Rows still buffered when the process dies are lost — at most a second's worth, or
+    what an outage left pending (docs/design.md#usage-durability); :attr:`pending` counts
+    them, those of a write under way included. The Prometheus token counters have them
+    too."""
 
     def __init__(self, ledger: Ledger, *, max_pending: int = 10_000,
                  on_drop: Callable[[int], None] | None = None) -> None:
@@ -174,10 +181,15 @@ class UsageWriter:
         self._max = max_pending
         self._on_drop = on_drop
         self.dropped = 0
+        self._writing = 0  # rows of the write under way (not written yet either)
+        # One flush at a time: a usage view's flush waits for the timer's, so it reads
+        # after the rows are written (or fails with the write), never around them.
+        self._one_at_a_time = asyncio.Lock()
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """Rows not yet written: buffered, or in a write that has not succeeded yet."""
+        return len(self._pending) + self._writing
 
     def add(self, record: UsageRecord) -> None:
         if len(self._pending) < self._max:
@@ -188,10 +200,16 @@ class UsageWriter:
             self._on_drop(1)
 
     async def flush(self) -> None:
-        """Write the buffered rows. Raises what the ledger raised (the rows stay)."""
+        """Write the buffered rows, after a flush already under way. Raises what the
+        ledger raised (the rows stay)."""
+        async with self._one_at_a_time:
+            await self._flush()
+
+    async def _flush(self) -> None:
         pending, self._pending = self._pending, []
         if not pending:
             return
+        self._writing += len(pending)
         try:
             await self._ledger.record_usage(pending)
         except BaseException:
@@ -204,3 +222,5 @@ class UsageWriter:
                 if self._on_drop is not None:
                     self._on_drop(lost)
             raise
+        finally:
+            self._writing -= len(pending)

@@ -173,6 +173,27 @@ async def test_daily_counts_tokens_and_active_users(ledger: Ledger) -> None:
     ]
 
 
+async def test_reports_and_days_carry_recall_tokens_beside_the_rest(ledger: Ledger) -> None:
+    """Recall tokens show per user, model and day in the report and per day in the daily
+    figures, in neither chat nor learning tokens; rows without any report 0, and another
+    tenant's never count."""
+    await _seed(ledger)
+    await ledger.record_usage([replace(dated("u1", "gpt", 1, 2, 1), recall_tokens=9),
+                               replace(dated("u2", "qwen", 1, 1, 1), recall_tokens=4),
+                               replace(dated("u1", "gpt", 1, 1, 1, tenant="t2"),
+                                       recall_tokens=500)])
+    by_user = {r.key: r for r in await ledger.usage_report("t1", group_by="user")}
+    assert {k: r.recall for k, r in by_user.items()} == {None: 0, "u1": 9, "u2": 4}
+    assert by_user["u1"].prompt == 32  # 30 seeded + 2: recall is not prompt
+    by_day = {r.key: r.recall for r in await ledger.usage_report("t1", group_by="day")}
+    assert by_day == {"2025-01-01": 0, "2025-01-02": 13, "2025-01-03": 0}
+    by_model = {r.key: r.recall for r in await ledger.usage_report("t1", group_by="model")}
+    assert by_model == {"gpt": 9, "qwen": 4, "mini": 0}
+    days = await ledger.daily("t1", since=date(2025, 1, 1), until=date(2025, 1, 3))
+    assert [(d.recall_tokens, d.user_tokens, d.learning_tokens) for d in days] == [
+        (0, 12, 30), (13, 30, 57), (0, 4, 0)]
+
+
 async def test_users_index_pages_in_id_order_with_last_seen(ledger: Ledger) -> None:
     """The tenant → users index lists users by id after a cursor, with their latest usage
     time; users of another tenant and records without a user are not in it."""

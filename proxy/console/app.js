@@ -769,9 +769,9 @@
         h("h3", {}, t("trend")), trendChart(daily, 30),
         h("details", {}, h("summary", {}, t("trend")),
           table([t("date"), t("learned"), t("merged"), t("retired"), t("rejected"),
-            t("learningTokens"), t("userTokens"), t("activeUsers")],
+            t("learningTokens"), t("recallTokens"), t("userTokens"), t("activeUsers")],
           daily.map((d) => [d.date, d.learned, d.merged, d.retired, d.rejected,
-            d.learning_tokens, d.user_tokens, d.active_users]), t("trend"))));
+            d.learning_tokens, d.recall_tokens ?? 0, d.user_tokens, d.active_users]), t("trend"))));
     }).catch((err) => failed(err, stats));
     panel.append(...[stats, session.me.role === "global_admin" ? null : auditLog()].filter(Boolean));
   }
@@ -1176,21 +1176,24 @@
       try {
         const page = await api("GET", "/v1/admin/usage", { query: tenantQuery({ group_by: group.value,
           since: since.control.value, until: until.control.value }) });
-        const total = { requests: 0, prompt: 0, completion: 0, memory: 0, learning: {} };
+        const total = { requests: 0, prompt: 0, completion: 0, memory: 0, recall: 0, learning: {} };
         for (const r of page.data) {
           total.requests += r.requests;
           total.prompt += r.user_tokens.prompt;
           total.completion += r.user_tokens.completion;
           total.memory += r.memory_tokens;
+          total.recall += r.recall_tokens ?? 0;
           for (const [k, v] of Object.entries(r.learning_tokens || {})) total.learning[k] = (total.learning[k] || 0) + v;
         }
-        const line = (key, r) => [key, r.requests, r.prompt, r.completion, r.memory,
+        const line = (key, r) => [key, r.requests, r.prompt, r.completion, r.memory, r.recall,
           `${sum(r.learning)} (${split(r.learning)})`];
         rows.replaceChildren(page.data.length ? table(
           [t(group.value === "user" ? "user" : group.value), t("requests"), `${t("userTokens")} (${t("promptTokens")})`,
-            `${t("userTokens")} (${t("completionTokens")})`, t("memoryTokens"), t("learningTokens")],
+            `${t("userTokens")} (${t("completionTokens")})`, t("memoryTokens"), t("recallTokens"),
+            t("learningTokens")],
           [...page.data.map((r) => line(r.key ?? "—", { requests: r.requests, prompt: r.user_tokens.prompt,
-            completion: r.user_tokens.completion, memory: r.memory_tokens, learning: r.learning_tokens })),
+            completion: r.user_tokens.completion, memory: r.memory_tokens,
+            recall: r.recall_tokens ?? 0, learning: r.learning_tokens })),
           line(h("strong", {}, t("total")), total)], t("usage"))
           : h("p", { class: "help" }, t("none")));
       } catch (err) {

@@ -219,6 +219,12 @@ class LearningQueue(Protocol):
         for it. ``reason`` is kept as the job's last error."""
         ...
 
+    async def resume_postponed(self, tenant: str) -> int:
+        """Make every job of ``tenant`` that :meth:`postpone` put off due now (its budget
+        was lifted or raised: docs/design.md#learning-budgets). Jobs waiting for a retry's
+        back-off keep their time, other tenants' jobs are untouched. Returns how many."""
+        ...
+
     # erasure ---------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
         """Forget everything the queue holds of the user's words (``DELETE /v1/me``,

@@ -4,7 +4,9 @@ A claimed job carries a lease (``learning.lease_seconds``); a worker that dies l
 job leased and the lease runs out into a redelivery. A failed job — an upstream error,
 unparseable output, a store outage, anything — is retried with exponential back-off
 (honouring Retry-After) and dead-lettered after ``learning.max_attempts``; a job held up by
-a spent learning budget is postponed instead, never dead-lettered. Maintenance (every
+a spent learning budget is postponed instead, never dead-lettered, and made due again as
+soon as this runner sees the tenant's budget lifted or raised (:meth:`Runner.resume_lifted`,
+within the tenant-settings refresh). Maintenance (every
 ``learning.maintenance_interval_seconds``) seals idle conversations, expires raw text past
 its TTL and sweeps retention.
 """
@@ -28,7 +30,7 @@ from proxy.learning.jobs import Flush, flush_job
 from proxy.learning.queue import Job, JobKind, LearningQueue
 from proxy.learning.tenancy import TenantLearning
 from proxy.memory.store import StoreUnavailableError
-from proxy.settings import LearningSettings
+from proxy.settings import LearningBudget, LearningSettings
 
 log = structlog.get_logger("proxy.learning")
 MAX_BACKOFF_SECONDS = 300.0
@@ -36,8 +38,10 @@ MAX_BACKOFF_SECONDS = 300.0
 # (the first failure waits one poll interval, each further one twice the last): a locked
 # SQLite file or a Redis restart is noticed within a minute of its end.
 MAX_ERROR_PAUSE_SECONDS = 60.0
-# A job postponed by a spent learning budget is looked at again after at most this long
-# (an admin may raise the budget before the period ends), else when the period ends.
+# A job postponed by a spent learning budget is looked at again after at most this long,
+# else when the period ends. A budget lifted or raised meanwhile resumes the jobs this
+# runner postponed at once (Runner.resume_lifted); this bound covers the others (a worker
+# that restarted since, or postponed them in another process).
 BUDGET_RECHECK_SECONDS = 300.0
 
 Handler = Callable[[Job], Awaitable[None]]
@@ -69,6 +73,8 @@ class Runner:
         self._count = count
         self.worker_id = worker_id
         self._last_maintenance = 0.0
+        # Tenants whose jobs this runner postponed → the budget in force then.
+        self._postponed: dict[str, LearningBudget] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process jobs until ``stop`` is set. Setting ``stop`` (SIGTERM) interrupts the job
@@ -89,6 +95,8 @@ class Runner:
                 if time.time() - self._last_maintenance >= \
                         self._settings.maintenance_interval_seconds:
                     await self.maintenance()
+                if self._postponed:
+                    await self.resume_lifted()
                 worked = await self.run_once(stop)
             except asyncio.CancelledError:
                 raise
@@ -160,7 +168,10 @@ class Runner:
         log.info("learning_job_released", worker=self.worker_id, job=job.id, kind=job.kind)
 
     async def drain(self, *, max_jobs: int = 10_000) -> int:
-        """Process ready jobs until none is left (tests, flush endpoint). Returns the count."""
+        """Process ready jobs until none is left (tests, flush endpoint) — first those a
+        lifted budget makes due (:meth:`resume_lifted`). Returns the count."""
+        if self._postponed:
+            await self.resume_lifted()
         done = 0
         while done < max_jobs and await self.run_once():
             done += 1
@@ -177,6 +188,7 @@ class Runner:
             delay = max(1.0, min(BUDGET_RECHECK_SECONDS,
                                  (spent.resumes_at - self._clock()).total_seconds()))
             await self.queue.postpone(job, reason=str(spent), delay_seconds=delay)
+            self._postponed[spent.tenant] = (await self._tenancy.config(spent.tenant)).budget
             self._count("budget_postponed", job.kind)
             log.info("learning_budget_spent", job=job.id, tenant=spent.tenant,
                      resumes_at=spent.resumes_at.isoformat(), recheck_s=round(delay))
@@ -185,6 +197,28 @@ class Runner:
         else:
             await self.queue.ack(job)
             self._count("job_done", job.kind)
+
+    async def resume_lifted(self) -> int:
+        """Make due now the jobs this runner postponed for a tenant whose budget has since
+        changed and is no longer spent (lifted, or raised above what was spent:
+        docs/design.md#learning-budgets). The budget is the tenant's settings as this
+        process has them — refreshed every few seconds, so a change made anywhere resumes
+        the jobs within that refresh. A budget changed but still spent is remembered as
+        the new one. Without a change nothing is read but the settings cache. Returns the
+        jobs resumed."""
+        resumed = 0
+        for tenant, budget in list(self._postponed.items()):
+            config = await self._tenancy.config(tenant)
+            if config.budget == budget:
+                continue
+            if await self._tenancy.budget_spent(tenant, config):
+                self._postponed[tenant] = config.budget
+                continue
+            count = await self.queue.resume_postponed(tenant)
+            del self._postponed[tenant]
+            resumed += count
+            log.info("learning_budget_resumed", tenant=tenant, jobs=count)
+        return resumed
 
     async def _failed(self, job: Job, exc: Exception) -> None:
         """Retry ``job`` after its back-off, or bury it after its last attempt. An error

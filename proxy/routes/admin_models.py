@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+from proxy.routes.params import MemoryCursor
 from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue
 
 AdminScope = Literal["shared", "system"]
@@ -53,6 +54,9 @@ class UsageEntry(BaseModel):
     memory_tokens: int
     learning_tokens: dict[str, int] = Field(description="learning tokens (prompt + "
                                                         "completion) per ledger purpose")
+    recall_tokens: int = Field(description="query-embedding tokens a remote embedder "
+                                           "billed for recall (memory cost: in neither "
+                                           "user_tokens nor learning_tokens)")
 
 
 class UsageList(BaseModel):
@@ -212,6 +216,8 @@ class StatsDay(BaseModel):
     learning_tokens: int
     user_tokens: int
     active_users: int
+    recall_tokens: int = Field(description="query-embedding tokens of recall that day "
+                                           "(remote embedder)")
 
 
 class Stats(BaseModel):
@@ -226,7 +232,7 @@ class Stats(BaseModel):
 class AdminMemoriesQuery(_Query):
     scope: AdminScope = "shared"
     limit: int = Field(default=100, ge=1, le=500)
-    after: str | None = None
+    after: MemoryCursor | None = None
     include_retired: bool = False
 
 

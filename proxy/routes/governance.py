@@ -112,7 +112,8 @@ def _usage_entry(row: UsageRow) -> m.UsageEntry:
     learning.update(row.learning)
     return m.UsageEntry(key=row.key, requests=row.requests,
                         user_tokens=m.UserTokens(prompt=row.prompt, completion=row.completion),
-                        memory_tokens=row.memory, learning_tokens=learning)
+                        memory_tokens=row.memory, learning_tokens=learning,
+                        recall_tokens=row.recall)
 
 
 async def usage(request: Request) -> Response:
@@ -285,7 +286,8 @@ async def stats(request: Request) -> Response:
             date=d.day, learned=events(day, "created", "auto"),
             merged=events(day, "merged"), retired=events(day, "retired"),
             rejected=events(day, "rejected"), learning_tokens=d.learning_tokens,
-            user_tokens=d.user_tokens, active_users=d.active_users))
+            user_tokens=d.user_tokens, active_users=d.active_users,
+            recall_tokens=d.recall_tokens))
     enabled = Switches(config=res.learning_enabled, tenant=config.learning.enabled).tenant_learns
     return ok(m.Stats(
         tenant=tenant,

@@ -56,7 +56,7 @@ from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.json import json_response
 from proxy.routes.owner import Owner, learning_state, owner
-from proxy.routes.params import check_text
+from proxy.routes.params import check_memory_cursor, check_text
 from proxy.routes.shapes import (
     MAX_PAGE,
     ConfirmParams,
@@ -162,6 +162,7 @@ async def list_memories(request: Request) -> Response:
     if is_page_token(params.after):
         raise InvalidRequestError("after: that cursor continues a search; send it with "
                                   "the same q.", param="after", code="invalid_value")
+    check_memory_cursor(params.after)
     memories = await res.store.list_memories(query)
     page = memories[:params.limit]
     return json_response({

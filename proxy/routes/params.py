@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
 
 from proxy.errors import InvalidRequestError
 
@@ -22,6 +25,9 @@ _CONTROL_QUERY = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # signed 64-bit integer once the range below is checked).
 _INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
 MAX_QUERY_CHARS = 1000  # a text query value (search text, category, user) at most
+# A memory id as :func:`proxy.memory.records.new_id` makes it: a ULID, 26 characters of
+# Crockford's base 32 in capitals, the first at most 7 (48 bits of time).
+_MEMORY_ID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 _TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
 
 
@@ -91,3 +97,23 @@ def check_text(value: str, param: str) -> str:
         raise InvalidRequestError(f"'{param}' must not contain control characters.",
                                   param=param, code="invalid_value")
     return value
+
+
+def _memory_cursor(value: str) -> str:
+    if not _MEMORY_ID.fullmatch(value):
+        raise ValueError("not a memory id: pass the last_id of the previous page")
+    return value
+
+
+def check_memory_cursor(value: str | None, *, param: str = "after") -> None:
+    """``after=`` of a newest-first memory list: ``None`` or a memory id (the ``last_id``
+    of the previous page). Raises :class:`InvalidRequestError` (``invalid_value``)."""
+    if value is not None and not _MEMORY_ID.fullmatch(value):
+        raise InvalidRequestError(f"{param}: not a memory id: pass the last_id of the "
+                                  "previous page.", param=param, code="invalid_value")
+
+
+# ``after=`` of the memory lists: the ``last_id`` of the previous page. Anything else is a
+# 400 — a store compares ids as text, so "zzz" would silently answer the first page.
+MemoryCursor = Annotated[str, AfterValidator(_memory_cursor),
+                         Field(description="Cursor: the last_id of the previous page")]

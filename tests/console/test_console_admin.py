@@ -186,6 +186,7 @@ async def test_admin_sees_usage_and_requeues_a_dead_letter(
     await page.get_by_role("tab", name="Usage").click()
     usage = page.get_by_role("table", name="Usage", exact=True)
     await expect(usage).to_contain_text("Learning tokens")
+    await expect(usage).to_contain_text("Recall tokens")
     await expect(usage).to_contain_text("extract")
     await page.get_by_label("Group by").select_option("model")
     await expect(usage.get_by_role("cell", name="m", exact=True)).to_be_visible()

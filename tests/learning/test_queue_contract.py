@@ -669,6 +669,32 @@ async def test_a_postponed_job_waits_without_using_an_attempt(queue: LearningQue
     assert await queue.dead_letters() == []
 
 
+async def test_resume_postponed_makes_only_the_tenants_postponed_jobs_due(
+    queue: LearningQueue,
+) -> None:
+    """resume_postponed(tenant) makes that tenant's budget-postponed jobs claimable now,
+    with the attempt count they had; a job of the tenant waiting for a retry's back-off,
+    and another tenant's postponed job, keep waiting."""
+    for job_id, tenant in (("a", "t1"), ("b", "t1"), ("c", "t1"), ("d", "t2")):
+        await queue.enqueue("learn", job_id, b"p", tenant=tenant)
+    claimed = {}
+    for _ in range(4):
+        job = await queue.claim("w", lease_seconds=30)
+        assert job is not None
+        claimed[job.id] = job
+    for job_id in ("a", "b", "d"):
+        await queue.postpone(claimed[job_id], reason="learning budget spent",
+                             delay_seconds=300)
+    await queue.retry(claimed["c"], error="upstream down", delay_seconds=300)
+    assert await queue.claim("w", lease_seconds=30) is None
+    assert await queue.resume_postponed("t1") == 2
+    again = [await queue.claim("w", lease_seconds=30) for _ in range(3)]
+    assert sorted((j.id, j.attempts) for j in again if j is not None) == [("a", 1), ("b", 1)]
+    assert (await queue.depth()).delayed == 2  # c (back-off) and d (other tenant)
+    assert await queue.resume_postponed("t1") == 0  # nothing left to resume
+    assert await queue.resume_postponed("t2") == 1
+
+
 async def test_a_released_job_is_claimable_at_once_with_no_attempt_counted(
     queue: LearningQueue,
 ) -> None:

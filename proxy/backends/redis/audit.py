@@ -124,8 +124,9 @@ class AuditStreams:
 
     async def read(self, tenant: str, user: str | None, *, limit: int,
                    before_id: int | None) -> list[tuple[int, AuditEvent]]:
-        """Newest first, at most ``limit``, only ids below ``before_id`` when given."""
-        if limit <= 0:
+        """Newest first, at most ``limit``, only ids below ``before_id`` when given (none
+        below 0 or 1: no entry has id 0, and ``(0-0`` is no range Redis accepts)."""
+        if limit <= 0 or (before_id is not None and before_id <= 1):
             return []
         token = tenant_token(tenant) if user is None else user_token(tenant, user)
         newest = "+" if before_id is None else "(" + stream_id(before_id)
@@ -139,8 +140,9 @@ class AuditStreams:
         """Newest first, at most ``limit`` events passing ``where`` with ids below
         ``before_id``: the user's stream when ``where.user`` is set, else the tenant's,
         read in pages of :data:`SCAN_PAGE`. An entry's id is its append time, never before
-        its event's ``at``, so the scan stops at the first id older than ``where.since``."""
-        if limit <= 0:
+        its event's ``at``, so the scan stops at the first id older than ``where.since``.
+        No event is below ``before_id`` 0 or 1 (as on SQLite, whose ids start at 1)."""
+        if limit <= 0 or (before_id is not None and before_id <= 1):
             return []
         token = tenant_token(tenant) if where.user is None else user_token(tenant, where.user)
         key = self._keys.audit(token)

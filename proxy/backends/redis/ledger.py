@@ -14,9 +14,10 @@ hashes live in different slots); a failure raises
 Per-day and per-model figures (``GET /v1/admin/usage``, ``/v1/admin/stats``) live in one
 hash per tenant and UTC day, ``<prefix>:day:{t…}:<YYYY-MM-DD>``, whose fields are JSON
 arrays: ``["u", user, model, metric]`` (metric ``requests`` / ``prompt`` / ``completion``
-/ ``memory``) for chat and ``["l", user, model, purpose]`` (prompt + completion tokens)
-for learning; ``user`` is ``null`` for records without one. ``<prefix>:days:{t…}`` lists
-the days that have such a hash, and :data:`DAY_TTL_SECONDS` bounds how long one is kept.
+/ ``memory``, and ``recall`` when a request's query embeddings were billed) for chat and
+``["l", user, model, purpose]`` (prompt + completion tokens) for learning; ``user`` is
+``null`` for records without one. ``<prefix>:days:{t…}`` lists the days that have such a
+hash, and :data:`DAY_TTL_SECONDS` bounds how long one is kept.
 The tenant → users index is ``<prefix>:users:{t…}`` (a sorted set of score 0, read in
 id order with ``ZRANGEBYLEX``) beside ``<prefix>:seen:{t…}`` (user → latest usage or
 memory-write time, only ever moved forward). It is filled by usage rows and
@@ -121,6 +122,8 @@ class RedisLedger:
                                    ("completion", r.completion_tokens),
                                    ("memory", r.memory_tokens)):
                 day[_field("u", r.user_id, r.model, metric)] += amount
+            if r.recall_tokens:  # a field only where a remote embedder billed recall
+                day[_field("u", r.user_id, r.model, "recall")] += r.recall_tokens
             if r.user_id is not None:
                 stamp = to_iso(r.at) or ""
                 seen[(r.tenant, r.user_id)] = max(seen.get((r.tenant, r.user_id), ""), stamp)
@@ -188,7 +191,7 @@ class RedisLedger:
                     continue
                 key = {"user": who, "model": model, "day": day}[group_by]
                 row = rows.setdefault(key, {"requests": 0, "prompt": 0, "completion": 0,
-                                            "memory": 0, "learning": {}})
+                                            "memory": 0, "recall": 0, "learning": {}})
                 if kind == "u":
                     row[metric] += int(amount)
                 else:
@@ -199,7 +202,7 @@ class RedisLedger:
     async def daily(self, tenant: str, *, since: date, until: date) -> list[DailyUsage]:
         found: dict[str, DailyUsage] = {}
         for day, counters in await self._days(tenant, since, until):
-            chat = learning = 0
+            chat = learning = recall = 0
             users: set[str] = set()
             for raw, amount in counters.items():
                 kind, who, _model, metric = orjson.loads(raw)
@@ -207,10 +210,13 @@ class RedisLedger:
                     learning += int(amount)
                 elif metric in ("prompt", "completion"):
                     chat += int(amount)
+                elif metric == "recall":
+                    recall += int(amount)
                 elif metric == "requests" and who is not None:
                     users.add(who)
             found[day] = DailyUsage(day=date.fromisoformat(day), user_tokens=chat,
-                                    learning_tokens=learning, active_users=len(users))
+                                    learning_tokens=learning, active_users=len(users),
+                                    recall_tokens=recall)
         out = []
         day_ = since
         while day_ <= until:

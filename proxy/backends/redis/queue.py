@@ -155,6 +155,7 @@ class RedisLearningQueue:
         script = client.register_script
         self._enqueue, self._claim = script(lua.ENQUEUE), script(lua.CLAIM)
         self._ack, self._retry, self._bury = script(lua.ACK), script(lua.RETRY), script(lua.BURY)
+        self._resume = script(lua.RESUME_POSTPONED)
         self._requeue, self._depth = script(lua.REQUEUE), script(lua.DEPTH)
         self._drop = script(lua.DROP)
         self._prune = script(lua.PRUNE_CONSUMERS)
@@ -484,6 +485,10 @@ class RedisLearningQueue:
         with unavailable_on_redis_error("learning queue postpone"):
             await self._retry(keys=self._jobs, args=[job.id, reason[:MAX_ERROR_CHARS],
                                                      repr(float(delay_seconds)), "1"])
+
+    async def resume_postponed(self, tenant: str) -> int:
+        with unavailable_on_redis_error("learning queue resume_postponed"):
+            return int(await self._resume(keys=self._jobs, args=[tenant]))
 
     # graceful shutdown and operations ------------------------------------------------
     async def release(self, job: Job) -> None:

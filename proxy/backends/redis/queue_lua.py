@@ -186,6 +186,7 @@ redis.call('ZREM', KEYS[5], id)
 redis.call('ZREM', KEYS[6], id)
 h.error = ARGV[2]
 if ARGV[4] == '1' and h.attempts > 0 then h.attempts = h.attempts - 1 end
+if ARGV[4] == '1' then h.budget = '1' else h.budget = nil end
 h.available = fmt(now + delay)
 if delay <= 0 then
   redis.call('ZREM', KEYS[4], id)
@@ -198,6 +199,25 @@ else
   redis.call('ZADD', KEYS[4], now + delay, id)
 end
 return 1
+"""
+
+# ARGV = (tenant). Every delayed job of the tenant that a spent budget put off (header
+# ``budget`` '1', set by RETRY with refund) is made ready now. Reads the whole delayed set:
+# run only when a tenant's budget was lifted or raised. Returns how many.
+RESUME_POSTPONED = _JOB_PRELUDE + """
+local now = clock()
+local resumed = 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  local h = header(id)
+  if h and h.budget == '1' and h.tenant == ARGV[1] then
+    redis.call('ZREM', KEYS[4], id)
+    h.budget = nil
+    h.available = fmt(now)
+    make_ready(id, h, now)
+    resumed = resumed + 1
+  end
+end
+return resumed
 """
 
 # ARGV = (id, error). Returns 1, or 0.

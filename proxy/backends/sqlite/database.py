@@ -27,6 +27,9 @@ T = TypeVar("T")
 # How long a statement waits for another process's lock before failing (then callers see
 # StoreUnavailableError: 503 on the API, degraded memory on chat, a retried learning job).
 BUSY_TIMEOUT_SECONDS = 5.0
+# A write queued this long or more behind other writes gets the rest of its busy timeout
+# as its busy timeout (shorter waits are not worth a PRAGMA).
+LATE_WRITE_SECONDS = 0.05
 
 
 
@@ -36,13 +39,15 @@ class SqliteDatabase:
     Use as ``async with SqliteDatabase(path) as db``; :meth:`read` and :meth:`write` run a
     function ``fn(connection) -> T`` on the right thread and return its result.
     ``sqlite3.Error`` propagates to the caller unchanged. ``busy_timeout`` (seconds): how
-    long a statement waits for another process's lock before ``database is locked``.
+    long a statement waits for another process's lock before ``database is locked``
+    (default :data:`BUSY_TIMEOUT_SECONDS`); a write's wait behind other writes counts in
+    it (:meth:`write`).
     """
 
-    def __init__(self, path: Path | str, *,
-                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout: float | None = None) -> None:
         self.path = Path(path)
-        self.busy_timeout = busy_timeout
+        # Read at construction (not at import), so the module constant is the one default.
+        self.busy_timeout = BUSY_TIMEOUT_SECONDS if busy_timeout is None else busy_timeout
         self._writer: ThreadPoolExecutor | None = None
         self._reader: ThreadPoolExecutor | None = None
         self._wconn: sqlite3.Connection | None = None
@@ -128,39 +133,51 @@ class SqliteDatabase:
 
         self._reader.submit(run)
 
-    async def checkpoint(self) -> bool:
-        """``PRAGMA wal_checkpoint(TRUNCATE)`` on the writer connection, outside any
-        transaction: every page of the ``-wal`` file is copied into the database and the
-        ``-wal`` file is cut to zero bytes. ``False`` when a reader of another connection
-        kept it from completing (it waited ``busy_timeout`` for them)."""
-        if self._writer is None or self._wconn is None:
-            raise sqlite3.ProgrammingError("database is not open")
-        conn = self._wconn
-
-        def run() -> bool:
-            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            return not busy
-
-        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
-
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any
-        exception rolls the transaction back and propagates."""
+        exception rolls the transaction back and propagates.
+
+        A write waits at most ``busy_timeout`` seconds in all, its wait behind earlier
+        writes on the writer thread included: while another process holds the file's lock
+        each queued write would otherwise wait its own full timeout after the one before
+        it (a manual memory queued behind other writes answered only after several). A
+        write whose timeout ran out in the queue raises :class:`sqlite3.OperationalError`
+        ("database is locked") without trying; one that starts late (by
+        :data:`LATE_WRITE_SECONDS` or more) gets what is left as its busy timeout."""
         if self._writer is None or self._wconn is None:
             raise sqlite3.ProgrammingError("database is not open")
         conn = self._wconn
+        queued = time.monotonic()
 
         def run() -> T:
-            conn.execute("BEGIN IMMEDIATE")
+            waited = time.monotonic() - queued
+            left = self.busy_timeout - waited
+            if left <= 0:
+                raise sqlite3.OperationalError(
+                    f"database is locked: the write waited {waited:.1f} s for the writer "
+                    f"(busy timeout {self.busy_timeout:g} s)")
+            late = waited >= LATE_WRITE_SECONDS
+            if late:
+                conn.execute(f"PRAGMA busy_timeout={max(1, int(left * 1000))}")
             try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+                return _transaction(conn, fn)
+            finally:
+                if late:
+                    conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
 
         return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
+
+def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(conn)`` inside ``BEGIN IMMEDIATE … COMMIT``, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
 
 
 def _settle(batch: list[tuple[Any, asyncio.Future[Any]]],

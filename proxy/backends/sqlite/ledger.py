@@ -1,11 +1,15 @@
-"""The usage and learning ledgers in the embedded SQLite file (:class:`proxy.ledger.Ledger`)."""
+"""The usage and learning ledgers in the embedded SQLite file (:class:`proxy.ledger.Ledger`).
+
+Every ``sqlite3`` failure (a locked or full file, a read-only folder) is raised as
+:class:`~proxy.memory.store.StoreUnavailableError`, as the memory store and the queue do:
+503 ``store_unavailable`` on the API, rows kept for the next flush by the usage writer."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.ledger import (
@@ -18,6 +22,9 @@ from proxy.ledger import (
     UsageRow,
 )
 from proxy.memory.records import from_iso, to_iso
+from proxy.memory.store import StoreUnavailableError
+
+T = TypeVar("T")
 
 # SQL of each report key over a ledger row (``at`` is ISO 8601 UTC: its first 10
 # characters are the UTC day).
@@ -27,6 +34,18 @@ _GROUP_KEY = {"user": "user_id", "model": "model", "day": "substr(at, 1, 10)"}
 class SqliteLedger:
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self._db.read(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite ledger read failed: {exc}") from exc
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self._db.write(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite ledger write failed: {exc}") from exc
 
     async def record_usage(self, records: Sequence[UsageRecord]) -> None:
         if not records:
@@ -56,7 +75,7 @@ class SqliteLedger:
                 [(t, u, at) for (t, u), at in seen.items()],
             )
 
-        await self._db.write(run)
+        await self._write(run)
 
     async def record_learning(self, records: Sequence[LearningUsage]) -> None:
         if not records:
@@ -66,7 +85,7 @@ class SqliteLedger:
              r.completion_tokens, r.job_id)
             for r in records
         ]
-        await self._db.write(lambda c: c.executemany(
+        await self._write(lambda c: c.executemany(
             "INSERT INTO learning_ledger (at, tenant, user_id, model, purpose, prompt_tokens, "
             "completion_tokens, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows,
         ))
@@ -86,7 +105,7 @@ class SqliteLedger:
                 args,
             ).fetchone()
 
-        row = await self._db.read(run)
+        row = await self._read(run)
         return Totals(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]))
 
     async def usage_totals(self, tenant: str, user: str | None = None) -> Totals:
@@ -106,18 +125,20 @@ class SqliteLedger:
         def run(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
             chat = conn.execute(
                 f"SELECT {key}, count(*), coalesce(sum(prompt_tokens), 0), "
-                f"coalesce(sum(completion_tokens), 0), coalesce(sum(memory_tokens), 0) "
+                f"coalesce(sum(completion_tokens), 0), coalesce(sum(memory_tokens), 0), "
+                f"coalesce(sum(recall_tokens), 0) "
                 f"FROM usage_ledger WHERE {where} GROUP BY 1", args).fetchall()
             learned = conn.execute(
                 f"SELECT {key}, purpose, sum(prompt_tokens + completion_tokens) "
                 f"FROM learning_ledger WHERE {where} GROUP BY 1, 2", args).fetchall()
             return chat, learned
 
-        chat, learned = await self._db.read(run)
+        chat, learned = await self._read(run)
         rows: dict[str | None, dict[str, Any]] = {}
-        for k, requests, prompt, completion, memory in chat:
+        for k, requests, prompt, completion, memory, recall in chat:
             rows[k] = {"requests": int(requests), "prompt": int(prompt),
-                       "completion": int(completion), "memory": int(memory), "learning": {}}
+                       "completion": int(completion), "memory": int(memory),
+                       "recall": int(recall), "learning": {}}
         for k, purpose, tokens in learned:
             row = rows.setdefault(k, {"learning": {}})
             row["learning"][purpose] = int(tokens)
@@ -130,30 +151,31 @@ class SqliteLedger:
         def run(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
             chat = conn.execute(
                 "SELECT substr(at, 1, 10), sum(prompt_tokens + completion_tokens), "
-                f"count(DISTINCT user_id) FROM usage_ledger WHERE {where} GROUP BY 1",
+                "count(DISTINCT user_id), sum(recall_tokens) "
+                f"FROM usage_ledger WHERE {where} GROUP BY 1",
                 args).fetchall()
             learned = conn.execute(
                 "SELECT substr(at, 1, 10), sum(prompt_tokens + completion_tokens) "
                 f"FROM learning_ledger WHERE {where} GROUP BY 1", args).fetchall()
             return chat, learned
 
-        chat, learned = await self._db.read(run)
-        by_chat = {d: (int(t), int(n)) for d, t, n in chat}
+        chat, learned = await self._read(run)
+        by_chat = {d: (int(t), int(n), int(r)) for d, t, n, r in chat}
         by_learning = {d: int(t) for d, t in learned}
         out = []
         day = since
         while day <= until:
             iso = day.isoformat()
-            tokens, active = by_chat.get(iso, (0, 0))
+            tokens, active, recall = by_chat.get(iso, (0, 0, 0))
             out.append(DailyUsage(day=day, user_tokens=tokens,
                                   learning_tokens=by_learning.get(iso, 0),
-                                  active_users=active))
+                                  active_users=active, recall_tokens=recall))
             day += timedelta(days=1)
         return out
 
     async def users(self, tenant: str, *, after: str | None = None,
                     limit: int = 100) -> list[KnownUser]:
-        rows = await self._db.read(lambda c: c.execute(
+        rows = await self._read(lambda c: c.execute(
             "SELECT user_id, last_seen FROM tenant_users WHERE tenant = ? AND user_id > ? "
             "ORDER BY user_id LIMIT ?", (tenant, after or "", max(0, limit))).fetchall())
         out = []
@@ -165,13 +187,13 @@ class SqliteLedger:
 
     async def register_user(self, tenant: str, user: str, at: datetime) -> None:
         stamp = to_iso(at)
-        await self._db.write(lambda c: c.execute(
+        await self._write(lambda c: c.execute(
             "INSERT INTO tenant_users (tenant, user_id, last_seen) VALUES (?, ?, ?) "
             "ON CONFLICT(tenant, user_id) DO UPDATE SET "
             "last_seen = max(last_seen, excluded.last_seen)", (tenant, user, stamp)))
 
     async def user_count(self, tenant: str) -> int:
-        row = await self._db.read(lambda c: c.execute(
+        row = await self._read(lambda c: c.execute(
             "SELECT count(*) FROM tenant_users WHERE tenant = ?", (tenant,)).fetchone())
         return int(row[0])
 
@@ -183,7 +205,7 @@ class SqliteLedger:
             c.execute("DELETE FROM tenant_users WHERE tenant = ? AND user_id = ?",
                       (tenant, user))
 
-        await self._db.write(run)
+        await self._write(run)
 
 
 def _window(tenant: str, user: str | None, since: date | None,

@@ -372,6 +372,11 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX synonym_observers ON synonym_observations (tenant, user_id);
     """,
+    # 15: jobs put off by a spent learning budget are marked, so that lifting the budget
+    # makes exactly those due at once (LearningQueue.resume_postponed).
+    """
+    ALTER TABLE jobs ADD COLUMN postponed INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {

@@ -142,7 +142,7 @@ class SqliteLearningQueue:
         now = time.time()
         await self._write(lambda c: c.execute(
             "UPDATE jobs SET status = 'ready', leased_by = NULL, lease_until = NULL, "
-            "available_at = ?, last_error = ?, updated_at = ? WHERE id = ?",
+            "available_at = ?, last_error = ?, updated_at = ?, postponed = 0 WHERE id = ?",
             (now + delay_seconds, error[:_MAX_ERROR_CHARS], now, job.id),
         ))
 
@@ -409,9 +409,16 @@ class SqliteLearningQueue:
         await self._write(lambda c: c.execute(
             "UPDATE jobs SET status = 'ready', leased_by = NULL, lease_until = NULL, "
             "attempts = max(attempts - 1, 0), available_at = ?, last_error = ?, "
-            "updated_at = ? WHERE id = ?",
+            "updated_at = ?, postponed = 1 WHERE id = ?",
             (now + delay_seconds, reason[:_MAX_ERROR_CHARS], now, job.id),
         ))
+
+    async def resume_postponed(self, tenant: str) -> int:
+        now = time.time()
+        cursor = await self._write(lambda c: c.execute(
+            "UPDATE jobs SET available_at = ?, updated_at = ?, postponed = 0 "
+            "WHERE tenant = ? AND status = 'ready' AND postponed = 1", (now, now, tenant)))
+        return int(cursor.rowcount)
 
     async def release(self, job: Job) -> None:
         """Only this delivery is released: a job whose lease ran out and that another

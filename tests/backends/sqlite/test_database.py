@@ -96,3 +96,31 @@ async def test_reads_of_tasks_started_alongside_share_one_batch(tmp_path: Path) 
         assert batches == [4]
         await db.read(ident)  # a later read is a batch of its own
         assert batches == [4, 1]
+
+
+async def test_queued_writes_under_a_lock_fail_within_one_busy_timeout(tmp_path: Path) -> None:
+    """While another process holds the write lock, writes queued behind each other all
+    fail with "database is locked" within about one busy timeout in all — not one
+    timeout each, one after the other."""
+    path = tmp_path / "db.sqlite"
+    async with SqliteDatabase(path, busy_timeout=0.3) as db:
+        await db.write(lambda c: c.execute("CREATE TABLE t (n INTEGER)"))
+        other = sqlite3.connect(path, isolation_level=None, timeout=0)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            started = asyncio.get_running_loop().time()
+            results = await asyncio.gather(*(
+                db.write(lambda c, n=n: c.execute("INSERT INTO t VALUES (?)", (n,)))
+                for n in range(6)), return_exceptions=True)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert all(isinstance(r, sqlite3.OperationalError) and "locked" in str(r)
+                   for r in results), results
+        assert took < 1.0  # six full timeouts one after the other would be 1.8 s
+        # The lock gone, writes succeed again, with the full timeout restored.
+        await db.write(lambda c: c.execute("INSERT INTO t VALUES (7)"))
+        assert [tuple(r) for r in await db.read(
+            lambda c: c.execute("SELECT n FROM t").fetchall())] == [(7,)]
+        assert await db.write(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == 300
