@@ -109,7 +109,9 @@ async def create_admin_memory(request: Request) -> Response:
                                   code="invalid_value")
     res, tenant, scope, actor = _space(request, asked)
     _writable(scope, tenant)
-    content, title = clean_text(new.content), clean_text(new.title)
+    content, title = clean_text(new.content, "content"), clean_text(new.title, "title")
+    subcategory = clean_text(new.subcategory, "subcategory")
+    tags = [clean_text(x, "tags") for x in new.tags]
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
@@ -118,8 +120,8 @@ async def create_admin_memory(request: Request) -> Response:
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=None, content=content,
         title=title or content[:30], scope=scope,  # type: ignore[arg-type]
-        category=new.category, subcategory=clean_text(new.subcategory),
-        tags=tuple(dict.fromkeys(t for t in (clean_text(x) for x in new.tags) if t)),
+        category=new.category, subcategory=subcategory,
+        tags=tuple(dict.fromkeys(t for t in tags if t)),
         source="system" if scope == "system" else "manual",
         score=1.0, created_at=now, updated_at=now, last_seen_at=now,
         **vector_fields(res, await _vector(res, content, tenant)),
@@ -139,15 +141,17 @@ async def patch_admin_memory(request: Request) -> Response:
     changes: dict[str, object] = {}
     for name in ("content", "title", "subcategory"):
         value = getattr(patch, name)
-        if value is not None and clean_text(value) != getattr(memory, name):
-            changes[name] = clean_text(value)
+        cleaned = None if value is None else clean_text(value, name)
+        if cleaned is not None and cleaned != getattr(memory, name):
+            changes[name] = cleaned
     if changes.get("content") == "":
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     if patch.tags is not None:
-        tags = tuple(dict.fromkeys(t for t in (clean_text(x) for x in patch.tags) if t))
+        tags = tuple(dict.fromkeys(t for t in (clean_text(x, "tags") for x in patch.tags)
+                                   if t))
         if tags != memory.tags:
             changes["tags"] = tags
     if "content" in changes or "title" in changes:

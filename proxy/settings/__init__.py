@@ -22,10 +22,13 @@ from proxy.settings.base import (
     ENV_REFERENCE,
     GLOBAL_NAMESPACE,
     GROUP_PREFIX,
+    MAX_ID_LENGTH,
     RESERVED_IDS_RULE,
     ConfigError,
+    printable_id,
     reserved_user_id,
     resolve_env_reference,
+    user_id_problem,
 )
 from proxy.settings.embedder import EmbedderSettings
 from proxy.settings.learning import LearningBudget, LearningSettings, PiiSettings, TenantPii
@@ -42,6 +45,7 @@ __all__ = [
     "ENV_REFERENCE",
     "GLOBAL_NAMESPACE",
     "GROUP_PREFIX",
+    "MAX_ID_LENGTH",
     "MAX_VECTOR_DIM",
     "REDIS_URL_SCHEMES",
     "RESERVED_IDS_RULE",
@@ -71,6 +75,8 @@ __all__ = [
     "UpstreamSettings",
     "config_path",
     "load_settings",
+    "printable_id",
     "reserved_user_id",
     "resolve_env_reference",
+    "user_id_problem",
 ]
