@@ -106,7 +106,7 @@ def build_resources(
     """Wire services on top of opened backends (shared by :func:`open_resources` and tests).
     """
     registry = registry or ModelRegistry(settings)
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(tenant_labels=settings.metrics.tenant_labels)
     counter = TokenCounter()
     learning = settings.learning
     try:
@@ -177,7 +177,7 @@ async def open_resources(
     starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
     use.
     """
-    metrics = Metrics()
+    metrics = Metrics(tenant_labels=settings.metrics.tenant_labels)
     async with contextlib.AsyncExitStack() as stack:
         if embedder is None:
             configured = build_embedder(settings.memory.embedder)

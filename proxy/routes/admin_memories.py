@@ -30,6 +30,7 @@ from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
+from proxy.routes.admin_scope import caller
 from proxy.routes.governance import body, ok, query
 from proxy.routes.json import json_response
 from proxy.routes.memories import check_manual, clean_text, embed_texts, vector_fields
@@ -42,20 +43,14 @@ def _space(request: Request, scope: str | None) -> tuple[Resources, str, str, st
     """``(resources, tenant of the space, scope, actor)`` for the caller. A global key
     works on system memories only, a tenant key on its shared memories (and reads system
     ones). Raises 403 otherwise."""
-    res: Resources = request.app.state.resources
-    principal = res.keyring.authenticate_admin(request.headers)
-    actor = principal.key_name or "admin"
-    if principal.is_global_admin:
+    admin = caller(request, global_use="system")
+    if admin.is_global:
         if scope not in (None, "system"):
             raise PermissionDeniedError("A global admin key manages system memories; "
                                         "shared ones belong to a tenant's admin key.",
                                         code="tenant_admin_required")
-        return res, GLOBAL_NAMESPACE, "system", actor
-    asked = request.query_params.get("tenant")
-    if asked and asked != principal.tenant:
-        raise PermissionDeniedError("An admin key acts on its own tenant only.",
-                                    param="tenant", code="other_tenant")
-    return res, principal.tenant, scope or "shared", actor
+        return admin.res, GLOBAL_NAMESPACE, "system", admin.actor
+    return admin.res, admin.tenant, scope or "shared", admin.actor
 
 
 def _writable(scope: str, tenant: str) -> None:

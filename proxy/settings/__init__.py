@@ -33,6 +33,7 @@ from proxy.settings.base import (
 from proxy.settings.embedder import EmbedderSettings
 from proxy.settings.learning import LearningBudget, LearningSettings, PiiSettings, TenantPii
 from proxy.settings.memory import InjectTemplate, MemorySettings, RankingSettings
+from proxy.settings.metrics import MetricsSettings
 from proxy.settings.models import Deployment, LiteLLMParams, ModelInfo
 from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue, Overridable
 from proxy.settings.server import IdentitySettings, ServerSettings, UpstreamSettings
@@ -64,6 +65,7 @@ __all__ = [
     "LearningSettings",
     "LiteLLMParams",
     "MemorySettings",
+    "MetricsSettings",
     "ModelInfo",
     "Overridable",
     "PiiSettings",
