@@ -66,7 +66,7 @@ async def gw(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeUpstr
 
 
 async def send(gw: Gateway, headers: dict[str, str], method: str, path: str, body: Any,
-               tenant: str | None, **query: str) -> Any:
+               *, tenant: str | None, **query: str) -> Any:
     params = {**query, **({"tenant": tenant} if tenant else {})}
     async with gw.client(headers=headers) as client:
         return await client.request(method, path, json=body, params=params or None)
@@ -86,10 +86,10 @@ async def test_a_tenant_admin_naming_another_tenant_is_403_everywhere(
     """``?tenant=other`` and ``?tenant=__global__`` from acme's admin are 403
     ``other_tenant``; ``?tenant=acme`` (its own) is served as without it."""
     for foreign in ("other", "__global__"):
-        refused = await send(gw, ACME, method, path, body, foreign)
+        refused = await send(gw, ACME, method, path, body, tenant=foreign)
         assert refused.status_code == 403, (foreign, refused.text)
         assert refused.json()["error"]["code"] == "other_tenant"
-    own = await send(gw, ACME, method, path, body, "acme")
+    own = await send(gw, ACME, method, path, body, tenant="acme")
     assert own.status_code != 403, own.text
     assert own.status_code < 500
 
@@ -103,9 +103,9 @@ async def test_a_global_admin_key_is_refused_where_a_tenant_is_required(
     without ``?tenant=`` (403 with one)."""
     path = path.format(**FILLED)
     system = {"scope": "system"} if global_use == "system" else {}
-    bare = await send(gw, GLOBAL, method, path, body, None, **system)
-    named = await send(gw, GLOBAL, method, path, body, "acme", **system)
-    own = await send(gw, GLOBAL, method, path, body, "__global__", **system)
+    bare = await send(gw, GLOBAL, method, path, body, tenant=None, **system)
+    named = await send(gw, GLOBAL, method, path, body, tenant="acme", **system)
+    own = await send(gw, GLOBAL, method, path, body, tenant="__global__", **system)
     if global_use == "refused":
         for response in (bare, named, own):
             assert response.status_code == 403, response.text
@@ -133,22 +133,22 @@ async def test_another_tenants_dead_letters_and_prompts_stay_its_own(
     assert chat.status_code == 200
     await gw.settle()
     saved = await send(gw, OTHER, "PUT", "/v1/admin/prompts/extraction",
-                       {"text": SECRET_PROMPT}, None)
+                       {"text": SECRET_PROMPT}, tenant=None)
     assert saved.status_code == 200
-    theirs = await send(gw, OTHER, "GET", "/v1/admin/dead-letters", None, None)
+    theirs = await send(gw, OTHER, "GET", "/v1/admin/dead-letters", None, tenant=None)
     [job] = theirs.json()["data"]
     assert job["user"] == "olga"
     assert (await send(gw, OTHER, "GET", "/v1/admin/prompts/extraction", None,
-                       None)).json()["text"] == SECRET_PROMPT
+                       tenant=None)).json()["text"] == SECRET_PROMPT
     for path in ("/v1/admin/dead-letters", "/v1/admin/prompts/extraction"):
-        refused = await send(gw, ACME, "GET", path, None, "other")
+        refused = await send(gw, ACME, "GET", path, None, tenant="other")
         assert refused.status_code == 403
         assert job["id"] not in refused.text
         assert "OTHER-TENANT-PROMPT" not in refused.text
-    mine = await send(gw, ACME, "GET", "/v1/admin/dead-letters", None, None)
+    mine = await send(gw, ACME, "GET", "/v1/admin/dead-letters", None, tenant=None)
     assert mine.json()["data"] == []
     dropped = await send(gw, ACME, "DELETE", f"/v1/admin/dead-letters/{job['id']}", None,
-                         "other")
+                         tenant="other")
     assert dropped.status_code == 403
     assert len((await send(gw, OTHER, "GET", "/v1/admin/dead-letters", None,
-                           None)).json()["data"]) == 1
+                           tenant=None)).json()["data"]) == 1
