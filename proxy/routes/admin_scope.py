@@ -1,4 +1,5 @@
-"""Which tenant an admin route acts on — one rule for every ``/v1/admin/*`` route.
+"""Which tenant an admin route acts on — one rule for every ``/v1/admin/*`` route
+(docs/design.md#admin-scope).
 
 - A tenant admin key (``auth.admin_keys``) acts on its own tenant only: a ``?tenant=``
   naming another tenant (the reserved global namespace included) is 403 ``other_tenant``

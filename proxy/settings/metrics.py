@@ -1,4 +1,5 @@
-"""``metrics``: what ``GET /metrics`` (no key: scrapers) may show."""
+"""``metrics``: what ``GET /metrics`` (no key: scrapers) may show
+(docs/design.md#metrics)."""
 
 from __future__ import annotations
 
