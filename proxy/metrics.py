@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TOKENS = (0, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800)
 # The ``tenant`` label's value while ``metrics.tenant_labels`` is off: every tenant together
-# (not a possible tenant name's spelling in dashboards, and never a tenant's name).
+# (a value no configured tenant is expected to be called; it names none).
 ALL_TENANTS = "*"
 
 
