@@ -27,11 +27,10 @@ import jwt
 from proxy.errors import AuthenticationError, PermissionDeniedError
 from proxy.settings import (
     GLOBAL_NAMESPACE,
-    RESERVED_IDS_RULE,
     AuthSettings,
     GatewayKey,
     JwtSettings,
-    reserved_user_id,
+    user_id_problem,
 )
 
 Role = Literal["user", "app", "admin", "global_admin"]
@@ -79,8 +78,9 @@ class JwtVerifier:
 
     :meth:`verify` returns ``(tenant, user)`` or raises :class:`AuthenticationError` (401)
     for a bad signature, a wrong issuer or audience, an expired token, a missing user or
-    tenant claim, a user id the gateway reserves (:func:`~proxy.settings.reserved_user_id`),
-    or a tenant outside ``auth.jwt.tenants``."""
+    tenant claim, a user id that breaks the user-id rule the user header is held to
+    (:func:`~proxy.settings.user_id_problem`: blank, over 256 characters, a control
+    character, reserved), or a tenant outside ``auth.jwt.tenants``."""
 
     def __init__(self, settings: JwtSettings) -> None:
         self._settings = settings
@@ -120,10 +120,11 @@ class JwtVerifier:
         if not isinstance(user, str) or not user:
             raise AuthenticationError(f"The token names no user (claim {s.user_claim!r}).",
                                       code="invalid_token")
-        if reserved_user_id(user):
+        problem = user_id_problem(user)
+        if problem is not None:
+            # The rule the user header and the body are held to (one rule for every id).
             raise AuthenticationError(f"The token's user (claim {s.user_claim!r}) cannot name "
-                                      f"an end user: {RESERVED_IDS_RULE}.",
-                                      code="invalid_token")
+                                      f"an end user: {problem}.", code="invalid_token")
         if not isinstance(tenant, str) or tenant not in s.tenants:
             raise AuthenticationError("The token's tenant is not one this gateway serves.",
                                       code="invalid_token")

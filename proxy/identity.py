@@ -24,11 +24,16 @@ from typing import Any, Literal
 from proxy.auth import Principal
 from proxy.errors import InvalidRequestError
 from proxy.request import Message, message_text
-from proxy.settings import RESERVED_IDS_RULE, IdentitySettings, reserved_user_id
+from proxy.settings import (
+    MAX_ID_LENGTH,
+    IdentitySettings,
+    printable_id,
+    reserved_user_id,
+    user_id_problem,
+)
 
 MemoryMode = Literal["on", "off", "read-only", "write-only"]
 Channel = Literal["private", "group"]
-MAX_ID_LENGTH = 256
 _MODES: dict[str, MemoryMode] = {
     "on": "on", "off": "off", "read-only": "read-only", "write-only": "write-only",
     "readonly": "read-only", "writeonly": "write-only",
@@ -86,7 +91,8 @@ def resolve_user(
     Raises :class:`InvalidRequestError` for an id that is empty, longer than 256 characters
     or contains control characters, for an id the gateway reserves for its own namespaces
     (:func:`~proxy.settings.reserved_user_id`: a group chat's ``group:<id>``, the global
-    namespace) and for a ``metadata.user_id`` that is not a string.
+    namespace) and for a ``metadata.user_id`` that is not a string: the one user-id rule
+    (:func:`~proxy.settings.user_id_problem`), also held by JWTs and key bindings.
     """
     if principal.bound_user is not None:
         return principal.bound_user, "key"
@@ -230,7 +236,7 @@ def _conversation(
 
 
 def _check_id(value: str, param: str) -> str:
-    if len(value) > MAX_ID_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if not printable_id(value):
         raise InvalidRequestError(
             f"{param} must be at most {MAX_ID_LENGTH} printable characters.",
             param=param, code="invalid_value",
@@ -245,5 +251,6 @@ def _check_user(value: str, param: str) -> str:
     _check_id(value, param)
     if reserved_user_id(value):
         raise InvalidRequestError(f"{param} {value!r} cannot name an end user: "
-                                  f"{RESERVED_IDS_RULE}.", param=param, code="invalid_value")
+                                  f"{user_id_problem(value)}.", param=param,
+                                  code="invalid_value")
     return value

@@ -14,11 +14,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 # milliseconds, upstream TTFT in hundreds of ms to tens of seconds.
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TOKENS = (0, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800)
+# The ``tenant`` label's value while ``metrics.tenant_labels`` is off: every tenant together
+# (a value no configured tenant is expected to be called; it names none).
+ALL_TENANTS = "*"
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """Every collector of one app. ``tenant_labels`` (``metrics.tenant_labels``, default
+    off): whether a tenant's name may appear as a label value (:meth:`learning_budget`)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 tenant_labels: bool = False) -> None:
         self.registry = registry or CollectorRegistry()
+        self.tenant_labels = tenant_labels
+        # tenant → (paused, spent today, spent this month): the last reading of each, summed
+        # into the ALL_TENANTS series while tenant labels are off.
+        self._budgets: dict[str, tuple[bool, int, int]] = {}
         r = self.registry
         self.requests = Counter(
             "memory_proxy_requests_total", "Chat completion requests by outcome.",
@@ -60,7 +71,8 @@ class Metrics:
             "memory_proxy_learning_sink_dropped_total",
             "Exchanges not queued because the in-process buffer was full.", registry=r)
         # Learning budgets. 1 while the tenant's learning is paused by its
-        # budget (set by the worker when it checks, and by GET /v1/admin/stats), else 0.
+        # budget (set by the worker when it checks, and by GET /v1/admin/stats), else 0;
+        # written through learning_budget only (tenant names only with tenant_labels).
         self.learning_budget_paused = Gauge(
             "memory_proxy_learning_budget_paused",
             "1 while a tenant's learning budget (learning.budget) is spent, else 0.",
@@ -107,6 +119,28 @@ class Metrics:
             "memory_proxy_alerts_total",
             "Alert webhook deliveries by alert and state (firing, resolved) and outcome "
             "(sent, failed).", ["alert", "state", "outcome"], registry=r)
+
+    def learning_budget(self, tenant: str, *, paused: bool, spent_today: int | None = None,
+                        spent_this_month: int | None = None) -> None:
+        """Record a tenant's budget reading in the two budget gauges. With tenant labels the
+        series is the tenant's; without, the ``tenant`` label is :data:`ALL_TENANTS` and
+        the gauges hold every tenant together: paused is 1 while any tenant is paused,
+        spent tokens the sum of each tenant's last reading (``None``: unchanged; a tenant
+        without a cap reads 0)."""
+        _, today, month = self._budgets.get(tenant, (False, 0, 0))
+        today = today if spent_today is None else spent_today
+        month = month if spent_this_month is None else spent_this_month
+        self._budgets[tenant] = (paused, today, month)
+        if self.tenant_labels:
+            label, values = tenant, [(paused, today, month)]
+        else:
+            label, values = ALL_TENANTS, list(self._budgets.values())
+        self.learning_budget_paused.labels(tenant=label).set(
+            int(any(p for p, _, _ in values)))
+        if spent_today is not None or spent_this_month is not None:
+            spent = self.learning_budget_spent_tokens
+            spent.labels(tenant=label, period="day").set(sum(d for _, d, _ in values))
+            spent.labels(tenant=label, period="month").set(sum(m for _, _, m in values))
 
     def render(self) -> bytes:
         """The exposition text. With ``PROMETHEUS_MULTIPROC_DIR`` set (``serve

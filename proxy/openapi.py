@@ -37,7 +37,8 @@ _REF = "#/components/schemas/{model}"
 _ERRORS: dict[int, str] = {
     400: "Invalid request (the error's `param` names the offending parameter)",
     401: "Missing or unknown API key",
-    403: "The key may not do this",
+    403: "The key may not do this (e.g. a global admin key on an end-user or tenant route, "
+         "an admin key naming another tenant)",
     404: "Not found (another user's or tenant's record is indistinguishable from none)",
     405: "Method not allowed",
     409: "Conflict with the gateway's configuration",
@@ -200,7 +201,8 @@ def _parameters(op: Operation, names: list[str], schemas: dict[str, Any],
 
 def _responses(op: Operation) -> dict[str, Any]:
     """``op``'s success response and its error responses: the declared ``errors``, plus
-    400 and 503 and 401 for every keyed route, 403 for admin routes, 413 with a body."""
+    400, 401, 403 and 503 for every keyed route (403: a global admin key is refused on
+    end-user routes, a key may not do what an admin route does), 413 with a body."""
     content_schema: dict[str, Any] = (
         {"$ref": _REF.format(model=op.response.__name__)}
         if op.response is not None else {"type": "string"})
@@ -211,9 +213,7 @@ def _responses(op: Operation) -> dict[str, Any]:
         str(op.status): {"description": op.summary, "content": media}}
     statuses = set(op.errors) | {400, 503} if op.auth != "none" else set(op.errors)
     if op.auth != "none":
-        statuses |= {401}
-    if op.auth == "admin":
-        statuses |= {403}
+        statuses |= {401, 403}
     if op.body is not None:
         statuses |= {413}
     error_model = (op.error_model or ErrorBody).__name__

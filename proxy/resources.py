@@ -115,7 +115,7 @@ def build_resources(
     ``fingerprints``: the message fingerprint keys (default: ``learning.fingerprint_key``
     when set, else unkeyed — :func:`open_resources` always passes keys)."""
     registry = registry or ModelRegistry(settings)
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(tenant_labels=settings.metrics.tenant_labels)
     counter = TokenCounter()
     learning = settings.learning
     try:
@@ -212,7 +212,7 @@ async def open_resources(
     starts anyway (memory degraded, ``/readyz`` says so) and the index is set up on first
     use.
     """
-    metrics = Metrics()
+    metrics = Metrics(tenant_labels=settings.metrics.tenant_labels)
     async with contextlib.AsyncExitStack() as stack:
         if embedder is None:
             configured = build_embedder(settings.memory.embedder)

@@ -632,14 +632,14 @@
   // ---------------------------------------------------------------- admin view
   function adminView(tabIndex) {
     // A global admin key has no tenant: it manages system memories and reads one
-    // tenant's stats and usage at a time (?tenant=, named in the field above the tabs).
+    // tenant's stats and usage at a time (?tenant=, named in the field above the tabs);
+    // every other admin route (prompts, dead letters, users, settings) refuses it.
     const global = session.me.role === "global_admin";
     const heading = h("h2", { tabindex: -1 }, global ? t("roleGlobal") : t("roleAdmin", session.me));
     const defs = global ? [
       { label: t("tabOverview"), render: overviewTab },
       { label: t("tabShared"), render: sharedTab },
       { label: t("tabUsage"), render: usageTab },
-      { label: t("tabDead"), render: deadTab },
     ] : [
       { label: t("tabOverview"), render: overviewTab },
       { label: t("tabPrompts"), render: promptsTab },

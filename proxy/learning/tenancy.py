@@ -64,14 +64,13 @@ class TenantLearning:
         if self.budgets is None or (budget.tokens_per_day is None
                                     and budget.tokens_per_month is None):
             if self._metrics is not None:  # a cap removed while paused: not paused now
-                self._metrics.learning_budget_paused.labels(tenant=tenant).set(0)
+                self._metrics.learning_budget(tenant, paused=False)
             return False
         state = await self.budgets.state(tenant, budget)
         if self._metrics is not None:
-            self._metrics.learning_budget_paused.labels(tenant=tenant).set(int(state.spent))
-            spent = self._metrics.learning_budget_spent_tokens
-            spent.labels(tenant=tenant, period="day").set(state.spent_today)
-            spent.labels(tenant=tenant, period="month").set(state.spent_this_month)
+            self._metrics.learning_budget(tenant, paused=state.spent,
+                                          spent_today=state.spent_today,
+                                          spent_this_month=state.spent_this_month)
         return state.spent
 
     async def prompt(self, tenant: str, kind: str) -> str | None:

@@ -16,7 +16,7 @@ The rules and why the gateway reads each part:
 - ``model``: a non-empty string (routing);
 - ``messages``: a non-empty array of message objects (memory, identity, token counting);
 - a message's ``role``: a non-empty string; ``name``: a speaker's display name of at most
-  :data:`MAX_NAME_CHARS` printable characters (group identity, as ``identity.MAX_ID_LENGTH``
+  :data:`MAX_NAME_CHARS` printable characters (group identity, as ``settings.MAX_ID_LENGTH``
   for user ids); ``content``: a string, an array of content parts or null (null on an
   assistant tool-call turn); ``tool_calls``: an array of objects whose ``function``, when
   present, is an object (token counting);

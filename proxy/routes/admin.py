@@ -16,7 +16,8 @@
   operator's CLI ``memory-proxy dead-letters`` sees every job.
 
 Every route reads and writes only the admin key's tenant (``tests/routes/test_admin.py``
-holds a table of every route against a foreign tenant's data).
+holds a table of every route against a foreign tenant's data); a global admin key is 403
+here, and so is a ``?tenant=`` naming another tenant (:mod:`proxy.routes.admin_scope`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from proxy.learning.queue import DeadLetter, LearningQueue
 from proxy.memory.records import to_iso
 from proxy.memory.store import AuditEvent
 from proxy.resources import Resources
+from proxy.routes.admin_scope import caller
 from proxy.routes.json import json_response
 from proxy.routes.params import check_text
 from proxy.routes.shapes import (
@@ -51,9 +53,10 @@ _BUILT_IN: dict[str, str] = {"scoring": SCORING_EN, "extraction": EXTRACTION_EN}
 
 
 def _admin(request: Request) -> tuple[Resources, str, str]:
-    res: Resources = request.app.state.resources
-    principal = res.keyring.authenticate_admin(request.headers)
-    return res, principal.tenant, principal.key_name or "admin"
+    """``(resources, tenant, actor)`` of a tenant admin; a global admin key and a foreign
+    ``?tenant=`` are 403 (:func:`~proxy.routes.admin_scope.caller`)."""
+    admin = caller(request)
+    return admin.res, admin.tenant, admin.actor
 
 
 def _kind(request: Request) -> PromptKind:

@@ -30,6 +30,7 @@ from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
+from proxy.routes.admin_scope import caller
 from proxy.routes.governance import body, ok, query
 from proxy.routes.json import json_response
 from proxy.routes.memories import check_manual, clean_text, embed_texts, vector_fields
@@ -42,20 +43,14 @@ def _space(request: Request, scope: str | None) -> tuple[Resources, str, str, st
     """``(resources, tenant of the space, scope, actor)`` for the caller. A global key
     works on system memories only, a tenant key on its shared memories (and reads system
     ones). Raises 403 otherwise."""
-    res: Resources = request.app.state.resources
-    principal = res.keyring.authenticate_admin(request.headers)
-    actor = principal.key_name or "admin"
-    if principal.is_global_admin:
+    admin = caller(request, global_use="system")
+    if admin.is_global:
         if scope not in (None, "system"):
             raise PermissionDeniedError("A global admin key manages system memories; "
                                         "shared ones belong to a tenant's admin key.",
                                         code="tenant_admin_required")
-        return res, GLOBAL_NAMESPACE, "system", actor
-    asked = request.query_params.get("tenant")
-    if asked and asked != principal.tenant:
-        raise PermissionDeniedError("An admin key acts on its own tenant only.",
-                                    param="tenant", code="other_tenant")
-    return res, principal.tenant, scope or "shared", actor
+        return admin.res, GLOBAL_NAMESPACE, "system", admin.actor
+    return admin.res, admin.tenant, scope or "shared", admin.actor
 
 
 def _writable(scope: str, tenant: str) -> None:
@@ -109,7 +104,9 @@ async def create_admin_memory(request: Request) -> Response:
                                   code="invalid_value")
     res, tenant, scope, actor = _space(request, asked)
     _writable(scope, tenant)
-    content, title = clean_text(new.content), clean_text(new.title)
+    content, title = clean_text(new.content, "content"), clean_text(new.title, "title")
+    subcategory = clean_text(new.subcategory, "subcategory")
+    tags = [clean_text(x, "tags") for x in new.tags]
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
@@ -118,8 +115,8 @@ async def create_admin_memory(request: Request) -> Response:
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=None, content=content,
         title=title or content[:30], scope=scope,  # type: ignore[arg-type]
-        category=new.category, subcategory=clean_text(new.subcategory),
-        tags=tuple(dict.fromkeys(t for t in (clean_text(x) for x in new.tags) if t)),
+        category=new.category, subcategory=subcategory,
+        tags=tuple(dict.fromkeys(t for t in tags if t)),
         source="system" if scope == "system" else "manual",
         score=1.0, created_at=now, updated_at=now, last_seen_at=now,
         **vector_fields(res, await _vector(res, content, tenant)),
@@ -139,15 +136,17 @@ async def patch_admin_memory(request: Request) -> Response:
     changes: dict[str, object] = {}
     for name in ("content", "title", "subcategory"):
         value = getattr(patch, name)
-        if value is not None and clean_text(value) != getattr(memory, name):
-            changes[name] = clean_text(value)
+        cleaned = None if value is None else clean_text(value, name)
+        if cleaned is not None and cleaned != getattr(memory, name):
+            changes[name] = cleaned
     if changes.get("content") == "":
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     if patch.tags is not None:
-        tags = tuple(dict.fromkeys(t for t in (clean_text(x) for x in patch.tags) if t))
+        tags = tuple(dict.fromkeys(t for t in (clean_text(x, "tags") for x in patch.tags)
+                                   if t))
         if tags != memory.tags:
             changes["tags"] = tags
     if "content" in changes or "title" in changes:

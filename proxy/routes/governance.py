@@ -3,8 +3,9 @@ run-time settings and statistics, scoped to the admin key's tenant.
 
 Global admin keys (``auth.global_admin_keys``) carry no tenant: here they read one
 tenant's ``stats`` and ``usage`` by naming it (``?tenant=``); the other routes answer them
-403. A tenant admin key naming another tenant gets 403. Bodies and answers are the models
-of :mod:`proxy.routes.admin_models`.
+403; a tenant admin key naming another tenant gets 403 (:mod:`proxy.routes.admin_scope`:
+one rule for every admin route). Bodies and answers are the models of
+:mod:`proxy.routes.admin_models`.
 
 - ``GET /v1/admin/usage?group_by=user|model|day&user=&since=&until=`` — chat tokens and,
   always apart, learning tokens per ledger purpose
@@ -19,7 +20,6 @@ of :mod:`proxy.routes.admin_models`.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -28,13 +28,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import openapi
-from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
+from proxy.errors import InvalidRequestError, NotFoundError
 from proxy.learning.budget import LearningBudgets
 from proxy.learning.policy import Switches
 from proxy.ledger import PURPOSES, UsageRow
 from proxy.memory.store import AuditEvent, AuditFilter
-from proxy.resources import Resources
 from proxy.routes import admin_models as m
+from proxy.routes.admin_scope import Admin, caller
 from proxy.routes.json import json_response
 from proxy.routes.shapes import parse_body, parse_query, read_json
 from proxy.settings import GLOBAL_NAMESPACE
@@ -44,40 +44,6 @@ T = TypeVar("T", bound=BaseModel)
 PROMPT_KINDS = ("scoring", "extraction")
 # Versions read to find the one to restore (the store keeps every version).
 MAX_PROMPT_VERSIONS = 100_000
-
-
-@dataclass(frozen=True, slots=True)
-class Admin:
-    """The caller of an admin route: resources, the tenant acted on, the key's name."""
-
-    res: Resources
-    tenant: str
-    actor: str
-    is_global: bool
-
-
-def caller(request: Request, *, global_reads: bool = False) -> Admin:
-    """Authenticate an admin and pick the tenant (module docstring). Raises 401/403, and
-    400 (``param`` ``tenant``) when a global key names no tenant where it may read one."""
-    res: Resources = request.app.state.resources
-    principal = res.keyring.authenticate_admin(request.headers)
-    asked = request.query_params.get("tenant") or None
-    actor = principal.key_name or "admin"
-    if principal.is_global_admin:
-        if not global_reads:
-            raise PermissionDeniedError(
-                "A global admin key manages system memories and reads a tenant's stats "
-                "and usage (?tenant=); use the tenant's admin key here.",
-                code="tenant_admin_required")
-        if asked is None or asked == GLOBAL_NAMESPACE:
-            raise InvalidRequestError("A global admin key names the tenant: add "
-                                      "?tenant=<name>.", param="tenant",
-                                      code="missing_tenant")
-        return Admin(res, asked, actor, True)
-    if asked is not None and asked != principal.tenant:
-        raise PermissionDeniedError("An admin key acts on its own tenant only.",
-                                    param="tenant", code="other_tenant")
-    return Admin(res, principal.tenant, actor, False)
 
 
 def query(model: type[T], request: Request) -> T:
@@ -118,7 +84,7 @@ def _usage_entry(row: UsageRow) -> m.UsageEntry:
 
 async def usage(request: Request) -> Response:
     """``GET /v1/admin/usage`` (:class:`~proxy.routes.admin_models.UsageList`)."""
-    admin = caller(request, global_reads=True)
+    admin = caller(request, global_use="reads_tenant")
     q = query(m.UsageQuery, request)
     if q.since and q.until and q.since > q.until:
         raise InvalidRequestError("'since' is after 'until'.", param="since",
@@ -255,7 +221,7 @@ async def patch_settings(request: Request) -> Response:
 async def stats(request: Request) -> Response:
     """``GET /v1/admin/stats?days=30`` (:class:`~proxy.routes.admin_models.Stats`): totals,
     the learning state with its budget, and one row per UTC day, oldest first."""
-    admin = caller(request, global_reads=True)
+    admin = caller(request, global_use="reads_tenant")
     q = query(m.StatsQuery, request)
     res, tenant = admin.res, admin.tenant
     await res.usage.flush()
@@ -270,7 +236,7 @@ async def stats(request: Request) -> Response:
         res.ledger.daily(tenant, since=since, until=today),
         LearningBudgets(res.ledger, clock=res.clock).state(tenant, config.learning.budget),
     )
-    res.metrics.learning_budget_paused.labels(tenant=tenant).set(int(budget.spent))
+    res.metrics.learning_budget(tenant, paused=budget.spent)
     memories = {scope: counts.get(scope, {"total": 0, "retired": 0, "disabled": 0})
                 for scope in ("personal", "shared")}
     memories["system"] = system.get("system", {"total": 0, "retired": 0, "disabled": 0})

@@ -4,8 +4,9 @@ only once the app starts: see :mod:`proxy.routes.mcp`).
 The SDK's streamable HTTP transport runs stateless (any gateway process answers any
 request: nothing is kept between calls) with JSON responses. Every tool is scoped like
 ``/v1/memories``: the tenant from the key, the user from a user-bound key, else the user
-header (``X-User-Id``), else the tool's ``user`` argument. A memory of another user is "not
-found". Every call is audited (``searched``, ``created``, ``edited``, ``deleted``,
+header (``X-User-Id``), else the tool's ``user`` argument; a ``user`` argument naming
+another user than the key or the header is a tool error naming both. A memory of another
+user is "not found". Every call is audited (``searched``, ``created``, ``edited``, ``deleted``,
 ``viewed``, and ``rejected`` for a write the rules refused; ``detail.via = "mcp"``), and
 ``add_memory`` / ``update_memory`` meet the manual-memory rules (no instructions or links,
 no personal data or secrets).
@@ -35,9 +36,14 @@ from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory
 from proxy.memory.search import search
 from proxy.memory.store import AuditEvent, ListQuery
-from proxy.memory.text import strip_invisible
 from proxy.resources import Resources
-from proxy.routes.memories import add_manual, check_manual, embed_manual, vector_fields
+from proxy.routes.memories import (
+    add_manual,
+    check_manual,
+    clean_text,
+    embed_manual,
+    vector_fields,
+)
 from proxy.routes.owner import Owner
 from proxy.routes.shapes import MAX_TAGS, NewMemory
 from proxy.routes.users import user_profile
@@ -53,14 +59,22 @@ INSTRUCTIONS = (
 
 def _owner(res: Resources, headers: Mapping[str, str] | None,
            user: str | None) -> Owner:
-    """The (tenant, user) a tool call acts on. Raises :class:`ToolError` naming what is
-    missing."""
+    """The (tenant, user) a tool call acts on: the key's user, else the user header, else
+    the ``user`` argument. Raises :class:`ToolError` naming what is missing, and naming
+    both sources when the ``user`` argument names another user than the key or the header
+    (an agent's argument never silently gives way to them)."""
     try:
         principal = res.keyring.authenticate(headers or {})
-        who, _ = resolve_user(principal, headers or {}, {"user": user} if user else None,
-                              res.settings.identity)
+        who, source = resolve_user(principal, headers or {}, {"user": user} if user else None,
+                                   res.settings.identity)
     except ProxyError as exc:
         raise ToolError(exc.message) from exc
+    if who is not None and source in ("key", "header") and user and user.strip() != who:
+        named_by = ("the key (bound to one user)" if source == "key"
+                    else f"header {res.settings.identity.user_header}")
+        raise ToolError(f"The 'user' argument ({user.strip()!r}) and {named_by} "
+                        f"({who!r}) name different users: leave 'user' out or make them "
+                        "agree.")
     if who is None:
         raise ToolError(f"Identify the end user: send header "
                         f"{res.settings.identity.user_header} or pass 'user'.")
@@ -210,14 +224,14 @@ async def _edited(res: Resources, memory: Memory, *, content: str | None,
     memory (re-embedded when its text changed). Raises :class:`InvalidRequestError`."""
     changes: dict[str, Any] = {}
     if content is not None:
-        text = strip_invisible(content).strip()
+        text = clean_text(content, "content")
         if not text or len(text) > MAX_CONTENT_CHARS:
             raise InvalidRequestError(
                 f"content must be 1 to {MAX_CONTENT_CHARS} characters.", param="content",
                 code="invalid_value")
         changes["content"] = text
     if title is not None:
-        changes["title"] = strip_invisible(title).strip()
+        changes["title"] = clean_text(title, "title")
         if len(changes["title"]) > MAX_TITLE_CHARS:
             raise InvalidRequestError(f"title must be at most {MAX_TITLE_CHARS} characters.",
                                       param="title", code="invalid_value")
@@ -227,7 +241,7 @@ async def _edited(res: Resources, memory: Memory, *, content: str | None,
         if len(tags) > MAX_TAGS:
             raise InvalidRequestError(f"tags must be at most {MAX_TAGS} (got {len(tags)}).",
                                       param="tags", code="invalid_value")
-        cleaned = (strip_invisible(t).strip() for t in tags)
+        cleaned = (clean_text(t, "tags") for t in tags)
         changes["tags"] = tuple(dict.fromkeys(t for t in cleaned if t))
     if not changes:
         raise InvalidRequestError("Give at least one of content, title, category, tags.")

@@ -140,7 +140,7 @@ async def list_memories(request: Request) -> Response:
     search does not know."""
     res: Resources = request.app.state.resources
     params = parse_query(request, ListParams)
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     # System memories live in the global namespace every tenant receives
     # (docs/design.md#categories).
     query = ListQuery(
@@ -179,7 +179,7 @@ async def create_memory(request: Request) -> Response:
         raise InvalidRequestError("The request body must be a JSON object with 'content'.",
                                   code="invalid_json")
     new = parse_body(raw, NewMemory)
-    me = owner(request, res, raw)
+    me = owner(request, res, raw, reads="body")
     memory = await add_manual(res, me, new, conversation=request_conversation(request))
     return json_response(memory.to_api(), status_code=201)
 
@@ -200,25 +200,21 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     tenant, user = me.tenant, me.user
     now = res.clock()
     created = given_time(new.created_at, "created_at", now=now) or now
-    for name in ("content", "title", "subcategory", "subject"):
-        check_text(getattr(new, name), name)
-    for tag in new.tags:
-        check_text(tag, "tags")
-    # Stored without zero-width, bidi-control and other invisible characters.
-    content = strip_invisible(new.content).strip()
+    # Refused with a control character; stored without invisible characters (clean_text).
+    content = clean_text(new.content, "content")
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
-    title = strip_invisible(new.title).strip()
-    subject = strip_invisible(new.subject).strip() or "user"
-    tags = (strip_invisible(t).strip() for t in new.tags)
+    title = clean_text(new.title, "title")
+    subject = clean_text(new.subject, "subject") or "user"
+    subcategory = clean_text(new.subcategory, "subcategory")
+    tags = [clean_text(t, "tags") for t in new.tags]
     # The subject is injected too ("About <subject>: …"), so it meets the same rules.
     check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
         title=title or content[:30], category=new.category,
-        subcategory=strip_invisible(new.subcategory).strip(),
-        tags=tuple(dict.fromkeys(t for t in tags if t)),
+        subcategory=subcategory, tags=tuple(dict.fromkeys(t for t in tags if t)),
         subject=subject, source="manual", score=1.0, source_conversation_id=conversation,
         created_at=created, updated_at=now, last_seen_at=created,
     )
@@ -262,7 +258,7 @@ async def embed_manual(res: Resources, tenant: str, user: str,
 
 async def get_memory(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     memory = await res.store.get(me.tenant, me.user, request.path_params["memory_id"])
     if memory is None:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
@@ -271,7 +267,7 @@ async def get_memory(request: Request) -> Response:
 
 async def delete_memory(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     memory_id = request.path_params["memory_id"]
     deleted = await res.store.delete(me.tenant, me.user, memory_id,
                                      audit=me.audit(res, "deleted", memory_id))
@@ -321,7 +317,7 @@ def _flushed(request: Request, res: Resources, body: dict[str, Any]) -> tuple[st
 
 async def clear_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     if not _flag(request, "confirm"):
         raise InvalidRequestError(
             "Deleting all memories needs explicit confirmation: add ?confirm=true.",
@@ -355,9 +351,14 @@ def vector_fields(res: Resources, vector: tuple[float, ...] | None) -> dict[str,
     return {"embedding": vector, "embedding_model": model}
 
 
-def clean_text(value: str) -> str:
-    """Stored text: invisible characters removed, outer whitespace trimmed."""
-    return strip_invisible(value).strip()
+def clean_text(value: str, param: str) -> str:
+    """Memory text as stored, on every write path alike (``POST`` and ``PATCH
+    /v1/memories``, import, the admin memory routes, MCP ``add_memory`` and
+    ``update_memory``): a control character other than tab and line breaks is refused
+    (:func:`~proxy.routes.params.check_text`: :class:`InvalidRequestError` naming
+    ``param``, never silently dropped), then zero-width, bidi-control and other invisible
+    characters are removed and outer whitespace trimmed."""
+    return strip_invisible(check_text(value, param)).strip()
 
 
 def _text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
@@ -365,21 +366,24 @@ def _text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
     content."""
     changes: dict[str, Any] = {}
     if patch.content is not None:
-        content = clean_text(patch.content)
+        content = clean_text(patch.content, "content")
         if not content:
             raise InvalidRequestError("content: must not be blank", param="content",
                                       code="invalid_value")
         if content != memory.content:
             changes["content"] = content
-    if patch.title is not None and clean_text(patch.title) != memory.title:
-        changes["title"] = clean_text(patch.title) or \
-            changes.get("content", memory.content)[:30]
+    title = None if patch.title is None else clean_text(patch.title, "title")
+    if title is not None and title != memory.title:
+        changes["title"] = title or changes.get("content", memory.content)[:30]
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
-    if patch.subcategory is not None and clean_text(patch.subcategory) != memory.subcategory:
-        changes["subcategory"] = clean_text(patch.subcategory)
+    subcategory = None if patch.subcategory is None else clean_text(patch.subcategory,
+                                                                    "subcategory")
+    if subcategory is not None and subcategory != memory.subcategory:
+        changes["subcategory"] = subcategory
     if patch.tags is not None:
-        tags = tuple(dict.fromkeys(t for t in (clean_text(t) for t in patch.tags) if t))
+        tags = tuple(dict.fromkeys(t for t in (clean_text(t, "tags") for t in patch.tags)
+                                   if t))
         if tags != memory.tags:
             changes["tags"] = tags
     return changes
@@ -448,7 +452,7 @@ async def memory_stats(request: Request) -> Response:
     """``GET /v1/memories/stats`` → :class:`~proxy.routes.shapes.MemoryStats`."""
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     memories = await all_memories(res, me.tenant, me.user)
     settings = await res.store.get_user_settings(me.tenant, me.user)
     live = [m for m in memories if m.superseded_at is None]

@@ -49,15 +49,25 @@ def caller(request: Request, res: Resources, source: dict[str, Any]) -> tuple[Pr
     return principal, user
 
 
-def owner(request: Request, res: Resources, source: dict[str, Any]) -> Owner:
-    """The caller's (tenant, user). Raises :class:`InvalidRequestError` (400
-    ``missing_user``) when no user is named, :class:`~proxy.errors.AuthenticationError`
-    (401) for a missing or unknown key."""
+# Where a route reads the body-or-query ``user`` from, as its missing-user message says.
+Reads = Literal["query", "body", "both"]
+_READS: dict[str, str] = {"query": "the query string", "body": "the JSON body",
+                          "both": "the JSON body or the query string"}
+
+
+def owner(request: Request, res: Resources, source: dict[str, Any], *,
+          reads: Reads = "both") -> Owner:
+    """The caller's (tenant, user); ``source`` holds the ``user`` the route reads, from
+    where ``reads`` says (the missing-user message names only that place). Raises
+    :class:`InvalidRequestError` (400 ``missing_user``) when no user is named,
+    :class:`~proxy.errors.AuthenticationError` (401) for a missing or unknown key."""
     principal, user = caller(request, res, source)
     if user is None:
+        unread = "" if reads != "body" or "user" not in request.query_params else (
+            "; 'user' in the query string is not read by this route")
         raise InvalidRequestError(
             f"Identify the end user: send header {res.settings.identity.user_header} "
-            "(or 'user' in the body / query string).",
+            f"(or 'user' in {_READS[reads]}){unread}.",
             param=res.settings.identity.user_header, code="missing_user",
         )
     return Owner(principal.tenant, user, "admin" if principal.is_admin else "user",

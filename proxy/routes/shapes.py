@@ -16,10 +16,11 @@ from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError, invalid_value
 from proxy.http import read_body
-from proxy.identity import MAX_ID_LENGTH, header_text
+from proxy.identity import header_text
 from proxy.memory.categories import Category as CategoryName
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, from_iso
 from proxy.routes.params import check_query
+from proxy.settings import MAX_ID_LENGTH
 
 SourceName = Literal["auto", "manual", "system"]
 MAX_TAGS = 20
@@ -79,7 +80,7 @@ def request_conversation(request: Request) -> str | None:
     """The conversation the request names in the identity settings' conversation header
     (``X-Conversation-Id`` by default), trimmed; ``None`` when absent or blank. Raises
     :class:`InvalidRequestError` (400 naming the header) for an id longer than
-    :data:`~proxy.identity.MAX_ID_LENGTH` or holding control characters, as for chat."""
+    :data:`~proxy.settings.MAX_ID_LENGTH` or holding control characters, as for chat."""
     header = request.app.state.resources.settings.identity.conversation_header
     value = header_text(request.headers.get(header))
     if not value or not value.strip():

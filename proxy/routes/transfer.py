@@ -94,7 +94,7 @@ def _import_slots() -> asyncio.Semaphore:
 async def export_memories(request: Request) -> Response:
     res: Resources = request.app.state.resources
     params = parse_query(request, ExportParams)
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     memories = await all_memories(res, me.tenant, me.user)
     now = res.clock()
     if params.format == "markdown":
@@ -258,8 +258,10 @@ def _accept(me: Owner, raw: Any, now: datetime,
         item = ExportedMemory.model_validate(raw)
     except ValidationError as exc:
         raise invalid(exc, raw) from exc
-    content, title = clean_text(item.content), clean_text(item.title)
-    subject = clean_text(item.subject) or "user"
+    content, title = clean_text(item.content, "content"), clean_text(item.title, "title")
+    subject = clean_text(item.subject, "subject") or "user"
+    subcategory = clean_text(item.subcategory, "subcategory")
+    tags = [clean_text(t, "tags") for t in item.tags]
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
@@ -273,8 +275,7 @@ def _accept(me: Owner, raw: Any, now: datetime,
     return Memory(
         id=new_id(), tenant=me.tenant, user_id=me.user, content=content,
         title=title or content[:30], category=item.category,
-        subcategory=clean_text(item.subcategory),
-        tags=tuple(dict.fromkeys(t for t in (clean_text(t) for t in item.tags) if t)),
+        subcategory=subcategory, tags=tuple(dict.fromkeys(t for t in tags if t)),
         subject=subject, source="auto" if item.source == "auto" else "manual",
         source_conversation_id=item.source_conversation_id or conversation,
         source_channel=item.source_channel, score=min(item.score, 1.0),

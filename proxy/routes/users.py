@@ -84,7 +84,7 @@ async def whoami(request: Request) -> Response:
 async def get_settings(request: Request) -> Response:
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     return json_response(settings_api(await res.store.get_user_settings(me.tenant, me.user)))
 
 
@@ -160,7 +160,7 @@ async def get_profile(request: Request) -> Response:
     facts (docs/design.md#injection) with their audit timeline, oldest event first."""
     res: Resources = request.app.state.resources
     parse_query(request, UserParams)
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     return json_response(await user_profile(res, me))
 
 
@@ -174,7 +174,7 @@ async def erase_me(request: Request) -> Response:
     ``confirm=true``."""
     res: Resources = request.app.state.resources
     params = parse_query(request, ConfirmParams)
-    me = owner(request, res, dict(request.query_params))
+    me = owner(request, res, dict(request.query_params), reads="query")
     if not params.confirm:
         raise InvalidRequestError(
             "Erasing everything about the user needs explicit confirmation: add "

@@ -22,14 +22,18 @@ from proxy.settings.base import (
     ENV_REFERENCE,
     GLOBAL_NAMESPACE,
     GROUP_PREFIX,
+    MAX_ID_LENGTH,
     RESERVED_IDS_RULE,
     ConfigError,
+    printable_id,
     reserved_user_id,
     resolve_env_reference,
+    user_id_problem,
 )
 from proxy.settings.embedder import EmbedderSettings
 from proxy.settings.learning import LearningBudget, LearningSettings, PiiSettings, TenantPii
 from proxy.settings.memory import InjectTemplate, MemorySettings, RankingSettings
+from proxy.settings.metrics import MetricsSettings
 from proxy.settings.models import Deployment, LiteLLMParams, ModelInfo
 from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue, Overridable
 from proxy.settings.server import IdentitySettings, ServerSettings, UpstreamSettings
@@ -42,6 +46,7 @@ __all__ = [
     "ENV_REFERENCE",
     "GLOBAL_NAMESPACE",
     "GROUP_PREFIX",
+    "MAX_ID_LENGTH",
     "MAX_VECTOR_DIM",
     "REDIS_URL_SCHEMES",
     "RESERVED_IDS_RULE",
@@ -60,6 +65,7 @@ __all__ = [
     "LearningSettings",
     "LiteLLMParams",
     "MemorySettings",
+    "MetricsSettings",
     "ModelInfo",
     "Overridable",
     "PiiSettings",
@@ -71,6 +77,8 @@ __all__ = [
     "UpstreamSettings",
     "config_path",
     "load_settings",
+    "printable_id",
     "reserved_user_id",
     "resolve_env_reference",
+    "user_id_problem",
 ]

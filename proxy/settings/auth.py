@@ -11,10 +11,9 @@ from pydantic import Field, SecretStr, model_validator
 from proxy.settings.base import (
     ENV_REFERENCE,
     GLOBAL_NAMESPACE,
-    RESERVED_IDS_RULE,
     Section,
-    reserved_user_id,
     resolve_env_reference,
+    user_id_problem,
 )
 
 
@@ -141,7 +140,8 @@ class AuthSettings(Section):
                                  "the global (system memory) namespace, not a tenant")
         for where, keys in (("auth.keys", self.keys), ("auth.admin_keys", self.admin_keys)):
             for index, key in enumerate(keys):
-                if key.user is not None and reserved_user_id(key.user):
+                problem = None if key.user is None else user_id_problem(key.user)
+                if problem is not None:
                     raise ValueError(f"{where}.{index}.user: {key.user!r} cannot name an end "
-                                     f"user: {RESERVED_IDS_RULE}")
+                                     f"user: {problem}")
         return self

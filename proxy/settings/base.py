@@ -28,6 +28,31 @@ def reserved_user_id(user: str) -> bool:
 
 RESERVED_IDS_RULE = (f"ids starting with '{GROUP_PREFIX}' and the id '{GLOBAL_NAMESPACE}' "
                      "are reserved for the gateway's own namespaces")
+# The longest user, conversation or group id (characters): ids are key parts in both
+# stores and appear in logs and audit events (docs/design.md#identity).
+MAX_ID_LENGTH = 256
+
+
+def printable_id(value: str) -> bool:
+    """Whether ``value`` is at most :data:`MAX_ID_LENGTH` characters without a C0 control
+    character (NUL, tab, line breaks, escape …) or DEL — the rule for every id a caller
+    names (user, conversation, group)."""
+    return len(value) <= MAX_ID_LENGTH and not any(ord(c) < 32 or ord(c) == 127
+                                                    for c in value)
+
+
+def user_id_problem(user: str) -> str | None:
+    """Why ``user`` cannot name an end user, or ``None`` when it can: blank, longer than
+    :data:`MAX_ID_LENGTH` characters, holding a control character, or reserved
+    (:func:`reserved_user_id`). The one rule for ids from a header, a body, a JWT and a
+    key binding alike."""
+    if not user.strip():
+        return "it is blank"
+    if not printable_id(user):
+        return f"it must be at most {MAX_ID_LENGTH} printable characters"
+    if reserved_user_id(user):
+        return RESERVED_IDS_RULE
+    return None
 
 
 class ConfigError(MemoryProxyError):

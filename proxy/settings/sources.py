@@ -23,6 +23,7 @@ from proxy.settings.auth import AuthSettings
 from proxy.settings.base import ENV_PREFIX, ConfigError
 from proxy.settings.learning import LearningSettings
 from proxy.settings.memory import MemorySettings
+from proxy.settings.metrics import MetricsSettings
 from proxy.settings.models import Deployment
 from proxy.settings.server import IdentitySettings, ServerSettings, UpstreamSettings
 from proxy.settings.storage import StorageSettings
@@ -51,6 +52,7 @@ class Settings(BaseSettings):
     identity: IdentitySettings = Field(default_factory=IdentitySettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @classmethod
     def settings_customise_sources(

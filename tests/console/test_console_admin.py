@@ -232,6 +232,7 @@ async def test_global_admin_manages_system_memories_and_reads_a_tenant(
     await expect(page.get_by_role("heading", name="global admin")).to_be_visible()
     await expect(page.get_by_role("tab", name="Prompts")).to_have_count(0)
     await expect(page.get_by_role("tab", name="Settings")).to_have_count(0)
+    await expect(page.get_by_role("tab", name="Dead letters")).to_have_count(0)
     # The tenants of the configuration are offered (the first one open), never the API's
     # "add ?tenant=<name>".
     tenant = page.get_by_label("Tenant")

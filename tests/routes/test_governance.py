@@ -463,7 +463,8 @@ async def test_budget_pauses_and_resumes_learning(build: Build, upstream: FakeUp
         assert stats["learning"]["budget"]["state"] == "paused"
         assert stats["learning"]["budget"]["paused_by"] == "day"
         metrics = (await get(gw, "/metrics", {})).text
-        assert 'memory_proxy_learning_budget_paused{tenant="acme"} 1.0' in metrics
+        # No tenant name in /metrics by default (metrics.tenant_labels): every tenant's.
+        assert 'memory_proxy_learning_budget_paused{tenant="*"} 1.0' in metrics
         # A sealed batch waits, without using attempts (max_attempts is 2).
         clock.now = day.replace(hour=23, minute=59, second=59)
         assert await gw.res.queue.seal("acme", "u2", conversations[0], now=0) is not None
@@ -487,7 +488,7 @@ async def test_removing_a_spent_budget_clears_the_paused_gauge(build: Build,
                                                               upstream: FakeUpstream) -> None:
     """A tenant paused by its budget whose admin removes the cap is no longer reported
     paused once the worker looks again (the gauge stayed at 1 with learning running)."""
-    async with running_gateway(build(), upstream) as gw:
+    async with running_gateway(build(metrics={"tenant_labels": True}), upstream) as gw:
         async with gw.client(headers=ACME_ADMIN) as client:
             await client.patch("/v1/admin/settings",
                                json={"learning.budget": {"tokens_per_day": 1}})

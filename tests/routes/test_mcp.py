@@ -227,7 +227,7 @@ async def test_profile_is_the_users_own(gateway: Gateway) -> None:
 async def test_gateway_keys_guard_the_endpoint(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """With keys configured, /mcp answers 401 without a valid Bearer key; a user-bound key
-    acts for its user whatever ``user`` the tool is given."""
+    acts for its user, and a ``user`` argument naming another user is a tool error."""
     monkeypatch.setenv("USER_KEY", "key-of-dave")
     digest = hashlib.sha256(b"tenant-key").hexdigest()
     settings = make_settings(tmp_path, auth={"keys": [
@@ -241,7 +241,10 @@ async def test_gateway_keys_guard_the_endpoint(tmp_path: Path,
         assert refused.status_code == 401
         assert refused.json()["error"]["code"] == "invalid_api_key"
         async with mcp_client(gw, key="key-of-dave") as client:
-            added = await call(client, "add_memory", content="Drinks green tea", user="erin")
+            refused = await failure(client, "add_memory", content="Drinks green tea",
+                                    user="erin")
+            added = await call(client, "add_memory", content="Drinks green tea")
+        assert "'erin'" in refused
         assert added["user_id"] == "dave"
         async with mcp_client(gw, key="tenant-key", user="dave") as client:
             found = await call(client, "search_memories", query="tea")
