@@ -200,6 +200,9 @@ class MemoryService:
         facts = relevant + [
             resident[i] for i in distinct(resident, limit=len(resident), chosen=relevant)
         ]
+        # Of an open conflict's pair only the memory with more evidence (then the newer)
+        # is injected: the other carries the mark (docs/design.md#conflicts).
+        facts = [m for m in facts if not m.conflict_yields]
         facts, profile, refused = held_as_data(facts, profile)
         language = choose_language(request.messages, self._settings.language)
         template = self._settings.templates[language]

@@ -25,6 +25,7 @@ from proxy.backends.redis.codec import memory_from_hash
 from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.redis.memories import MemoryHashes, as_text, opt_text, terms_ready
 from proxy.backends.redis.users import UserRecords
+from proxy.memory.conflicts import HISTORY_WEEKS, ProfileWeek
 from proxy.memory.records import Memory, from_iso, utcnow
 from proxy.memory.store import ApplyPlan, AuditEvent, ChangeSet, fact_key, plan_apply
 from proxy.memory.text import normalize
@@ -50,6 +51,19 @@ def check_namespace(changes: ChangeSet) -> None:
         and mismatch(changes.conversation.tenant, changes.conversation.user_id)
     ):
         raise ValueError("a change set may only touch its own namespace")
+
+
+def queue_conflicts(pipe: Pipeline, keys: KeyLayout, ns: str, plan: ApplyPlan,
+                    snapshot: ProfileWeek | None, weeks: list[str]) -> None:
+    """Queue the plan's conflicts and the profile snapshot (``weeks``: the snapshot weeks
+    stored now; those beyond the newest :data:`HISTORY_WEEKS` are dropped)."""
+    if plan.conflicts:
+        pipe.hset(keys.conflicts(ns), mapping={c.id: c.to_json() for c in plan.conflicts})
+    if snapshot is not None:
+        pipe.hset(keys.profile_history(ns), snapshot.week, snapshot.to_json())
+        dropped = sorted({*weeks, snapshot.week})[:-HISTORY_WEEKS]
+        if dropped:
+            pipe.hdel(keys.profile_history(ns), *dropped)
 
 
 class ChangeSetWriter:
@@ -99,6 +113,9 @@ class ChangeSetWriter:
             if others:
                 flags = await pipe.smismember(ids_key, others)
                 known |= {mid for mid, flag in zip(others, flags, strict=True) if flag}
+            history = self._keys.profile_history(ns)
+            weeks = [] if changes.snapshot is None else \
+                [as_text(w) for w in await pipe.hkeys(history)]
             multi(pipe)
             pipe.zadd(batches, {changes.batch_key: now})
             pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
@@ -122,6 +139,7 @@ class ChangeSetWriter:
             if changes.conversation is not None:
                 self._users.queue_conversation(pipe, changes.conversation, dropped)
             self._audit.queue(pipe, plan.audit, ns)
+            queue_conflicts(pipe, self._keys, ns, plan, changes.snapshot, weeks)
             await pipe.execute()
             audit[:] = plan.audit
             return True

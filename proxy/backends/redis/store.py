@@ -82,6 +82,7 @@ from proxy.backends.redis.keys import (
 from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
+from proxy.memory.conflicts import Conflict, ProfileWeek, conflict_from_json, week_from_json
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     READ_TURN,
@@ -430,6 +431,29 @@ class RedisMemoryStore:
         # decides for records imported with their own times.
         return sorted(memories, key=lambda m: (m.created_at, m.id))
 
+
+    # conflicts and the profile over time ------------------------------------------------
+    async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
+                             limit: int = 500) -> list[Conflict]:
+        with _unavailable("list_conflicts"):
+            raw = await self._redis.hvals(self._keys.conflicts(user_token(tenant, user)))
+        found = [conflict_from_json(tenant, user, r) for r in raw]
+        found = [c for c in found if c.status in statuses]
+        found.sort(key=lambda c: (c.created_at, c.id), reverse=True)
+        return found[:max(0, limit)]
+
+    async def get_conflict(self, tenant: str, user: str,
+                           conflict_id: str) -> Conflict | None:
+        with _unavailable("get_conflict"):
+            raw = await self._redis.hget(self._keys.conflicts(user_token(tenant, user)),
+                                         conflict_id)
+        return None if raw is None else conflict_from_json(tenant, user, raw)
+
+    async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
+        with _unavailable("profile_history"):
+            raw = await self._redis.hvals(
+                self._keys.profile_history(user_token(tenant, user)))
+        return sorted((week_from_json(tenant, user, r) for r in raw), key=lambda w: w.week)
 
     async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
         with _unavailable("bind_names"):

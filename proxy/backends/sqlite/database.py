@@ -310,6 +310,41 @@ MIGRATIONS: tuple[str, ...] = (
     # 12: keyword terms gained the character bigrams and characters of CJK runs (beside
     # jieba's words): memories holding CJK are re-termed (reterm_index, in Python).
     "python:reterm_index",
+    # 13: conflicts a person settles (docs/design.md#conflicts): the pairs, and the mark
+    # an open one leaves on its two memories (memories_generation_update recreated with
+    # the new columns); the weekly profile snapshots (docs/design.md#profile-over-time).
+    """
+    ALTER TABLE memories ADD COLUMN conflict_with TEXT;
+    ALTER TABLE memories ADD COLUMN conflict_yields INTEGER NOT NULL DEFAULT 0;
+    DROP TRIGGER memories_generation_update;
+    CREATE TRIGGER memories_generation_update AFTER UPDATE OF id, tenant, user_id, scope,
+        category, subcategory, title, content, tags, subject, source, source_conversation_id,
+        source_channel, score, embedding, enabled, hits, created_at, updated_at, last_seen_at,
+        superseded_at, superseded_by, supersede_reason, norm, embedding_model, conflict_with,
+        conflict_yields ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; INSERT INTO
+        memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''), 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TABLE memory_conflicts (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX memory_conflicts_owner ON memory_conflicts (tenant, user_id, created_at);
+    CREATE TABLE profile_history (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        week TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_id, week)
+    ) WITHOUT ROWID;
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {

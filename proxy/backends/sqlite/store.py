@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from proxy.backends.sqlite import users
+from proxy.backends.sqlite import conflicts, users
 from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
@@ -31,6 +31,7 @@ from proxy.backends.sqlite.codec import (
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.rows import delete_memories, upsert_memory
 from proxy.backends.sqlite.search import Recall
+from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     AuditEvent,
@@ -357,6 +358,18 @@ class SqliteMemoryStore:
         await self._write(lambda c: users.put_tenant_settings(c, tenant, overrides, stamp))
 
     # erasure -----------------------------------------------------------------------------
+    async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
+                             limit: int = 500) -> list[Conflict]:
+        return await self._read(
+            lambda c: conflicts.list_conflicts(c, tenant, user, statuses, limit))
+
+    async def get_conflict(self, tenant: str, user: str,
+                           conflict_id: str) -> Conflict | None:
+        return await self._read(lambda c: conflicts.get_conflict(c, tenant, user, conflict_id))
+
+    async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
+        return await self._read(lambda c: conflicts.weeks(c, tenant, user))
+
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         marker = to_iso(utcnow())
         return await self._write(

@@ -1,0 +1,78 @@
+"""Conflicts and weekly profile snapshots on SQLite (docs/design.md#conflicts,
+docs/design.md#profile-over-time): the ``memory_conflicts`` and ``profile_history``
+tables, written inside the caller's transaction (an apply) and read by the store.
+Errors are the caller's to translate.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from proxy.memory.conflicts import (
+    HISTORY_WEEKS,
+    Conflict,
+    ProfileWeek,
+    conflict_from_json,
+    week_from_json,
+)
+from proxy.memory.records import to_iso
+
+
+def put_conflicts(conn: sqlite3.Connection, conflicts: Iterable[Conflict]) -> None:
+    """Insert or replace each conflict (by id)."""
+    conn.executemany(
+        "INSERT INTO memory_conflicts (id, tenant, user_id, status, created_at, body) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
+        "body = excluded.body",
+        [(c.id, c.tenant, c.user_id, c.status, to_iso(c.created_at), c.to_json())
+         for c in conflicts])
+
+
+def list_conflicts(conn: sqlite3.Connection, tenant: str, user: str,
+                   statuses: frozenset[str], limit: int) -> list[Conflict]:
+    """The user's conflicts of those statuses, newest first, at most ``limit``."""
+    if not statuses or limit <= 0:
+        return []
+    marks = ", ".join("?" * len(statuses))
+    rows = conn.execute(
+        f"SELECT body FROM memory_conflicts WHERE tenant = ? AND user_id = ? AND status IN "
+        f"({marks}) ORDER BY created_at DESC, id DESC LIMIT ?",
+        (tenant, user, *sorted(statuses), limit)).fetchall()
+    return [conflict_from_json(tenant, user, r[0]) for r in rows]
+
+
+def get_conflict(conn: sqlite3.Connection, tenant: str, user: str,
+                 conflict_id: str) -> Conflict | None:
+    row = conn.execute(
+        "SELECT body FROM memory_conflicts WHERE id = ? AND tenant = ? AND user_id = ?",
+        (conflict_id, tenant, user)).fetchone()
+    return None if row is None else conflict_from_json(tenant, user, row[0])
+
+
+def put_week(conn: sqlite3.Connection, week: ProfileWeek) -> None:
+    """Write the snapshot of its week, then drop the user's weeks beyond the newest
+    :data:`~proxy.memory.conflicts.HISTORY_WEEKS`."""
+    owner = (week.tenant, week.user_id)
+    conn.execute(
+        "INSERT INTO profile_history (tenant, user_id, week, body) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(tenant, user_id, week) DO UPDATE SET body = excluded.body",
+        (*owner, week.week, week.to_json()))
+    conn.execute(
+        "DELETE FROM profile_history WHERE tenant = ? AND user_id = ? AND week NOT IN "
+        "(SELECT week FROM profile_history WHERE tenant = ? AND user_id = ? "
+        "ORDER BY week DESC LIMIT ?)", (*owner, *owner, HISTORY_WEEKS))
+
+
+def weeks(conn: sqlite3.Connection, tenant: str, user: str) -> list[ProfileWeek]:
+    """The user's stored snapshots, oldest first."""
+    rows = conn.execute(
+        "SELECT body FROM profile_history WHERE tenant = ? AND user_id = ? ORDER BY week",
+        (tenant, user)).fetchall()
+    return [week_from_json(tenant, user, r[0]) for r in rows]
+
+
+def erase(conn: sqlite3.Connection, tenant: str, user: str) -> None:
+    """Remove the user's conflicts and snapshots (erasure, in its transaction)."""
+    for table in ("memory_conflicts", "profile_history"):
+        conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?", (tenant, user))
