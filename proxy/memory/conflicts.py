@@ -134,13 +134,14 @@ def restore(memory: Memory, *, at: datetime) -> Memory:
 
 
 def settle(conflict: Conflict, retired: Memory, successor: Memory, *, reverse: bool,
-           at: datetime, actor: str) -> tuple[Conflict, tuple[Memory, ...]]:
+           at: datetime, actor: str) -> tuple[Conflict, tuple[Memory, Memory]]:
     """The conflict settled by a person and the memories that change.
 
-    ``reverse=False`` (confirm): the successor stands — an open conflict retires the old
-    memory now, an automatic retirement stays as it is. ``reverse=True``: the old memory
-    is active again and the successor is retired (superseded by the old one). Raises
-    ``ValueError`` for a conflict already settled."""
+    Returns the settled conflict and both memories as they are now ``(retired,
+    successor)``. ``reverse=False`` (confirm): the successor stands — an open conflict
+    retires the old memory now, an automatic retirement stays as it is. ``reverse=True``:
+    the old memory is active again and the successor is retired (superseded by the old
+    one). Raises ``ValueError`` for a conflict already settled."""
     if conflict.settled:
         raise ValueError("conflict already settled")
     done = replace(conflict, status="reversed" if reverse else "confirmed",
@@ -152,7 +153,7 @@ def settle(conflict: Conflict, retired: Memory, successor: Memory, *, reverse: b
         return done, (retire(retired, by=successor.id, at=at,
                              reason=f"contradicted, confirmed by the {actor}"),
                       unmarked(successor))
-    return done, ()
+    return done, (retired, successor)
 
 
 # Profile over time ---------------------------------------------------------------------
