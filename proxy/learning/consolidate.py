@@ -239,20 +239,9 @@ def consolidate(
         evidence.append((created.id, ctx.batch_key))
         audit.append(_event(ctx, "created", created.id, "extracted from conversation",
                             {"category": created.category}))
-        for old in superseded:
-            upserts[old.id] = _retired(old, by=created, ctx=ctx)
-            active.pop(old.id, None)
-            _unmark_partner(old, active, upserts)
-            audit.append(_event(ctx, "retired", old.id, "superseded",
-                                {"superseded_by": created.id}))
-            conflicts.append(_conflict(ctx, "supersede", old, created))
-        for old in _contradicted(fact, subject, ctx, active, retiring):
-            old_marked, new_marked = mark_pair(old, upserts.get(created.id, created))
-            for memory in (old_marked, new_marked):
-                upserts[memory.id] = active[memory.id] = memory
-            conflicts.append(_conflict(ctx, "contradicts", old, created))
-            audit.append(_event(ctx, "conflict_opened", old.id, "contradicted, unsure",
-                                {"successor": created.id}))
+        contradicted = _contradicted(fact, subject, ctx, active, retiring)
+        _pairs(ctx, created, superseded, contradicted, active=active, upserts=upserts,
+               audit=audit, conflicts=conflicts)
     new_profile = merge_profile(
         profile, profile_update, tenant=ctx.tenant, user=ctx.user, now=ctx.now,
         user_messages=user_messages, names=names, synonyms=ctx.synonyms,
@@ -272,6 +261,28 @@ def consolidate(
         snapshot=None if profile_update is None else snapshot(
             new_profile, tenant=ctx.tenant, user=ctx.user, now=ctx.now),
     )
+
+
+def _pairs(ctx: BatchContext, created: Memory, superseded: Sequence[Memory],
+           contradicted: Sequence[Memory], *, active: dict[str, Memory],
+           upserts: dict[str, Memory], audit: list[AuditEvent],
+           conflicts: list[Conflict]) -> None:
+    """The new memory ``created`` against the stored ones it supersedes (each retired, a
+    ``supersede`` pair) and those it may contradict (an ``open`` pair, both marked)."""
+    for old in superseded:
+        upserts[old.id] = _retired(old, by=created, ctx=ctx)
+        active.pop(old.id, None)
+        _unmark_partner(old, active, upserts)
+        audit.append(_event(ctx, "retired", old.id, "superseded",
+                            {"superseded_by": created.id}))
+        conflicts.append(_conflict(ctx, "supersede", old, created))
+    for old in contradicted:
+        old_marked, new_marked = mark_pair(old, upserts.get(created.id, created))
+        for memory in (old_marked, new_marked):
+            upserts[memory.id] = active[memory.id] = memory
+        conflicts.append(_conflict(ctx, "contradicts", old, created))
+        audit.append(_event(ctx, "conflict_opened", old.id, "contradicted, unsure",
+                            {"successor": created.id}))
 
 
 def _contradicted(fact: CandidateFact, subject: str, ctx: BatchContext,
