@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from proxy.learning.answers import CandidateFact, ProfileUpdate
+from proxy.memory.categories import CATEGORIES
 from proxy.memory.conflicts import (
     Conflict,
     ConflictKind,
@@ -43,7 +44,6 @@ from proxy.memory.conflicts import (
     snapshot,
     unmarked,
 )
-from proxy.memory.categories import CATEGORIES
 from proxy.memory.records import (
     USER_SUBJECT,
     ConversationRecord,

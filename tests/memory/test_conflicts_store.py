@@ -67,7 +67,8 @@ async def test_a_change_set_writes_its_conflicts_and_the_marks_round_trip(
     assert await store.list_conflicts("t1", "u2", statuses=STATUS_FILTERS["all"]) == []
     stored_old = await store.get("t1", "u1", old.id)
     stored_new = await store.get("t1", "u1", new.id)
-    assert stored_old is not None and stored_new is not None
+    assert stored_old is not None
+    assert stored_new is not None
     assert (stored_old.conflict_with, stored_old.conflict_yields) == (new.id, False)
     assert (stored_new.conflict_with, stored_new.conflict_yields) == (old.id, True)
     found = {c.memory.id: c.memory for c in await store.search(ask("Lives for work"))}

@@ -66,8 +66,10 @@ async def test_a_supersede_is_listed_and_a_person_reverses_it(
     reversed_ = await call(gw, "POST", path, U1)
     assert reversed_.status_code == 200, reversed_.text
     body = reversed_.json()
-    assert body["status"] == "reversed" and body["settled_by"] == "user"
-    assert body["retired"]["enabled"] is True and body["retired"]["superseded_at"] is None
+    assert body["status"] == "reversed"
+    assert body["settled_by"] == "user"
+    assert body["retired"]["enabled"] is True
+    assert body["retired"]["superseded_at"] is None
     assert body["successor"]["superseded_by"] == body["retired"]["id"]
     again = await call(gw, "POST", f"/v1/memories/conflicts/{pair['id']}/confirm", U1)
     assert error(again, 409)["code"] == "conflict_settled"
@@ -79,7 +81,8 @@ async def test_a_supersede_is_listed_and_a_person_reverses_it(
     audit = await call(gw, "GET", "/v1/admin/audit", ADMIN,
                        params={"user": "u1", "action": "retired"})
     retired = [e for e in audit.json()["data"] if e["memory_id"] == body["successor"]["id"]]
-    assert retired and retired[0]["actor"] == "user"
+    assert retired
+    assert retired[0]["actor"] == "user"
 
 
 async def test_contradicts_is_open_and_recall_injects_only_the_stronger(
@@ -95,7 +98,8 @@ async def test_contradicts_is_open_and_recall_injects_only_the_stronger(
                                           contradicts=[ids["Works at the harbour office"]]))
     (pair,) = await conflicts(gw)
     assert (pair["kind"], pair["status"]) == ("contradicts", "open")
-    assert pair["retired"]["enabled"] and pair["successor"]["enabled"]
+    assert pair["retired"]["enabled"]
+    assert pair["successor"]["enabled"]
     assert pair["successor"]["conflict_yields"] is True
     await chat(gw, "Which office do I work at?")
     assert "harbour office" in block(upstream)

@@ -98,8 +98,9 @@ async def open_conflict(gw: Any, me: tuple[str, str], old_id: str, marker: str) 
     return conflict.id
 
 
-async def conflict_step(client: Any, gw: Any, op: tuple[Any, ...], headers: dict[str, str],
-                        me: tuple[str, str], state: dict[str, Any]) -> bool:
+async def conflict_step(client: Any, gw: Any, op: tuple[Any, ...], *,
+                        headers: dict[str, str], me: tuple[str, str],
+                        state: dict[str, Any]) -> bool:
     """One conflict or history operation checked against the model in ``state``
     (``owners``: marker → owner, ``ids``: marker → memory id, ``conflicts``: conflict id
     → owner); ``False`` when it had nothing to do."""
@@ -120,8 +121,8 @@ async def conflict_step(client: Any, gw: Any, op: tuple[Any, ...], headers: dict
         conflicts[await open_conflict(gw, me, ids[min(mine)], marker)] = me
         OPENED[0] += 1
         owners[marker] = me
-        ids[marker] = [m.id for m in await gw.res.store.list_memories(
-            ListQuery(tenant=me[0], user=me[1])) if marker in m.content][0]
+        ids[marker] = next(m.id for m in await gw.res.store.list_memories(
+            ListQuery(tenant=me[0], user=me[1])) if marker in m.content)
         return True
     if kind in ("conflicts", "history"):
         path = "/v1/memories/conflicts" if kind == "conflicts" else "/v1/profile/history"
@@ -194,7 +195,8 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
             headers = {"Authorization": f"Bearer {_key(f'{tenant}-{key_kind}')}",
                        "X-User-Id": header_user}
             if kind in ("contest", "conflicts", "settle", "history"):
-                checked += await conflict_step(client, gw, op, headers, me, state)
+                checked += await conflict_step(client, gw, op, headers=headers, me=me,
+                                               state=state)
                 made = max(made, state["made"])
                 continue
             mine = {m for m, o in owners.items() if o == me}

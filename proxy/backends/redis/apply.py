@@ -53,7 +53,7 @@ def check_namespace(changes: ChangeSet) -> None:
         raise ValueError("a change set may only touch its own namespace")
 
 
-def queue_conflicts(pipe: Pipeline, keys: KeyLayout, ns: str, plan: ApplyPlan,
+def queue_conflicts(pipe: Pipeline, keys: KeyLayout, ns: str, plan: ApplyPlan, *,
                     snapshot: ProfileWeek | None, weeks: list[str]) -> None:
     """Queue the plan's conflicts and the profile snapshot (``weeks``: the snapshot weeks
     stored now; those beyond the newest :data:`HISTORY_WEEKS` are dropped)."""
@@ -139,7 +139,8 @@ class ChangeSetWriter:
             if changes.conversation is not None:
                 self._users.queue_conversation(pipe, changes.conversation, dropped)
             self._audit.queue(pipe, plan.audit, ns)
-            queue_conflicts(pipe, self._keys, ns, plan, changes.snapshot, weeks)
+            queue_conflicts(pipe, self._keys, ns, plan, snapshot=changes.snapshot,
+                            weeks=weeks)
             await pipe.execute()
             audit[:] = plan.audit
             return True
