@@ -40,6 +40,9 @@ STATUS_FILTERS: dict[str, frozenset[str]] = {
     "all": frozenset({"open", "unconfirmed", "confirmed", "reversed"}),
 }
 HISTORY_WEEKS = 104  # weekly snapshots kept per user (two years), docs/design.md
+# Conflicts kept per user, the oldest dropped (twice the 500-memory quota:
+# docs/design.md#conflicts).
+MAX_CONFLICTS = 1000
 HISTORY_TAGS = 12  # traits and topics per snapshot: the profile's own caps
 SCORE_DIGITS = 4  # effective scores are rounded as GET /v1/profile shows them
 
@@ -99,6 +102,12 @@ def conflict_from_json(tenant: str, user: str, raw: str | bytes) -> Conflict:
         created_at=created, settled_at=from_iso(data.get("settled_at")),
         settled_by=data.get("settled_by"),
     )
+
+
+def overflow(stored: Iterable[tuple[str, str]], *, keep: int = MAX_CONFLICTS) -> list[str]:
+    """Ids of the conflicts beyond the newest ``keep`` among ``(created_at ISO, id)``."""
+    ordered = sorted(stored, reverse=True)
+    return [cid for _, cid in ordered[keep:]]
 
 
 def stronger(a: Memory, b: Memory) -> Memory:

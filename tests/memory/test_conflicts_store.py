@@ -10,6 +10,7 @@ from typing import Any
 
 from proxy.memory.conflicts import (
     HISTORY_WEEKS,
+    MAX_CONFLICTS,
     STATUS_FILTERS,
     Conflict,
     ProfileWeek,
@@ -136,3 +137,26 @@ async def test_erasure_removes_conflicts_and_snapshots_of_that_user_only(
     assert await store.profile_history("t1", "u1") == []
     assert len(await store.list_conflicts("t1", "u2", statuses=STATUS_FILTERS["all"])) == 1
     assert len(await store.profile_history("t1", "u2")) == 1
+
+
+async def test_conflicts_are_bounded_per_user_oldest_dropped(store: MemoryStore) -> None:
+    """Past MAX_CONFLICTS a user's oldest conflicts are dropped; the newest stay; another
+    user's are not touched."""
+    a, b = mem("Drinks black coffee"), mem("Drinks green tea")
+    first = tuple(conflict(a, b, minutes=i) for i in range(MAX_CONFLICTS))
+    await store.apply(ChangeSet(tenant="t1", user_id="u1", batch_key="many", upserts=(a, b),
+                                conflicts=first))
+    other_a, other_b = mem("Drinks milk", user="u2"), mem("Drinks water", user="u2")
+    await store.apply(ChangeSet(tenant="t1", user_id="u2", batch_key="u2", upserts=(
+        other_a, other_b), conflicts=(conflict(other_a, other_b, user="u2"),)))
+    later = tuple(conflict(a, b, minutes=MAX_CONFLICTS + i) for i in range(2))
+    await store.apply(ChangeSet(tenant="t1", user_id="u1", batch_key="more", upserts=(a, b),
+                                conflicts=later))
+    kept = await store.list_conflicts("t1", "u1", statuses=STATUS_FILTERS["all"],
+                                      limit=2 * MAX_CONFLICTS)
+    assert len(kept) == MAX_CONFLICTS
+    ids = {c.id for c in kept}
+    assert {c.id for c in later} <= ids
+    assert not {c.id for c in first[:2]} & ids
+    assert first[2].id in ids
+    assert len(await store.list_conflicts("t1", "u2", statuses=STATUS_FILTERS["all"])) == 1

@@ -7,10 +7,11 @@ Errors are the caller's to translate.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from proxy.memory.conflicts import (
     HISTORY_WEEKS,
+    MAX_CONFLICTS,
     Conflict,
     ProfileWeek,
     conflict_from_json,
@@ -19,14 +20,22 @@ from proxy.memory.conflicts import (
 from proxy.memory.records import to_iso
 
 
-def put_conflicts(conn: sqlite3.Connection, conflicts: Iterable[Conflict]) -> None:
-    """Insert or replace each conflict (by id)."""
+def put_conflicts(conn: sqlite3.Connection, conflicts: Sequence[Conflict]) -> None:
+    """Insert or replace each conflict (by id); then drop the user's oldest beyond
+    :data:`~proxy.memory.conflicts.MAX_CONFLICTS`."""
+    if not conflicts:
+        return
     conn.executemany(
         "INSERT INTO memory_conflicts (id, tenant, user_id, status, created_at, body) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
         "body = excluded.body",
         [(c.id, c.tenant, c.user_id, c.status, to_iso(c.created_at), c.to_json())
          for c in conflicts])
+    owner = (conflicts[0].tenant, conflicts[0].user_id)
+    conn.execute(
+        "DELETE FROM memory_conflicts WHERE tenant = ? AND user_id = ? AND id NOT IN "
+        "(SELECT id FROM memory_conflicts WHERE tenant = ? AND user_id = ? "
+        "ORDER BY created_at DESC, id DESC LIMIT ?)", (*owner, *owner, MAX_CONFLICTS))
 
 
 def list_conflicts(conn: sqlite3.Connection, tenant: str, user: str,
