@@ -34,6 +34,7 @@ from proxy.resources import Resources, open_resources
 from proxy.routes import (
     admin,
     admin_memories,
+    admin_synonyms,
     chat,
     conflicts,
     console,
@@ -58,6 +59,9 @@ from proxy.shutdown import Drain
 
 log = structlog.get_logger("proxy.app")
 FLUSH_INTERVAL_SECONDS = 1.0
+# How often the gateway looks for an erasure whose purge had to wait (docs/design.md#erasure):
+# an owed purge runs at most this long after its period ends.
+PURGE_CHECK_SECONDS = 60.0
 WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
 # Between backfill batches (vector-backfill task): leaves the CPU to requests.
 BACKFILL_PAUSE_SECONDS = 0.05
@@ -229,6 +233,13 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
                "index_maintenance", first=0.0),
         name="index-maintenance"))
+    purge_every = min(PURGE_CHECK_SECONDS, res.settings.storage.erasure_purge_seconds)
+
+    async def purge() -> None:
+        await res.store.purge_erased()
+
+    tasks.append(asyncio.create_task(_every(purge_every, purge, "erasure_purge"),
+                                     name="erasure-purge"))
     if res.embedder is not None and res.settings.memory.embedder.reindex_on_start:
         tasks.append(asyncio.create_task(_backfill(res), name="vector-backfill"))
     if res.worker is not None and res.settings.server.run_worker:
@@ -373,6 +384,12 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
               methods=["PATCH"]),
         Route("/v1/admin/memories/{memory_id}", admin_memories.delete_admin_memory,
               methods=["DELETE"]),
+        # candidate synonyms (proxy/routes/admin_synonyms.py)
+        Route("/v1/admin/synonyms/candidates", admin_synonyms.candidates, methods=["GET"]),
+        Route("/v1/admin/synonyms/candidates/{candidate_id}/accept", admin_synonyms.accept,
+              methods=["POST"]),
+        Route("/v1/admin/synonyms/candidates/{candidate_id}/reject", admin_synonyms.reject,
+              methods=["POST"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Literal, Protocol, get_args
 
-Purpose = Literal["score", "extract", "embed", "vision"]
+Purpose = Literal["score", "extract", "embed", "vision", "verdict"]
 PURPOSES: tuple[str, ...] = get_args(Purpose)
 
 

@@ -12,11 +12,18 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import structlog
 
 from proxy.auth import KeyRing
 from proxy.conversations import ConversationChains
+from proxy.learning.fingerprints import (
+    UNKEYED,
+    Fingerprinter,
+    key_file_for,
+    load_or_create_key,
+)
 from proxy.learning.model import LearningModel, check_window
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import LearningQueue
@@ -102,9 +109,11 @@ def build_resources(
     metrics: Metrics | None = None,
     clock: Callable[[], datetime] = utcnow,
     embedder: Embedder | None = None,
+    fingerprints: Fingerprinter | None = None,
 ) -> Resources:
     """Wire services on top of opened backends (shared by :func:`open_resources` and tests).
-    """
+    ``fingerprints``: the message fingerprint keys (default: ``learning.fingerprint_key``
+    when set, else unkeyed — :func:`open_resources` always passes keys)."""
     registry = registry or ModelRegistry(settings)
     metrics = metrics or Metrics()
     counter = TokenCounter()
@@ -121,7 +130,8 @@ def build_resources(
     if learning.enabled and queue is not None:
         check_window(learning, registry, counter)
         sink = QueueSink(queue, scrubbers, max_messages=learning.max_messages_per_exchange,
-                         metrics=metrics)
+                         metrics=metrics,
+                         fingerprints=fingerprints or configured_fingerprints(settings))
         model = LearningModel(upstream=upstream, registry=registry, ledger=ledger,
                               counter=counter, model=learning.model, clock=clock,
                               metrics=metrics)
@@ -136,6 +146,25 @@ def build_resources(
     )
 
 
+def configured_fingerprints(settings: Settings, *, key_file: Path | None = None
+                            ) -> Fingerprinter:
+    """The fingerprint keys of the settings (docs/design.md#erasure):
+    ``learning.fingerprint_key`` (and ``fingerprint_previous_keys``); unset, the key in
+    ``key_file`` (created when missing), else unkeyed. Raises :class:`ConfigError` when the
+    key file cannot be read or written."""
+    learning = settings.learning
+    previous = [k.get_secret_value().encode() for k in learning.fingerprint_previous_keys]
+    if learning.fingerprint_key is not None:
+        return Fingerprinter(learning.fingerprint_key.get_secret_value().encode(), previous)
+    if key_file is None:
+        return UNKEYED
+    try:
+        return Fingerprinter(load_or_create_key(key_file), previous)
+    except OSError as exc:
+        raise ConfigError(f"learning.fingerprint_key is unset and the generated key file "
+                          f"{key_file} cannot be used ({exc})") from exc
+
+
 def preflight(settings: Settings) -> None:
     """The configured backend's check before a server starts, so that what would fail
     inside it with a stack trace is a startup message instead: with ``storage.backend:
@@ -146,6 +175,12 @@ def preflight(settings: Settings) -> None:
     setting."""
     check_window(settings.learning, ModelRegistry(settings), TokenCounter())
     if settings.storage.backend != "sqlite":
+        if settings.learning.enabled and settings.learning.fingerprint_key is None:
+            raise ConfigError(
+                "learning.fingerprint_key: required with storage.backend redis and learning "
+                "on — a deployment secret every gateway and worker shares (os.environ/NAME, "
+                "e.g. from openssl rand -hex 32), never stored in Redis beside the "
+                "fingerprints it keys")
         return
     from proxy.backends.sqlite.database import preflight as sqlite_preflight
 
@@ -209,7 +244,8 @@ async def open_resources(
                 pool_wait_seconds=settings.memory.recall_timeout_ms / 2000,
                 on_exhausted=metrics.store_pool_exhausted.inc))
             redis_store = RedisMemoryStore(client, key_prefix=storage.key_prefix,
-                                           vector_dim=vector_dim)
+                                           vector_dim=vector_dim,
+                                           purge_seconds=storage.erasure_purge_seconds)
             try:
                 await redis_store.prepare()
             except StoreUnavailableError as exc:
@@ -223,8 +259,8 @@ async def open_resources(
             from proxy.backends.sqlite.store import SqliteMemoryStore
 
             db = await stack.enter_async_context(SqliteDatabase(storage.path))
-            store, ledger = SqliteMemoryStore(db), SqliteLedger(db)
-            queue = SqliteLearningQueue(db)
+            store = SqliteMemoryStore(db, purge_seconds=storage.erasure_purge_seconds)
+            ledger, queue = SqliteLedger(db), SqliteLearningQueue(db)
         if upstream is None:
             upstream = Dispatcher(RelayUpstream(settings.upstream),
                                   LiteLLMUpstream(settings.upstream))
@@ -233,5 +269,17 @@ async def open_resources(
             settings, store=count_store_errors(store, metrics, "store"),
             ledger=count_store_errors(ledger, metrics, "ledger"), upstream=upstream,
             queue=count_store_errors(queue, metrics, "queue"), embedder=embedder,
-            metrics=metrics, clock=clock,
+            metrics=metrics, clock=clock, fingerprints=_backend_fingerprints(settings),
         )
+
+
+def _backend_fingerprints(settings: Settings) -> Fingerprinter:
+    """The fingerprint keys of an opened backend: SQLite falls back to the key file next
+    to its database; Redis without a key (refused by :func:`preflight`) is unkeyed."""
+    learning, storage = settings.learning, settings.storage
+    if storage.backend == "redis":
+        if learning.enabled and learning.fingerprint_key is None:
+            log.warning("fingerprint_key_missing", backend="redis")
+        return configured_fingerprints(settings)
+    return configured_fingerprints(
+        settings, key_file=key_file_for(storage.path) if learning.enabled else None)

@@ -49,6 +49,8 @@ log = structlog.get_logger("proxy.tenants")
 REFRESH_SECONDS = 4.0
 # The settings an admin may change at run time, by their config.yaml names.
 OVERRIDABLE: tuple[str, ...] = tuple(setting.path for setting in TENANT_OVERRIDABLE)
+# The settings whose override is added after config.yaml's value (Overridable.extends).
+EXTENDING: frozenset[str] = frozenset(s.path for s in TENANT_OVERRIDABLE if s.extends)
 # Longest wait for one settings read on the request path: one key read, sub-millisecond
 # on a healthy store; a quarter second leaves room for a loaded one and bounds what a
 # store that stopped answering adds to a chat.
@@ -166,8 +168,10 @@ class TenantSettings:
         merged = {**before, **patch}
         overrides = {k: v for k, v in merged.items() if v is not None and k in OVERRIDABLE}
         config = self._merge(tenant, overrides)
-        # Stored as validated (e.g. batch_messages as the full mapping).
-        stored = {name: config.value(name) for name in overrides}
+        # Stored as validated (e.g. batch_messages as the full mapping); an extending one
+        # as the tenant's part alone.
+        stored = {name: overrides[name] if name in EXTENDING else config.value(name)
+                  for name in overrides}
         old = self._merge(tenant, {k: v for k, v in before.items() if k in OVERRIDABLE})
         await self._store.put_tenant_settings(tenant, stored)
         config = TenantConfig(tenant=tenant, learning=config.learning, memory=config.memory,
@@ -181,7 +185,10 @@ class TenantSettings:
         sections: dict[str, dict[str, Any]] = {"learning": {}, "memory": {}}
         for name, value in overrides.items():
             section, field_name = name.split(".", 1)
-            sections[section][field_name] = value
+            # An extending setting: config.yaml's value first, then the tenant's.
+            base = getattr(getattr(self._settings, section), field_name) \
+                if name in EXTENDING else None
+            sections[section][field_name] = value if base is None else [*base, *value]
         learning = _rebuild(self._settings.learning, sections["learning"], "learning")
         memory = _rebuild(self._settings.memory, sections["memory"], "memory")
         model = learning.model

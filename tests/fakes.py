@@ -35,7 +35,14 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from proxy.app import create_app
 from proxy.learning.answers import CandidateFact
-from proxy.learning.prompts import EXTRACTION_EN, EXTRACTION_ZH, SCORING_EN, SCORING_ZH
+from proxy.learning.prompts import (
+    EXTRACTION_EN,
+    EXTRACTION_ZH,
+    SCORING_EN,
+    SCORING_ZH,
+    VERDICT_EN,
+    VERDICT_ZH,
+)
 from proxy.learning.queue import Job, LearningQueue
 from proxy.memory.embed import CachedEmbedder, Embedder, RawEmbeddings
 from proxy.resources import Resources, open_resources
@@ -140,6 +147,8 @@ class FakeUpstream:
             "reason": "useful"}
         self.extract: Callable[[dict[str, Any]], Any] = lambda body: {"memories": [],
                                                                       "profile": None}
+        # The near-neighbour verdict (same / different) of two profile wordings.
+        self.verdict: Callable[[dict[str, Any]], Any] = lambda body: {"verdict": "different"}
         self.learning_calls: list[tuple[str, dict[str, Any]]] = []
         self.reply_text = "Hello there!"
         # When set, every request goes here instead (e.g. to hang or refuse connections).
@@ -175,7 +184,8 @@ class FakeUpstream:
             self.learning_calls.append((kind, body))
             if self.script and self.script[0].status >= 400:
                 return self._respond(self.script.popleft(), body)
-            answer = (self.score if kind == "score" else self.extract)(body)
+            answer = {"score": self.score, "extract": self.extract,
+                      "verdict": self.verdict}[kind](body)
             if isinstance(answer, Reply):
                 return self._respond(answer, body)
             content = answer if isinstance(answer, str) else orjson.dumps(answer).decode()
@@ -238,6 +248,8 @@ def _learning_kind(body: dict[str, Any]) -> str | None:
         return "score"
     if system.startswith((EXTRACTION_EN, EXTRACTION_ZH)):
         return "extract"
+    if system.startswith((VERDICT_EN, VERDICT_ZH)):
+        return "verdict"
     return None
 
 

@@ -60,9 +60,11 @@ def free_port() -> int:
 class RedisServer:
     """``with RedisServer() as server: server.url`` — a private Redis on 127.0.0.1."""
 
-    def __init__(self, *, persistent: bool = False) -> None:
+    def __init__(self, *, persistent: bool = False, extra: tuple[str, ...] = ()) -> None:
         """``persistent``: an append-only file keeps the data across :meth:`kill` and
-        :meth:`start` (an outage and a restart of the same server)."""
+        :meth:`start` (an outage and a restart of the same server). ``extra``: more
+        ``redis-server`` arguments (e.g. ``("--rdbcompression", "no")``)."""
+        self._extra = extra
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._process: subprocess.Popen[bytes] | None = None
@@ -79,6 +81,7 @@ class RedisServer:
         args = [str(server), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "yes" if self._persistent else "no",
                 "--appendfsync", "always", "--dir", self._dir.name, "--logfile", str(log)]
+        args += list(self._extra)
         for module in modules:
             args += ["--loadmodule", str(module)]
         self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
@@ -118,6 +121,12 @@ class RedisServer:
         text = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
         return (f"redis-server on port {self.port} {what}: "
                 f"{stderr.decode(errors='replace')[-2000:]}{text}")
+
+    @property
+    def directory(self) -> Path:
+        """The server's working directory (its AOF and RDB files)."""
+        assert self._dir is not None, "start() first"
+        return Path(self._dir.name)
 
     def kill(self) -> None:
         """Stop the server process but keep its directory (with ``persistent``, its data):

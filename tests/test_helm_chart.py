@@ -192,6 +192,7 @@ def test_mode_and_config_backend_come_from_one_value(backend: str, tmp_path: Pat
     # The gateway reads that file as the container would (env from the manifest).
     monkeypatch.chdir(CHART)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("FINGERPRINT_KEY", "f" * 64)  # what the fingerprint Secret holds
     for name, value in env.items():
         if isinstance(value, str):
             monkeypatch.setenv(name, value)
@@ -203,6 +204,7 @@ def test_mode_and_config_backend_come_from_one_value(backend: str, tmp_path: Pat
     if backend == "redis":
         assert settings.storage.url is not None
         assert settings.storage.url.get_secret_value() == env["REDIS_URL"]
+        assert settings.learning.fingerprint_key is not None
     else:
         assert str(settings.storage.path) == "/data/memory-proxy.db"
 
@@ -241,11 +243,13 @@ def test_existing_configmap_replaces_the_rendered_one() -> None:
 
 @pytest.mark.parametrize("values_file", VARIANTS)
 def test_secrets_are_referenced_never_inlined(values_file: Path | None) -> None:
-    """No Secret is rendered; the Redis URL of an external Redis and the API keys come
-    from secretKeyRef / envFrom secretRef; the config holds only os.environ/ references."""
+    """No Secret is rendered from values (the only one is the generated fingerprint key,
+    random, in Redis mode without fingerprintKey.existingSecret); the Redis URL of an
+    external Redis and the API keys come from secretKeyRef / envFrom secretRef; the
+    config holds only os.environ/ references."""
     values = values_of(values_file)
     docs = render(values)
-    assert by_kind(docs, "Secret") == {}
+    assert set(by_kind(docs, "Secret")) <= {"mp-memory-proxy-fingerprint"}
     config = by_kind(docs, "ConfigMap")["mp-memory-proxy-config"]["data"]["config.yaml"]
     assert "sk-" not in config
     for deployment in by_kind(docs, "Deployment").values():
@@ -321,3 +325,29 @@ def test_no_worker_when_learning_is_off() -> None:
     assert set(by_kind(docs, "HorizontalPodAutoscaler")) == {"mp-memory-proxy-gateway"}
     assert set(by_kind(docs, "PodDisruptionBudget")) == {"mp-memory-proxy-gateway"}
     assert "mp-memory-proxy-worker-metrics" not in by_kind(docs, "Service")
+
+
+def test_redis_mode_keys_fingerprints_with_a_secret() -> None:
+    """Redis mode: gateway and worker read learning.fingerprint_key from a Secret — the
+    generated one (a random 64-character key), or fingerprintKey.existingSecret (then
+    none is generated); SQLite mode renders none (the key file lives next to the
+    database)."""
+    import base64
+
+    for values, secret in (({}, "mp-memory-proxy-fingerprint"),
+                           ({"fingerprintKey": {"existingSecret": "mine"}}, "mine")):
+        docs = render(values)
+        generated = by_kind(docs, "Secret")
+        assert set(generated) == ({secret} if secret != "mine" else set())
+        if generated:
+            key = base64.b64decode(generated[secret]["data"]["fingerprint-key"])
+            assert len(key) == 64
+        for workload in (*by_kind(docs, "Deployment").values(),):
+            env = env_of(container(workload))
+            assert env["MEMORY_PROXY_LEARNING__FINGERPRINT_KEY"] == "os.environ/FINGERPRINT_KEY"
+            assert env["FINGERPRINT_KEY"] == {"secretKeyRef": {"name": secret,
+                                                               "key": "fingerprint-key"}}
+    sqlite = render({"storage": {"backend": "sqlite"}})
+    assert by_kind(sqlite, "Secret") == {}
+    for workload in by_kind(sqlite, "StatefulSet").values():
+        assert "FINGERPRINT_KEY" not in env_of(container(workload))

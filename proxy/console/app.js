@@ -301,8 +301,10 @@
     heading.focus();
   }
 
-  // Orders of the memory cards (over the memories loaded so far).
+  // Orders of the memory cards (over the memories loaded so far). "match" keeps the
+  // server's order: a search's results come best match first (ranked as chat recall).
   const SORTS = {
+    match: () => 0,
     newest: (a, b) => String(b.created_at || "").localeCompare(String(a.created_at || "")),
     oldest: (a, b) => String(a.created_at || "").localeCompare(String(b.created_at || "")),
     evidence: (a, b) => (Number(b.hits) || 0) - (Number(a.hits) || 0) || SORTS.newest(a, b),
@@ -315,6 +317,8 @@
     const category = h("select", {}, h("option", { value: "" }, t("allCategories")),
       CATEGORIES.map((c) => h("option", { value: c }, cat(c))));
     const sort = h("select", {}, Object.keys(SORTS).map((k) => h("option", { value: k }, t(`sort.${k}`))));
+    const matchOption = sort.querySelector('option[value="match"]');
+    sort.value = "newest";
     const list = h("ul", { class: "cards", "aria-labelledby": "mem-h" });
     const more = h("button", { type: "button", class: "quiet", hidden: true }, t("loadMore"));
     const selected = new Set();
@@ -347,7 +351,14 @@
       selectionChanged();
     }
     async function load(reset) {
-      if (reset) { cursor = null; loaded = []; selected.clear(); }
+      if (reset) {
+        cursor = null; loaded = []; selected.clear();
+        // A search shows best match first; the plain listing newest first.
+        const searching = Boolean(search.value.trim());
+        matchOption.disabled = !searching;
+        if (searching) sort.value = "match";
+        else if (sort.value === "match") sort.value = "newest";
+      }
       try {
         const page = await api("GET", "/v1/memories", as({ query: {
           q: search.value.trim(), category: category.value, limit: 50, after: cursor,
@@ -718,6 +729,7 @@
       { label: t("tabShared"), render: sharedTab },
       { label: t("tabUsers"), render: usersTab },
       { label: t("tabSettings"), render: settingsTab },
+      { label: t("tabSynonyms"), render: synonymsTab },
       { label: t("tabUsage"), render: usageTab },
       { label: t("tabDead"), render: deadTab },
     ];
@@ -1306,6 +1318,48 @@
     }
     panel.append(h("section", { class: "panel", "aria-labelledby": "dead-h" },
       h("h2", { id: "dead-h" }, t("deadLetters")), h("p", { class: "help" }, t("deadHelp")), rows));
+    load();
+  }
+
+  function synonymsTab(panel) {
+    // Candidate synonyms mined from merged traits and topics; accepted ones join the
+    // tenant's learning.synonyms (shown below the list).
+    const filter = h("select", {}, ["open", "accepted", "rejected", "all"].map((s) =>
+      h("option", { value: s }, t(`synStatus.${s}`))));
+    const rows = h("div", {}, h("p", {}, t("loading")));
+    const groups = h("div", {});
+    const examples = (c) => (c.examples.length
+      ? h("details", {}, h("summary", {}, tn("exampleCount", c.examples.length)),
+        h("ul", {}, c.examples.map((e) => h("li", {},
+          `${t(e.field)}: “${e.said}” → “${e.kept}” (${t(`synHow.${e.how}`)}, ${when(e.at)})`))))
+      : "—");
+    async function load() {
+      try {
+        const page = await api("GET", "/v1/admin/synonyms/candidates", { query: { status: filter.value } });
+        const path = (c, verb) => `/v1/admin/synonyms/candidates/${encodeURIComponent(c.id)}/${verb}`;
+        const decide = (c, verb) => async () => {
+          try { await api("POST", path(c, verb)); status(t("done")); await load(); } catch (err) { failed(err); }
+        };
+        rows.replaceChildren(page.data.length ? table(
+          [t("synWords"), t("synCount"), t("synExamples"), t("synState"), ""],
+          page.data.map((c) => [c.words.join(" / "), c.count, examples(c), t(`synStatus.${c.status}`),
+            h("div", { class: "actions" },
+              c.status === "accepted" ? null : h("button", { type: "button", class: "quiet",
+                "aria-label": `${t("accept")} ${c.words.join(" / ")}`, onclick: decide(c, "accept") }, t("accept")),
+              c.status === "rejected" ? null : h("button", { type: "button", class: "quiet",
+                "aria-label": `${t("reject")} ${c.words.join(" / ")}`, onclick: decide(c, "reject") }, t("reject")))]),
+          t("synonyms")) : h("p", { class: "help" }, t("none")));
+        const settings = await api("GET", "/v1/admin/settings");
+        const mine = (settings.overrides || {})["learning.synonyms"] || [];
+        groups.replaceChildren(h("h3", {}, t("synGroups")), mine.length
+          ? h("ul", { class: "synonym-groups" }, mine.map((g) => h("li", {}, g.join(" / "))))
+          : h("p", { class: "help" }, t("none")));
+      } catch (err) { failed(err, rows); }
+    }
+    filter.addEventListener("change", load);
+    panel.append(h("section", { class: "panel", "aria-labelledby": "syn-h" },
+      h("h2", { id: "syn-h" }, t("synonyms")), h("p", { class: "help" }, t("synonymsHelp")),
+      h("div", { class: "row" }, h("div", { class: "grow" }, field(t("synState"), filter))), rows, groups));
     load();
   }
 

@@ -384,8 +384,7 @@ def merge_tags(
         if not norm:
             continue
         for index, tag in enumerate(tags):
-            other = normalize(canonical_tag(tag.text, synonyms))
-            if other == norm or _tag_contains(other, norm):
+            if tag_matches(tag.text, text, synonyms):
                 tags[index] = ScoredTag(
                     text=tag.text, hits=tag.hits + 1, at=now,
                     score=tag.effective_score(now, decay_per_week=decay) + 1.0,
@@ -395,6 +394,14 @@ def merge_tags(
             tags.append(ScoredTag(text=text, score=1.0, hits=1, at=now))
     tags.sort(key=lambda t: (-t.effective_score(now, decay_per_week=decay), t.text))
     return tuple(tags[:cap])
+
+
+def tag_matches(stored: str, text: str, synonyms: Sequence[Sequence[str]]) -> bool:
+    """Whether the trait or topic ``text`` merges into the stored one: their synonym-group
+    forms (:func:`canonical_tag`) are equal once normalised or one contains the other."""
+    a = normalize(canonical_tag(stored, synonyms))
+    b = normalize(canonical_tag(text, synonyms))
+    return a == b or _tag_contains(a, b)
 
 
 def _tag_contains(a: str, b: str) -> bool:

@@ -33,6 +33,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.learning.fingerprints import UNKEYED, Fingerprinter
 from proxy.memory.inject import strip_blocks
 from proxy.memory.text import normalize
 from proxy.request import Message, message_text
@@ -55,6 +56,9 @@ class TranscriptMessage:
     # (repeated mention is evidence, docs/design.md#evidence) unless ``request`` was seen
     # within RETRY_WINDOW_SECONDS (a retry, or a later request that already carried it).
     new: bool = False
+    # The fingerprints this message may be recorded under from before a key rotation or
+    # before keying (proxy.learning.fingerprints): seen when any of them is.
+    aliases: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "text": self.text, "fp": self.fingerprint,
@@ -63,13 +67,16 @@ class TranscriptMessage:
             data["rq"] = self.request
         if self.new:
             data["new"] = True
+        if self.aliases:
+            data["fpa"] = list(self.aliases)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TranscriptMessage:
         return cls(role=data["role"], text=data["text"], fingerprint=data["fp"],
                    name=data.get("name"), images=tuple(data.get("images") or ()),
-                   request=data.get("rq"), new=bool(data.get("new")))
+                   request=data.get("rq"), new=bool(data.get("new")),
+                   aliases=tuple(data.get("fpa") or ()))
 
 
 # Images kept for learning: at most this many per message, each at most this many characters
@@ -187,12 +194,20 @@ def clip_message(text: str, max_chars: int = MAX_MESSAGE_CHARS) -> str:
     return text[:head] + truncation_marker(len(text) - keep) + end
 
 
-def fingerprint(*, tenant: str, user: str, role: str, text: str,
-                images: tuple[str, ...] = ()) -> str:
-    """Stable id of a message's content for one user (hex, 32 chars)."""
+def fingerprint_seed(*, tenant: str, user: str, role: str, text: str,
+                     images: tuple[str, ...] = ()) -> str:
+    """What a message's fingerprint is computed over: tenant, user, role, normalised text
+    and the SHA-256 of each image URL."""
     shown = [hashlib.sha256(url.encode()).hexdigest() for url in images]
-    seed = "\x1f".join((tenant, user, role, normalize(text), *shown))
-    return hashlib.sha256(seed.encode()).hexdigest()[:32]
+    return "\x1f".join((tenant, user, role, normalize(text), *shown))
+
+
+def fingerprint(*, tenant: str, user: str, role: str, text: str,
+                images: tuple[str, ...] = (), keys: Fingerprinter = UNKEYED) -> str:
+    """Stable id of a message's content for one user (hex, 32 chars), keyed by ``keys``
+    (:mod:`proxy.learning.fingerprints`)."""
+    return keys(fingerprint_seed(tenant=tenant, user=user, role=role, text=text,
+                                 images=images))
 
 
 # How long a request (same conversation, same messages) counts as a retry of one already
@@ -229,7 +244,7 @@ def _open_user_turn(messages: list[Message]) -> int | None:
 
 def transcript(
     *, tenant: str, user: str, messages: list[Message], reply: str, limit: int,
-    conversation: str | None = None,
+    conversation: str | None = None, keys: Fingerprinter = UNKEYED,
 ) -> tuple[TranscriptMessage, ...]:
     """The learnable tail of a conversation: the last ``limit`` user/assistant text messages
     of the client's list plus the new assistant ``reply``. Memory blocks are stripped as a
@@ -256,22 +271,21 @@ def transcript(
         if not text and not images:
             continue  # e.g. assistant tool-call turns with null content
         name = message.get("name") if isinstance(message.get("name"), str) else None
-        out.append(TranscriptMessage(
-            role=str(role), text=text, name=name, images=images,
-            fingerprint=fingerprint(tenant=tenant, user=user, role=str(role), text=text,
-                                    images=images)))
+        seed = fingerprint_seed(tenant=tenant, user=user, role=str(role), text=text,
+                                images=images)
+        out.append(TranscriptMessage(role=str(role), text=text, name=name, images=images,
+                                     fingerprint=keys(seed), aliases=keys.aliases(seed)))
         if index == open_turn:
             new_message = out[-1]
     if conversation is not None:
-        keys = request_keys(tenant=tenant, user=user, conversation=conversation,
-                            fingerprints=[m.fingerprint for m in out])
+        requests = request_keys(tenant=tenant, user=user, conversation=conversation,
+                                fingerprints=[m.fingerprint for m in out])
         out = [replace(m, request=key, new=m is new_message) if m.role == "user" else m
-               for m, key in zip(out, keys, strict=True)]
+               for m, key in zip(out, requests, strict=True)]
     out = out[-limit:]
     reply_text = clip_message(strip_blocks(reply).strip())
     if reply_text:
-        out.append(TranscriptMessage(
-            role="assistant", text=reply_text,
-            fingerprint=fingerprint(tenant=tenant, user=user, role="assistant", text=reply_text),
-        ))
+        seed = fingerprint_seed(tenant=tenant, user=user, role="assistant", text=reply_text)
+        out.append(TranscriptMessage(role="assistant", text=reply_text,
+                                     fingerprint=keys(seed), aliases=keys.aliases(seed)))
     return tuple(out)

@@ -92,8 +92,9 @@ def read_learn(payload: bytes) -> str:
 
 def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None:
     """The content-free version of an exchange job's payload when it belongs to (tenant,
-    user) — as the learning owner or the group speaker — and still holds text or images;
-    else ``None`` (another user's job, another kind of job, or already blank)."""
+    user) — as the learning owner or the group speaker — and still holds messages or a
+    display name: no messages (so no text, image or fingerprint) and no display name; else
+    ``None`` (another user's job, another kind of job, or already blank)."""
     try:
         data = orjson.loads(payload)
     except orjson.JSONDecodeError:
@@ -102,7 +103,9 @@ def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None
             data.get("tenant") != tenant or user not in (data.get("user"),
                                                          data.get("speaker")):
         return None
-    if not any(m.get("text") or m.get("images") for m in data["messages"]):
+    if not data["messages"] and not data.get("speaker_name"):
         return None
-    data["messages"] = [{**m, "text": "", "images": []} for m in data["messages"]]
+    # Nothing of the turn stays: no text, no fingerprint (a worker would record it as seen
+    # again after the erasure), no display name (it would be bound to the user again).
+    data["messages"], data["speaker_name"] = [], None
     return orjson.dumps(data)

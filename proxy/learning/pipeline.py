@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -35,6 +35,7 @@ from proxy.learning.exchange import TranscriptMessage
 from proxy.learning.filters import FactFilter, contains_pii, is_directive
 from proxy.learning.jobs import read_learn
 from proxy.learning.model import LearningModel
+from proxy.learning.neighbours import Neighbours, VerdictTurn
 from proxy.learning.owners import Owners, OwnerStrategy, owners_for
 from proxy.learning.pii import Scrubber
 from proxy.learning.policy import Switches
@@ -42,9 +43,17 @@ from proxy.learning.privacy import Scrubbers
 from proxy.learning.prompts import Language, batch_images, clip_batch, render_known
 from proxy.learning.queue import Batch, Job, LearningQueue
 from proxy.learning.tenancy import TenantLearning
+from proxy.learning.vocabulary import profile_merges
 from proxy.memory.embed import Vector
 from proxy.memory.records import ConversationRecord, Memory
-from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore, SearchQuery
+from proxy.memory.store import (
+    AuditEvent,
+    ChangeSet,
+    MemoryStore,
+    SearchQuery,
+    StoreUnavailableError,
+)
+from proxy.memory.synonyms import SynonymExample
 from proxy.memory.text import has_cjk, load_segmenter_for, normalize
 from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.settings import LearningSettings
@@ -74,6 +83,8 @@ class Pipeline:
         self._vectors = vectors
         self._count = count
         self._clock = clock
+        self._neighbours = Neighbours(vectors=vectors, tenancy=tenancy, count=count,
+                                      clock=clock)
 
     async def learn(self, job: Job) -> None:
         key = read_learn(job.payload)
@@ -154,9 +165,10 @@ class Pipeline:
             from_images, seen = image_facts(extracted.shown, strategy, extraction,
                                             owners=owners, now=now, count=self._count)
             audit += seen
+        turn = VerdictTurn()  # at most one near-neighbour verdict call per batch
         for name, owner in owners.items():
             lines = strategy.spoken(batch, name)
-            changes = await self._owner_changes(
+            changes, merges = await self._owner_changes(
                 batch, strategy, job_id=job.id, owner=owner, facts=per_owner[owner],
                 image_facts=from_images.get(owner, []), lines=lines,
                 names={owner, *(m.name for m in lines if m.name)},
@@ -164,9 +176,10 @@ class Pipeline:
                 related=related[owner], weighted=weighted, scored=scored, now=now,
                 profile_update=_clean_profile(strategy.profile(extraction, name),
                                               self._scrubbers.for_tenant(batch.tenant)),
+                learning=Learning(config, model, language, turn),
             )
             await self._commit(batch, strategy, changes, audit=audit, record=record,
-                               config=config, owner=owner)
+                               config=config, owner=owner, merges=merges)
         closing = strategy.closing(batch, audit=audit, record=record)
         if closing is not None:
             await self._apply(batch, closing)
@@ -200,9 +213,10 @@ class Pipeline:
         facts: list[CandidateFact], image_facts: list[CandidateFact],
         lines: list[TranscriptMessage], names: set[str], known: dict[str, Memory],
         related: list[Memory], weighted: float, scored: ScoreResult, now: datetime,
-        profile_update: ProfileUpdate | None,
-    ) -> ChangeSet:
-        """Filter one owner's facts against their own words and consolidate them."""
+        profile_update: ProfileUpdate | None, learning: Learning,
+    ) -> tuple[ChangeSet, list[SynonymExample]]:
+        """Filter one owner's facts against their own words and consolidate them; the
+        profile merges of two wordings (candidate synonyms) beside the change set."""
         tenant = batch.tenant
         await load_segmenter_for(*(f"{f.title}\n{f.content}" for f in (*facts, *image_facts)),
                                  *(m.content for m in related))
@@ -220,21 +234,29 @@ class Pipeline:
             known=known, existing=existing, tombstones=tombstones,
             dedup_similarity=self._settings.dedup_similarity,
             similarity=vector_similarity(vectors) if vectors else None,
-            synonyms=self._settings.synonyms,
+            synonyms=learning.config.synonyms,
         )
+        profile = await self._store.get_profile(tenant, owner)
+        judged = await self._neighbours.judge(
+            batch, job_id=job_id, owner=owner, profile=profile, update=profile_update,
+            synonyms=context.synonyms, config=learning.config, model=learning.model,
+            language=learning.language, turn=learning.turn)
         changes = consolidate(
-            context, accepted, profile=await self._store.get_profile(tenant, owner),
-            profile_update=profile_update, user_messages=len(lines), names=names - {owner},
+            context, accepted, profile=profile, profile_update=judged.update,
+            user_messages=len(lines), names=names - {owner},
             dimensions=scored.dimensions, reason=scored.reason[:500],
         )
+        merges = profile_merges(profile, profile_update, synonyms=context.synonyms,
+                                neighbours=judged.neighbours, now=now)
         upserts = changes.upserts
         if self._vectors is not None and vectors is not None:
             upserts = await self._vectors.attach(
                 upserts, known=vectors, previous={m.id: m for m in existing}, tenant=tenant,
                 user=owner, source="learn", job_id=job_id,
             )
-        return replace(changes, upserts=upserts, audit=(*audit, *changes.audit),
-                       learned_from=datetime.fromtimestamp(batch.oldest_at, UTC))
+        return replace(changes, upserts=upserts,
+                       audit=(*audit, *judged.audit, *changes.audit),
+                       learned_from=datetime.fromtimestamp(batch.oldest_at, UTC)), merges
 
     def _filter(self, batch: Batch, owner: str, *, facts: list[CandidateFact],
                 image_facts: list[CandidateFact], lines: list[TranscriptMessage],
@@ -317,26 +339,55 @@ class Pipeline:
 
     async def _commit(self, batch: Batch, strategy: OwnerStrategy, computed: ChangeSet, *,
                       audit: list[AuditEvent], record: ConversationRecord,
-                      config: LearningSettings, owner: str) -> None:
+                      config: LearningSettings, owner: str,
+                      merges: list[SynonymExample]) -> None:
         """Apply one owner's change set as the strategy says (closing the batch, or on its
-        own), then evict what is over the owner's quotas."""
+        own), with its candidate synonyms, then evict what is over the owner's quotas."""
         changes, closes = strategy.commit(computed, batch=batch, audit=audit, record=record)
         if closes:
-            await self._apply(batch, changes)
-        elif not await self._store.apply(changes):
+            await self._apply(batch, changes, merges)
+        elif await self._store.apply(changes):
+            await self._count_synonyms(changes, merges)
+        else:
             log.info("learning_batch_not_applied", batch=changes.batch_key)
         if changes.upserts:
             await self._evictions.enforce_quotas(batch.tenant, owner, batch.channel,
                                                  max_per_user=config.max_memory_per_user)
 
-    async def _apply(self, batch: Batch, changes: ChangeSet) -> None:
-        """Apply the change set that closes ``batch`` and drop the batch's raw text."""
+    async def _count_synonyms(self, changes: ChangeSet, merges: list[SynonymExample]) -> None:
+        """Count the merges of two wordings of a change set just applied as candidate
+        synonyms of its owner: once, since a redelivered batch is not applied again; a
+        store failure loses only them."""
+        if not merges:
+            return
+        try:
+            await self._store.count_synonyms(changes.tenant, changes.user_id, merges)
+        except StoreUnavailableError as exc:
+            log.warning("synonym_candidates_not_counted", error=str(exc)[:300])
+
+    async def _apply(self, batch: Batch, changes: ChangeSet,
+                     merges: list[SynonymExample] | None = None) -> None:
+        """Apply the change set that closes ``batch`` (and count its ``merges`` when it
+        was applied now), then drop the batch's raw text."""
         applied = await self._store.apply(changes)
+        if applied:
+            await self._count_synonyms(changes, merges or [])
         self._calls.forget(batch.key)
         if not applied:
             log.info("learning_batch_not_applied", batch=batch.key,
                      reason="applied before, or memory cleared since")
         await self.queue.drop_batch(batch.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Learning:
+    """What a batch learns with: the tenant's settings, model and the batch's language,
+    and its one near-neighbour verdict (:class:`~proxy.learning.neighbours.VerdictTurn`)."""
+
+    config: LearningSettings
+    model: LearningModel
+    language: Language
+    turn: VerdictTurn
 
 
 def assign(batch: Batch, strategy: OwnerStrategy, extraction: ExtractionResult, *,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
 from proxy.learning.exchange import Exchange, TranscriptMessage
+from proxy.memory.text import normalize
 
 JobKind = Literal["exchange", "flush", "learn"]
 JobState = Literal["ready", "delayed", "leased", "dead"]
@@ -219,6 +220,15 @@ class LearningQueue(Protocol):
         ...
 
     # erasure ---------------------------------------------------------------------------
+    async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
+        """Forget everything the queue holds of the user's words (``DELETE /v1/me``,
+        docs/design.md#erasure): their seen fingerprints, their own buffered and sealed
+        messages, their lines in the tenant's group buffers and sealed group batches (a
+        user line the user's own request brought, or one under one of ``names``, the
+        display names bound to them: :class:`SpokenBy`), and the text of their queued
+        jobs (:meth:`scrub_user`). Returns the group lines removed."""
+        ...
+
     async def scrub_user(self, tenant: str, user: str) -> int:
         """Blank the text (and images) of every queued exchange job of the user — ready,
         delayed, leased or dead-lettered, the user's own or one they spoke in a group —
@@ -245,6 +255,28 @@ class LearningQueue(Protocol):
         ...
 
 
+class SpokenBy:
+    """Whether a buffered group line is the erased ``user``'s: a user line whose recorded
+    speaker is them (their request's own new message, :func:`line_speaker`) or whose
+    display name is one of ``names`` (compared normalised, as group attribution does)."""
+
+    def __init__(self, user: str, names: Sequence[str]) -> None:
+        self._user = user
+        self._names = {normalize(n) for n in names if n}
+
+    def __call__(self, role: str, name: str | None, speaker: str | None) -> bool:
+        if role != "user":
+            return False
+        return speaker == self._user or (name is not None and normalize(name) in self._names)
+
+
+def line_speaker(exchange: Exchange, message: TranscriptMessage) -> str | None:
+    """The user a buffered line is recorded as said by: in a group exchange, the
+    requester for the request's own new message; ``None`` otherwise (a private line is
+    its user's by its buffer; other group lines are attributed by display name)."""
+    return exchange.speaker if exchange.group is not None and message.new else None
+
+
 def batch_key(fingerprints: list[str], conversation: str) -> str:
     """Deterministic batch id from its messages: the same messages → the same key
     (``b_`` + 32 hex digits of SHA-256 over the conversation id and the fingerprints)."""
@@ -266,6 +298,6 @@ def batch_sizes(exchange_channel: str, sizes: dict[str, int]) -> int:
 
 __all__: Sequence[str] = (
     "JOB_KINDS", "JOB_STATES", "LAST_CLAIMED", "Batch", "DeadLetter", "Job", "JobKind",
-    "JobState", "LearningQueue", "NewJob", "QueueDepth", "batch_channel", "batch_key",
-    "batch_sizes", "kind_counts",
+    "JobState", "LearningQueue", "NewJob", "QueueDepth", "SpokenBy", "batch_channel",
+    "batch_key", "batch_sizes", "kind_counts", "line_speaker",
 )

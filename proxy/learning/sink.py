@@ -39,6 +39,7 @@ from proxy.learning.exchange import (
     group_namespace,
     transcript,
 )
+from proxy.learning.fingerprints import UNKEYED, Fingerprinter
 from proxy.learning.jobs import exchange_job
 from proxy.learning.privacy import Scrubbers
 from proxy.learning.queue import NewJob
@@ -93,6 +94,11 @@ class LearningSink(Protocol):
         """Write every pending turn now."""
         ...
 
+    def forget_seen(self) -> None:
+        """Drop the in-process memory of recently seen fingerprints (an erasure: the
+        erased user's resent history must reach the queue, which forgot them too)."""
+        ...
+
     async def aclose(self) -> None: ...
 
     def spool(self) -> SpoolState: ...
@@ -108,6 +114,9 @@ class NullSink:
         return None
 
     async def flush(self) -> None:
+        return None
+
+    def forget_seen(self) -> None:
         return None
 
     async def aclose(self) -> None:
@@ -134,8 +143,10 @@ class QueueSink:
         capacity: int = 10_000,
         batch: int = 200,
         recent: int = 100_000,
+        fingerprints: Fingerprinter = UNKEYED,
     ) -> None:
         self._queue = queue
+        self._fingerprints = fingerprints
         self._scrubbers = scrubbers
         self._max_messages = max_messages
         self._metrics = metrics
@@ -212,6 +223,11 @@ class QueueSink:
         """Write everything pending now (used by the explicit flush endpoint and tests)."""
         await self.aclose()
 
+    def forget_seen(self) -> None:
+        """:meth:`LearningSink.forget_seen`: the cache is by fingerprint alone, so all of
+        it goes (the queue dedupes again what it still knows)."""
+        self._recent.clear()
+
     async def _write_unwritten(self) -> None:
         jobs, seen = self._unwritten, self._unwritten_seen
         if await self._enqueue(jobs, seen):
@@ -252,7 +268,8 @@ class QueueSink:
                 m for m in transcript(tenant=turn.tenant, user=owner,
                                       messages=sent, reply=turn.reply,
                                       limit=self._max_messages,
-                                      conversation=turn.conversation)
+                                      conversation=turn.conversation,
+                                      keys=self._fingerprints)
                 if m.new or m.fingerprint not in self._recent
             ]
             # Only a trusted caller binds a display name to its user (exchange module doc).
@@ -273,7 +290,7 @@ class QueueSink:
             scrubbed = tuple(
                 TranscriptMessage(role=m.role, text=scrubber.scrub(m.text).text,
                                   fingerprint=m.fingerprint, name=m.name, images=m.images,
-                                  request=m.request, new=m.new)
+                                  request=m.request, new=m.new, aliases=m.aliases)
                 for m in messages
             )
             exchange = Exchange(

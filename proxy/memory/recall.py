@@ -300,10 +300,11 @@ def _context(pool: dict[str, Memory], relevance: dict[str, float]) -> dict[str, 
 
 def rank(
     hits: Sequence[QueryHits], *, now: datetime, weights: RankWeights, limit: int,
-    periods: Sequence[Period] = (),
+    periods: Sequence[Period] = (), distinct_only: bool = True,
 ) -> list[Ranked]:
     """The best ``limit`` memories by final score, near-duplicates removed, best first.
-    ``periods``: dates the query names (:func:`proxy.memory.when.mentioned_periods`)."""
+    ``periods``: dates the query names (:func:`proxy.memory.when.mentioned_periods`);
+    ``distinct_only=False`` keeps near-duplicates (a search lists every match)."""
     pool = _pool(hits)
     if limit <= 0 or not pool:
         return []
@@ -323,7 +324,7 @@ def rank(
         )
         scored.append(Ranked(m, rel, final))
     scored.sort(key=lambda r: (-r.final, r.memory.id))
-    return diverse(scored, limit=limit)
+    return diverse(scored, limit=limit) if distinct_only else scored[:limit]
 
 
 def diverse(ranked: Sequence[Ranked], *, limit: int) -> list[Ranked]:

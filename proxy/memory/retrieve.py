@@ -195,6 +195,46 @@ class Retriever:
         ranked = rank(hits, now=now, weights=self.weights, limit=limit, periods=periods)
         return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens)
 
+    async def hits(
+        self, *, tenant: str, user: str, text: str, include_shared: bool,
+        keyword_limit: int, embed_budget: float | None = None,
+    ) -> tuple[QueryHits, str | None]:
+        """What one query ``text`` finds the way recall finds it — keyword (BM25, at most
+        ``keyword_limit``) and, with an embedder, vector candidates (the candidate pool),
+        with its query vector — for a caller that ranks them itself with
+        :func:`~proxy.memory.recall.rank` (the memory search of the API, MCP and console:
+        :mod:`proxy.memory.search`), and why vectors were left out (``degraded``, as for
+        :meth:`recall`). Any channel; store errors propagate."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        model = None if self._embedder is None else self._embedder.model
+        embedding: asyncio.Task[Embeddings] | None = None
+        if self._embedder is not None:
+            embedding = asyncio.create_task(
+                self._embedder.embed_queries([text[-MAX_EMBED_CHARS:]]))
+        try:
+            await load_segmenter_for(text)
+            terms = tuple(query_terms(text))
+            keyword = [] if not terms else await self._store.search(SearchQuery(
+                tenant=tenant, user=user, terms=terms, limit=keyword_limit,
+                include_shared=include_shared))
+            embedded, degraded = await self._vectors(embedding, embed_budget, started)
+        finally:
+            if embedding is not None:
+                if not embedding.done():
+                    embedding.cancel()
+                elif not embedding.cancelled():
+                    embedding.exception()  # retrieved: an early store error leaves no noise
+        vector = None if embedded is None or len(embedded.vectors) != 1 \
+            else embedded.vectors[0]
+        found: list[Candidate] = []
+        if vector is not None:
+            found = await self._store.search(SearchQuery(
+                tenant=tenant, user=user, terms=(), limit=self._pool, embedding=vector,
+                include_shared=include_shared, embedding_model=model))
+        await load_segmenter_for(*(c.memory.content for c in (*keyword, *found)))
+        return QueryHits(_comparable(_merge(keyword, found), model), vector=vector), degraded
+
     async def _vectors(
         self, embedding: asyncio.Task[Embeddings] | None, budget: float | None,
         started: float,

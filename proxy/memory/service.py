@@ -140,6 +140,11 @@ class MemoryService:
                                     candidate_pool=settings.candidate_pool)
         self.access = AccessLog()
 
+    @property
+    def retriever(self) -> Retriever:
+        """The recall retriever, shared with the memory search (:mod:`proxy.memory.search`)."""
+        return self._retriever
+
     @staticmethod
     def passthrough(request: ChatRequest, route: Route, status: str,
                     reason: str | None = None) -> Injection:

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from proxy.errors import MemoryProxyError, ProxyError
 from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile
+from proxy.memory.synonyms import SynonymStore
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 
@@ -45,6 +46,11 @@ READ_TURN: ContextVar[object | None] = ContextVar("memory_proxy_read_turn", defa
 
 class StoreBusyError(StoreUnavailableError):
     """The store is reachable but had no free connection within its bounded wait."""
+
+
+# storage.erasure_purge_seconds' default (proxy/settings/storage.py): at most one purge of
+# erased data every 10 minutes.
+DEFAULT_PURGE_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +234,7 @@ class AuditFilter:
                 and (self.until is None or event.at < self.until))
 
 
-class MemoryStore(Protocol):
+class MemoryStore(SynonymStore, Protocol):
     """Storage of memories, profiles, per-user settings and the audit log."""
 
     async def ping(self) -> None:
@@ -321,6 +327,11 @@ class MemoryStore(Protocol):
         """Users of the tenant known by ``name`` (case- and width-insensitive)."""
         ...
 
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        """The display names (normalised) bound to ``user``, sorted: what erasure looks
+        for in group buffers. Redis lists names bound since this was kept."""
+        ...
+
     async def get_user_settings(self, tenant: str, user: str) -> UserSettings: ...
 
     async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None: ...
@@ -364,6 +375,15 @@ class MemoryStore(Protocol):
         learning batch already claimed writes nothing back, see :class:`ChangeSet`) and
         ``audit`` as the one tombstone event. Returns the number of memories deleted.
         Other users and the tenant's shared memories are untouched."""
+        ...
+
+    async def purge_erased(self) -> bool:
+        """Make erased data leave the database files (docs/design.md#erasure), at most once
+        per ``storage.erasure_purge_seconds`` and only when an erasure owes it: SQLite
+        merges the keyword index and truncates the WAL, Redis rewrites its AOF
+        (``BGREWRITEAOF``; a server that refuses it is logged once and the erasure stands).
+        :meth:`erase_user` calls it; the gateway calls it periodically for the erasures
+        whose purge had to wait. Whether a purge ran (Redis: was started)."""
         ...
 
 

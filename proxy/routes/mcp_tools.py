@@ -33,6 +33,7 @@ from proxy.errors import InvalidRequestError, ProxyError, invalid_value
 from proxy.identity import resolve_user
 from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory
+from proxy.memory.search import search
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.resources import Resources
@@ -95,16 +96,23 @@ SearchLimit = Annotated[int, Field(
 
 async def search_memories(query: str, ctx: Context, limit: SearchLimit = 10,
                           user: str | None = None) -> dict[str, Any]:
-    """Search the user's memories by text (keyword search, best matches first).
-    Returns {"object": "list", "data": [memory, ...]}. A limit outside 1–50 is an error."""
+    """Search the user's memories by text, best match first, ranked as chat recall ranks
+    them (keyword and, when configured, vector similarity); an empty query lists the
+    newest. Returns {"object": "list", "data": [memory, ...]}. A limit outside 1–50 is an
+    error."""
     if not SEARCH_LIMIT_MIN <= limit <= SEARCH_LIMIT_MAX:
         raise ToolError(f"limit must be between {SEARCH_LIMIT_MIN} and {SEARCH_LIMIT_MAX} "
                         f"(got {limit}).")
     res = _resources(ctx)
     me = _owner(res, ctx.headers, user)
     tenant, who = me.tenant, me.user
-    found = await res.store.list_memories(ListQuery(
-        tenant=tenant, user=who, text=query.strip() or None, limit=limit))
+    listing = ListQuery(tenant=tenant, user=who, text=query.strip() or None, limit=limit)
+    if listing.text:
+        found = (await search(res.memory.retriever, res.store, listing, now=res.clock(),
+                              embed_budget=res.settings.memory.embedder.timeout_seconds)
+                 ).memories
+    else:
+        found = await res.store.list_memories(listing)
     await res.store.audit([_event(res, tenant, who, "searched", tool="search_memories",
                                   results=len(found))])
     return {"object": "list", "data": [m.to_api() for m in found]}

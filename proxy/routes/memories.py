@@ -11,7 +11,8 @@ parameter).
   "has_more"}``; query: ``limit`` (1–500, default 100), ``after`` (cursor: the previous
   page's ``last_id``), ``offset``, ``category``, ``q`` (text search), ``enabled``,
   ``source``, ``scope`` (``personal``; ``shared``/``system``: the tenant's, read-only),
-  ``include_retired`` (default false)
+  ``include_retired`` (default false). Newest first; with ``q`` best match first, ranked
+  as chat recall ranks (:mod:`proxy.memory.search`), ``last_id`` an opaque page token
 - ``PATCH /v1/memories/{id}`` ``{title?, content?, category?, subcategory?, tags?,
   enabled?}`` → the memory (:func:`patch_memory`)
 - ``GET /v1/memories/stats`` → counts and learning switches (:func:`memory_stats`)
@@ -32,6 +33,7 @@ parameter).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +49,7 @@ from proxy.learning.filters import is_directive, pii_kinds
 from proxy.learning.jobs import Flush, flush_job
 from proxy.learning.pii import Scrubber
 from proxy.memory.records import Memory, new_id, to_iso
+from proxy.memory.search import is_page_token, search
 from proxy.memory.store import ChangeSet, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
@@ -130,20 +133,37 @@ def _flag(request: Request, name: str) -> bool:
 
 async def list_memories(request: Request) -> Response:
     """``GET /v1/memories``: the user's memories, newest first (:class:`ListParams`);
-    ``after=<last_id>`` pages by cursor, ``offset`` still works. ``scope=shared|system``
-    lists the tenant's memories of that scope that this user receives."""
+    ``after=<last_id>`` pages by cursor, ``offset`` still works. With ``q``: best match
+    first, ranked as chat recall ranks (:func:`proxy.memory.search.search`), ``last_id``
+    then an opaque page token for ``after``. ``scope=shared|system`` lists the tenant's
+    memories of that scope that this user receives. Raises :class:`InvalidRequestError`
+    (400, param ``after``) for a search's page token without its ``q``, or a cursor a
+    search does not know."""
     res: Resources = request.app.state.resources
     params = parse_query(request, ListParams)
     me = owner(request, res, dict(request.query_params))
     # System memories live in the global namespace every tenant receives
     # (docs/design.md#categories).
-    memories = await res.store.list_memories(ListQuery(
+    query = ListQuery(
         tenant=GLOBAL_NAMESPACE if params.scope == "system" else me.tenant, user=me.user,
         include_retired=params.include_retired,
         category=params.category, text=params.q, limit=params.limit + 1,
         offset=params.offset, enabled=params.enabled, source=params.source,
         after=params.after, scope=params.scope,
-    ))
+    )
+    if params.q:
+        found = await search(res.memory.retriever, res.store,
+                             replace(query, limit=params.limit), now=res.clock(),
+                             embed_budget=res.settings.memory.embedder.timeout_seconds)
+        return json_response({
+            "object": "list", "data": [m.to_api() for m in found.memories],
+            "first_id": found.memories[0].id if found.memories else None,
+            "last_id": found.next_after, "has_more": found.has_more,
+        })
+    if is_page_token(params.after):
+        raise InvalidRequestError("after: that cursor continues a search; send it with "
+                                  "the same q.", param="after", code="invalid_value")
+    memories = await res.store.list_memories(query)
     page = memories[:params.limit]
     return json_response({
         "object": "list", "data": [m.to_api() for m in page],
@@ -453,9 +473,19 @@ _ADD_DESCRIPTION = (
     "offset; default now) dates it and may lie at most 5 minutes after the gateway's "
     "clock, else 400 with param created_at.")
 
+_LIST_DESCRIPTION = (
+    "Without q: newest first (by id); after=<last_id> continues below that memory, offset "
+    "skips. With q: best match first, ranked as chat recall ranks memories (keyword BM25, "
+    "and vector similarity when an embedder is configured), every filter applying; "
+    "retired and disabled memories (when the filters ask for them) match by the words "
+    "they contain. last_id is then an opaque page token: pass it as after with the same q "
+    "(offset still skips); a token without its q, or a damaged one, is a 400 with param "
+    "after.")
+
 openapi.register(
-    openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first)",
-                      query=ListParams, response=MemoryList, tags=("memories",)),
+    openapi.Operation("GET", "/v1/memories", "List the user's memories (newest first; "
+                      "with q best match first)", query=ListParams, response=MemoryList,
+                      tags=("memories",), description=_LIST_DESCRIPTION),
     openapi.Operation("POST", "/v1/memories", "Add a memory by hand", body=NewMemory,
                       response=MemoryOut, status=201, errors=(409,), tags=("memories",),
                       description=_ADD_DESCRIPTION),

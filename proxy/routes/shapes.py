@@ -165,7 +165,8 @@ class MemoryOut(BaseModel):
 
 
 class MemoryList(BaseModel):
-    """OpenAI's list shape; ``after=<last_id>`` fetches the next page."""
+    """OpenAI's list shape; ``after=<last_id>`` fetches the next page (with ``q``,
+    ``last_id`` is an opaque page token rather than a memory id)."""
 
     object: Literal["list"]
     data: list[MemoryOut]
@@ -176,7 +177,9 @@ class MemoryList(BaseModel):
 
 class ListParams(_Query):
     q: str | None = Field(default=None, max_length=500,
-                          description="Text that content or title must contain")
+                          description="Search text: results best match first, ranked as "
+                                      "chat recall ranks memories (without q: newest "
+                                      "first)")
     category: CategoryName | None = None
     scope: Literal["personal", "shared", "system"] = Field(
         default="personal", description="shared/system: the tenant's memories this user "
@@ -186,7 +189,9 @@ class ListParams(_Query):
     include_retired: bool = False
     limit: int = Field(default=100, ge=1, le=MAX_PAGE)
     after: str | None = Field(default=None, min_length=1, max_length=64,
-                              description="Cursor: the last_id of the previous page")
+                              description="Cursor: the last_id of the previous page "
+                                          "(with q an opaque page token, valid with the "
+                                          "same q)")
     offset: int = Field(default=0, ge=0, le=1_000_000)
 
 

@@ -165,10 +165,13 @@ async def get_profile(request: Request) -> Response:
 
 
 async def erase_me(request: Request) -> Response:
-    """``DELETE /v1/me?confirm=true``: forget the user. Pending turns are written out and
-    the user's buffered and queued transcripts dropped, usage rows deleted, then
-    :meth:`~proxy.memory.store.MemoryStore.erase_user` removes everything else and keeps
-    one content-free marker and one ``erased`` audit event. 400 without ``confirm=true``."""
+    """``DELETE /v1/me?confirm=true``: forget the user (docs/design.md#erasure). Pending
+    turns are written out; the queue forgets the user's fingerprints, buffers, lines in
+    group buffers and queued transcripts (:meth:`~proxy.learning.queue.LearningQueue.erase_user`,
+    with the display names bound to them); usage rows are deleted; then
+    :meth:`~proxy.memory.store.MemoryStore.erase_user` removes everything else, keeps one
+    content-free marker and one ``erased`` audit event, and purges the files. 400 without
+    ``confirm=true``."""
     res: Resources = request.app.state.resources
     params = parse_query(request, ConfirmParams)
     me = owner(request, res, dict(request.query_params))
@@ -176,10 +179,13 @@ async def erase_me(request: Request) -> Response:
         raise InvalidRequestError(
             "Erasing everything about the user needs explicit confirmation: add "
             "?confirm=true.", param="confirm", code="confirmation_required")
+    profile = await res.store.get_profile(me.tenant, me.user)
+    names = [*(profile.names if profile is not None else ()),
+             *await res.store.names_of(me.tenant, me.user)]
     await res.sink.flush()
+    res.sink.forget_seen()
     if res.queue is not None:
-        await res.queue.forget_user(me.tenant, me.user)
-        await res.queue.scrub_user(me.tenant, me.user)
+        await res.queue.erase_user(me.tenant, me.user, names=names)
     await res.usage.flush()
     await res.ledger.erase_user(me.tenant, me.user)
     deleted = await res.store.erase_user(me.tenant, me.user, audit=me.audit(res, "erased"))

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
-from proxy.settings.base import Section
+from proxy.settings.base import ENV_REFERENCE, Section, resolve_env_reference
+
+# A fingerprint key shorter than this is refused: 16 characters of a random secret are
+# ~96 bits, past guessing (docs/design.md#erasure).
+MIN_FINGERPRINT_KEY_CHARS = 16
 
 
 class TenantPii(Section):
@@ -26,7 +30,7 @@ class PiiSettings(Section):
 
 class LearningBudget(Section):
     """``learning.budget``: learning tokens (prompt + completion of every learning call:
-    score, extract, embed, vision) a tenant may spend per UTC day and per UTC calendar
+    score, extract, embed, vision, verdict) a tenant may spend per UTC day and per UTC calendar
     month; ``None`` = no cap. When spent, no batch is scored or extracted until the next
     period (buffered messages wait under ``buffer_ttl_seconds``, sealed jobs wait without
     using attempts); chat is untouched."""
@@ -53,6 +57,9 @@ class LearningSettings(Section):
     retention_days: int = Field(default=365, ge=1, le=36_500)
     # A fact this similar (embeddings) to a stored memory adds evidence to it.
     dedup_similarity: float = Field(default=0.85, gt=0, le=1)
+    # A new trait or topic this similar (embeddings, cosine) to a stored one is merged into
+    # it after one verdict call of the learning model (docs/design.md#growing-vocabulary).
+    trait_similarity: float = Field(default=0.8, gt=0, le=1)
     related_memories: int = Field(default=20, ge=0, le=200)
     max_messages_per_exchange: int = Field(default=40, ge=2, le=1000)
     scoring_prompt: str | None = None
@@ -67,6 +74,14 @@ class LearningSettings(Section):
     lease_seconds: int = Field(default=300, ge=5)
     poll_interval_seconds: float = Field(default=0.5, gt=0)
     seen_message_ttl_days: int = Field(default=30, ge=1)
+    # The deployment secret message fingerprints are keyed with (HMAC-SHA256,
+    # docs/design.md#erasure): ``os.environ/NAME`` or the value itself (e.g. from
+    # MEMORY_PROXY_LEARNING__FINGERPRINT_KEY). Unset: the SQLite backend keeps a generated
+    # key in a file next to the database; the Redis backend refuses to start with learning
+    # on. ``fingerprint_previous_keys``: keys rotated out, still recognised, so resent
+    # history is not learned twice; keep one there ``seen_message_ttl_days`` after rotating.
+    fingerprint_key: SecretStr | None = None
+    fingerprint_previous_keys: list[SecretStr] = Field(default_factory=list, max_length=8)
     # A controlled synonym table of trait words; the first word of a group is kept.
     synonyms: list[list[str]] = Field(
         default_factory=lambda: [["话少", "潜水", "沉默"], ["quiet", "reserved", "taciturn"]]
@@ -76,6 +91,13 @@ class LearningSettings(Section):
     maintenance_interval_seconds: float = Field(default=30.0, gt=0)
     # A cap on what learning spends per tenant (LearningBudget); none by default.
     budget: LearningBudget = Field(default_factory=LearningBudget)
+
+    @field_validator("fingerprint_key", "fingerprint_previous_keys", mode="before")
+    @classmethod
+    def _keys_from_env(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [_fingerprint_key(v) for v in value]
+        return None if value is None else _fingerprint_key(value)
 
     @field_validator("batch_messages", mode="before")
     @classmethod
@@ -89,3 +111,19 @@ class LearningSettings(Section):
                                  f"{', '.join(sorted(map(str, unknown)))}; use private, group")
             return {"private": 5, "group": 25, **value}
         return value
+
+
+def _fingerprint_key(value: Any) -> Any:
+    """A fingerprint key setting resolved (``os.environ/NAME``) and checked for length."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if not isinstance(value, str):
+        return value
+    resolved = resolve_env_reference(value, setting="learning.fingerprint_key")
+    if resolved is None:
+        raise ValueError(f"learning.fingerprint_key: environment variable "
+                         f"{value.removeprefix(ENV_REFERENCE)} is not set")
+    if len(resolved) < MIN_FINGERPRINT_KEY_CHARS:
+        raise ValueError(f"learning.fingerprint_key: at least {MIN_FINGERPRINT_KEY_CHARS} "
+                         "characters (a random secret, e.g. openssl rand -hex 32)")
+    return resolved

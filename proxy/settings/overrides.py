@@ -13,9 +13,9 @@ startup by the section model the path names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
 # A learning budget as JSON (``learning.budget``): tokens per UTC day and per UTC month,
@@ -28,13 +28,25 @@ class BudgetValue(BaseModel):
     tokens_per_month: int | None = Field(default=None, ge=1)
 
 
+# Synonym groups as JSON (``learning.synonyms``): each 2-20 words of 1-60 characters, at
+# most 500 groups (the candidate list holds at most 1000 pairs; proxy/memory/synonyms.py).
+SynonymWord = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                               max_length=60)]
+SynonymGroups = Annotated[list[Annotated[list[SynonymWord], Field(min_length=2,
+                                                                  max_length=20)]],
+                          Field(max_length=500)]
+
+
 @dataclass(frozen=True, slots=True)
 class Overridable:
     """One run-time setting: its dotted config ``path`` (``<section>.<field>``, section
-    ``learning`` or ``memory``) and the ``patch_type`` the admin API accepts for it."""
+    ``learning`` or ``memory``) and the ``patch_type`` the admin API accepts for it.
+    ``extends``: the tenant's value (a list) is added after ``config.yaml``'s instead of
+    replacing it."""
 
     path: str
     patch_type: Any
+    extends: bool = False
 
     @property
     def section(self) -> str:
@@ -56,6 +68,9 @@ TENANT_OVERRIDABLE: tuple[Overridable, ...] = (
     Overridable("learning.retention_days", int),
     Overridable("learning.model", str),
     Overridable("learning.budget", BudgetValue),  # replaced whole; caps left out are none
+    # The tenant's own synonym groups, after config.yaml's (accepted candidate synonyms
+    # land here: docs/design.md#growing-vocabulary).
+    Overridable("learning.synonyms", SynonymGroups, extends=True),
     Overridable("memory.injection_count", int),
     Overridable("memory.token_budget_percent", float),
 )

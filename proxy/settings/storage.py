@@ -40,6 +40,10 @@ class StorageSettings(Section):
     # Seconds between keyword-index upkeep runs of the gateway (SQLite: FTS5 segment merge;
     # Redis: nothing — the Query Engine compacts its own index). The first run is at start.
     index_maintenance_seconds: float = Field(default=3600.0, gt=0)
+    # Erased text leaves the database files within this long (docs/design.md#erasure):
+    # SQLite runs at most one keyword-index merge (FTS5 'optimize') per period, Redis at
+    # most one AOF rewrite (BGREWRITEAOF). At most an hour.
+    erasure_purge_seconds: float = Field(default=600.0, gt=0, le=3600)
     # Redis connections per process. 64: the concurrent chats one process on 2 cores
     # serves (its throughput is bound by the CPU well before that), plus the learning
     # worker's and the usage flushes' few.

@@ -77,12 +77,18 @@ def test_a_learn_payload_without_a_batch_does_not_parse() -> None:
 
 
 def test_blank_exchange_empties_the_owners_and_the_speakers_jobs() -> None:
-    """The job is blanked for its owner and for its group speaker, not for others."""
-    payload = exchange_job(_exchange("s")).payload
+    """The job is blanked for its owner and for its group speaker, not for others: no
+    message (text, image or fingerprint) and no display name stays."""
+    import dataclasses
+
+    payload = exchange_job(dataclasses.replace(_exchange("s"), speaker_name="Sam")).payload
     for user in ("u", "s"):
         blank = blank_exchange(payload, "t", user)
         assert blank is not None
-        assert [(m.text, m.images) for m in read_exchange(blank).messages] == [("", ())]
+        scrubbed = read_exchange(blank)
+        assert scrubbed.messages == ()
+        assert scrubbed.speaker_name is None
+        assert b"Sam" not in blank
         assert blank_exchange(blank, "t", user) is None  # already blank
     assert blank_exchange(payload, "t", "other") is None
     assert blank_exchange(payload, "t2", "u") is None

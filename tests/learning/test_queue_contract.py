@@ -530,9 +530,10 @@ async def test_forget_user_drops_their_buffered_text_but_not_their_fingerprints(
 # erasure ----------------------------------------------------------------------------------
 
 async def test_scrub_user_blanks_the_users_queued_transcripts_only(queue: LearningQueue) -> None:
-    """scrub_user blanks the text of the user's exchange jobs — ready, leased or dead,
-    their own or a group turn they spoke — keeping ids and fingerprints; other users'
-    jobs and other kinds of job are untouched; a second call finds nothing."""
+    """scrub_user empties the user's exchange jobs — ready, leased or dead, their own or
+    a group turn they spoke — keeping the job ids but no message (no text, no
+    fingerprint); other users' jobs and other kinds of job are untouched; a second call
+    finds nothing."""
     import dataclasses
 
     own = exchange(turn("I live in Lisbon"), at=1.0)
@@ -560,9 +561,10 @@ async def test_scrub_user_blanks_the_users_queued_transcripts_only(queue: Learni
     payloads["own"] = (await _reclaimed(queue, leased)).payload
     for job_id, original in (("own", own), ("group", group), ("dead", dead)):
         scrubbed = Exchange.from_json(orjson.loads(payloads[job_id]))
-        assert [m.text for m in scrubbed.messages] == ["", ""]
-        assert [m.fingerprint for m in scrubbed.messages] == \
-            [m.fingerprint for m in original.messages]
+        assert original.messages
+        assert scrubbed.messages == ()
+        assert all(m.fingerprint.encode() not in payloads[job_id]
+                   for m in original.messages)
     assert Exchange.from_json(orjson.loads(payloads["other"])) == other
     assert orjson.loads(payloads["flush"]) == {"tenant": "t1", "user": "u1"}
 
@@ -798,3 +800,93 @@ async def test_depth_by_kind_counts_every_kind_and_state(queue: LearningQueue) -
     depth = await queue.depth()
     for state in ("ready", "delayed", "leased", "dead"):
         assert sum(n for (_, s), n in counts.items() if s == state) == getattr(depth, state)
+
+
+# erasure of the user's words -------------------------------------------------------------
+
+def _group_turn(lines: list[tuple[str, str]], *, speaker: str, request: str,
+                at: float) -> Exchange:
+    """A group exchange in ``group:team`` sent by ``speaker``: ``lines`` are (name, text)
+    user lines, the last of them the request's new message, then a reply."""
+    import dataclasses
+
+    messages = [TranscriptMessage(role="user", text=text, name=name,
+                                  fingerprint=f"fp-{name}-{text}") for name, text in lines]
+    messages[-1] = dataclasses.replace(messages[-1], new=True, request=request)
+    return dataclasses.replace(
+        exchange((*messages, msg("assistant", f"re {at}")), user="group:team",
+                 group="team", at=at), speaker=speaker)
+
+
+async def test_erase_user_forgets_their_fingerprints_buffers_and_group_lines(
+        queue: LearningQueue) -> None:
+    """erase_user drops the user's own buffer and seen fingerprints (their resent history
+    is new again), and their lines — under their display name, or their own request's
+    new message — from the group's unsealed buffer and from a sealed group batch; other
+    users' fingerprints and lines stay."""
+    await queue.buffer(exchange(turn("I live in Lisbon")), batch_size=9, now=1000)
+    await queue.buffer(exchange(turn("I live in Porto"), user="u2"), batch_size=9, now=1000)
+    await queue.buffer(_group_turn([("Bob", "we meet on fridays"),
+                                    ("Alice", "alice keeps quokkas")],
+                                   speaker="u1", request="rq_g1", at=1001),
+                       batch_size=99, now=1001)
+    sealed = await queue.seal("t1", "group:team", "c1", now=1002)
+    assert sealed is not None
+    await queue.buffer(_group_turn([("alice ", "alice hums zebra songs"),
+                                    ("Bob", "bob brings tea")],
+                                   speaker="u2", request="rq_g2", at=1003),
+                       batch_size=99, now=1003)
+    await queue.buffer(_group_turn([("Al", "my own words on kiwis")],
+                                   speaker="u1", request="rq_g3", at=1004),
+                       batch_size=99, now=1004)
+
+    assert await queue.erase_user("t1", "u1", names=["Alice"]) == 3
+
+    assert await queue.buffered_conversations("t1", "u1") == []
+    again = await queue.buffer(exchange(turn("I live in Lisbon")), batch_size=1, now=1005)
+    assert again is not None  # its fingerprint was forgotten: new again
+    assert await queue.buffer(exchange(turn("I live in Porto"), user="u2"),
+                              batch_size=1, now=1005) is None  # u2's stays seen
+    old = await queue.load_batch(sealed)
+    assert old is not None
+    assert texts(old) == ["we meet on fridays", "re 1001"]
+    fresh = await queue.load_batch(await queue.seal("t1", "group:team", "c1", now=1006) or "")
+    assert fresh is not None
+    assert texts(fresh) == ["bob brings tea", "re 1003", "re 1004"]
+
+
+async def test_erase_user_leaves_group_lines_of_other_names_and_tenants(
+        queue: LearningQueue) -> None:
+    """Negative case: a user with no bound names and no own lines in the group removes
+    nothing from it; a group of another tenant is never touched."""
+    await queue.buffer(_group_turn([("Bob", "bob brings tea")], speaker="u2",
+                                   request="rq_b", at=1000), batch_size=99, now=1000)
+    other = _group_turn([("Alice", "alice in t2")], speaker="u1", request="rq_t2", at=1000)
+    import dataclasses
+
+    await queue.buffer(dataclasses.replace(other, tenant="t2"), batch_size=99, now=1000)
+    assert await queue.erase_user("t1", "u1", names=[]) == 0
+    assert await queue.erase_user("t1", "u1", names=["Alice"]) == 0
+    kept = await queue.load_batch(await queue.seal("t1", "group:team", "c1", now=1001) or "")
+    assert kept is not None
+    assert "bob brings tea" in texts(kept)
+    t2 = await queue.load_batch(await queue.seal("t2", "group:team", "c1", now=1001) or "")
+    assert t2 is not None
+    assert "alice in t2" in texts(t2)
+
+
+async def test_a_message_seen_under_an_alias_is_not_buffered_again(
+        queue: LearningQueue) -> None:
+    """A resent message whose fingerprint changed (a rotated key, or keying an old store)
+    is seen when one of its aliases was recorded; one whose aliases were never recorded
+    is new."""
+    old = TranscriptMessage(role="user", text="I brew kombucha", fingerprint="fp-old-1")
+    await queue.buffer(exchange((old,)), batch_size=9, now=1000)
+    rotated = TranscriptMessage(role="user", text="I brew kombucha", fingerprint="fp-new-1",
+                                aliases=("fp-legacy-1", "fp-old-1"))
+    unseen = TranscriptMessage(role="user", text="I grow basil", fingerprint="fp-new-2",
+                               aliases=("fp-never-seen",))
+    await queue.buffer(exchange((rotated, unseen), at=1001), batch_size=9, now=1001)
+    batch = await queue.load_batch(await queue.seal("t1", "u1", "c1", now=1002) or "")
+    assert batch is not None
+    assert texts(batch) == ["I brew kombucha", "I grow basil"]

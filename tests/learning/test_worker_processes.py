@@ -51,7 +51,8 @@ async def test_two_worker_processes_count_every_hit_of_one_fact(
                 "model": "openai/up-model", "api_base": f"http://127.0.0.1:{port}/v1",
                 "api_key": "os.environ/TEST_UPSTREAM_KEY"}}],
             "storage": storage,
-            "learning": {"enabled": True, "batch_messages": 1, "poll_interval_seconds": 0.05,
+            "learning": {"enabled": True, "fingerprint_key": "k" * 32,
+                         "batch_messages": 1, "poll_interval_seconds": 0.05,
                          "retry_base_seconds": 0.05},
         }
         path = tmp_path / "config.yaml"

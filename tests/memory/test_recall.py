@@ -146,6 +146,21 @@ def test_near_duplicates_never_fill_the_block_twice() -> None:
     assert order(hits) == ["a", "d"]
 
 
+def test_a_search_keeps_near_duplicates_in_rank_order() -> None:
+    """``distinct_only=False`` (the memory search lists every match) keeps the second
+    phrasings, still best first and within ``limit``; the default drops them."""
+    hits = [QueryHits([
+        kw(mem("a", "Lives in Lisbon, Portugal"), 1, 5.0),
+        kw(mem("b", "lives in lisbon"), 2, 4.0),
+        kw(mem("d", "Works in Porto"), 3, 2.0),
+    ])]
+    listed = rank(hits, now=NOW, weights=ONLY_RELEVANCE, limit=10, distinct_only=False)
+    assert [r.memory.id for r in listed] == ["a", "b", "d"]
+    two = rank(hits, now=NOW, weights=ONLY_RELEVANCE, limit=2, distinct_only=False)
+    assert [r.memory.id for r in two] == ["a", "b"]
+    assert order(hits) == ["a", "d"]
+
+
 def test_nothing_to_rank() -> None:
     """No candidates or no room → an empty list."""
     assert rank([], now=NOW, weights=RankWeights(), limit=5) == []

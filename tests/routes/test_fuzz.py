@@ -132,6 +132,9 @@ def requests(rng: random.Random, memory_id: str) -> list[tuple[str, str, dict[st
         ("GET", "/v1/admin/dead-letters", _query(rng), ..., ADMIN),
         ("POST", f"/v1/admin/dead-letters/{some_id}/requeue", _query(rng), ..., ADMIN),
         ("DELETE", f"/v1/admin/dead-letters/{some_id}", _query(rng), ..., ADMIN),
+        ("GET", "/v1/admin/synonyms/candidates", _query(rng), ..., ADMIN),
+        ("POST", f"/v1/admin/synonyms/candidates/{some_id}/accept", _query(rng), ..., ADMIN),
+        ("POST", f"/v1/admin/synonyms/candidates/{some_id}/reject", _query(rng), ..., ADMIN),
         ("GET", "/readyz", _query(rng), ..., {}),
         ("GET", "/healthz", _query(rng), ..., {}),
     ]

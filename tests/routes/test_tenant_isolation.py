@@ -1,6 +1,7 @@
 """Every route reads and writes only its caller's tenant.
 
-Tenant ``beta`` has a memory, a prompt version, a dead learning job, an audit log and usage.
+Tenant ``beta`` has a memory, a prompt version, a dead learning job, a candidate synonym, an
+audit log and usage.
 Tenant ``acme`` then calls every route with its own app and admin keys against beta's ids
 and users; each call must answer as if beta's data did not exist (404 for an id, an empty
 or acme-only answer for a list), and beta's data must be unchanged afterwards. Runs on both
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from proxy.memory.synonyms import SynonymExample, candidate_id
 from tests.fakes import (
     FakeUpstream,
     Gateway,
@@ -28,6 +31,7 @@ ACME_APP = {"Authorization": "Bearer acme-app"}
 ACME_ADMIN = {"Authorization": "Bearer acme-admin"}
 BETA_APP = {"Authorization": "Bearer beta-app"}
 BETA_ADMIN = {"Authorization": "Bearer beta-admin"}
+BETA_SYNONYM = candidate_id(["beekeeper", "bees"])
 SECRET_PROMPT = "BETA-ONLY extraction prompt. Answer JSON {\"memories\": []}."
 
 
@@ -61,7 +65,10 @@ async def beta_state(gw: Gateway) -> dict[str, Any]:
         audit = (await client.get("/v1/admin/audit", params={"user": "u1"})).json()["data"]
         usage = (await client.get("/v1/admin/usage", params={"user": "u1"})).json()
         dead = (await client.get("/v1/admin/dead-letters")).json()["data"]
-    return {"memories": [(m["id"], m["content"], m["enabled"]) for m in memories],
+        synonyms = (await client.get("/v1/admin/synonyms/candidates",
+                                     params={"status": "all"})).json()["data"]
+    return {"synonyms": [(s["id"], s["status"], s["count"]) for s in synonyms],
+            "memories": [(m["id"], m["content"], m["enabled"]) for m in memories],
             "prompt": (prompt["text"], [v["version"] for v in prompt["versions"]]),
             "audit": [e["id"] for e in audit],
             "usage": sum(row["requests"] for row in usage["data"]),
@@ -83,6 +90,9 @@ async def seed_beta(gw: Gateway, upstream: FakeUpstream) -> tuple[str, str]:
         assert (await client.put("/v1/admin/prompts/extraction",
                                  json={"text": SECRET_PROMPT})).status_code == 200
         [dead] = (await client.get("/v1/admin/dead-letters")).json()["data"]
+    await gw.res.store.count_synonyms("beta", "u1", [SynonymExample(
+        field="traits", kept="beekeeper", said="bees", how="containment",
+        at=datetime(2026, 11, 2, tzinfo=UTC))])
     return made.json()["id"], dead["id"]
 
 
@@ -103,6 +113,9 @@ ROUTES: list[tuple[str, str, Any, dict[str, str], int]] = [
     ("GET", "/v1/admin/dead-letters", None, {}, 200),
     ("POST", "/v1/admin/dead-letters/{jid}/requeue", None, {}, 404),
     ("DELETE", "/v1/admin/dead-letters/{jid}", None, {}, 404),
+    ("GET", "/v1/admin/synonyms/candidates", None, {"status": "all"}, 200),
+    ("POST", "/v1/admin/synonyms/candidates/{sid}/accept", None, {}, 404),
+    ("POST", "/v1/admin/synonyms/candidates/{sid}/reject", None, {}, 404),
 ]
 
 
@@ -116,17 +129,18 @@ async def test_no_route_reaches_another_tenant(two_tenants: Gateway,
     assert before["memories"]
     assert before["dead"]
     assert before["audit"]
+    assert before["synonyms"]
     tried = 0
     for keys in (ACME_APP, ACME_ADMIN):
         for method, template, body, query, status in ROUTES:
-            path = template.format(mid=memory_id, jid=job_id)
+            path = template.format(mid=memory_id, jid=job_id, sid=BETA_SYNONYM)
             admin_route = path.startswith("/v1/admin/")
             async with gw.client(headers={**keys, "X-User-Id": "u1"}) as client:
                 response = await client.request(method, path, params=query, json=body)
             expected = 403 if admin_route and keys is ACME_APP else status
             assert response.status_code == expected, (keys, method, path, response.text)
             text = response.text
-            for secret in (memory_id, "Keeps bees", job_id, "BETA-ONLY"):
+            for secret in (memory_id, "Keeps bees", job_id, "BETA-ONLY", "beekeeper"):
                 assert secret not in text, (method, path, secret)
             if path == "/v1/admin/usage" and expected == 200:
                 assert sum(row["requests"] for row in response.json()["data"]) == 0

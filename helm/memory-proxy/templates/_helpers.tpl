@@ -128,6 +128,13 @@ the config: worker.enabled decides. */}}
       name: {{ required "redis.enabled is false: set externalRedis.existingSecret (a Secret holding the Redis URL)" .Values.externalRedis.existingSecret }}
       key: {{ .Values.externalRedis.urlKey }}
 {{- end }}
+- name: FINGERPRINT_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.fingerprintKey.existingSecret | default (printf "%s-fingerprint" (include "memory-proxy.fullname" .)) }}
+      key: {{ .Values.fingerprintKey.key }}
+- name: MEMORY_PROXY_LEARNING__FINGERPRINT_KEY
+  value: os.environ/FINGERPRINT_KEY
 {{- else }}
 - name: MEMORY_PROXY_STORAGE__PATH
   value: /data/memory-proxy.db

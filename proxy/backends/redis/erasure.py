@@ -8,9 +8,13 @@ Errors are the caller's to translate.
 
 from __future__ import annotations
 
+import math
+import time
+
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ResponseError
 
 from proxy.backends.redis.audit import AuditStreams
 from proxy.backends.redis.client import multi, transact
@@ -24,6 +28,52 @@ from proxy.memory.store import AuditEvent
 log = structlog.get_logger("proxy.memory.redis")
 
 SWEEP_PAGE = 1_000  # index rows a sweep reads (a user holds the quota's few hundred)
+
+
+class AofPurge:
+    """At most one AOF rewrite per ``period`` seconds, and only when an erasure owes one
+    (docs/design.md#erasure). ``P:purge:owed`` (STRING) marks the debt; ``P:purge:slot``
+    (STRING, expiring after ``period``) is taken by the process that starts a rewrite, so
+    every gateway sharing the Redis together starts at most one per period. A server
+    without AOF has nothing to rewrite; one that refuses ``BGREWRITEAOF`` (a managed Redis:
+    unknown command, no permission) is logged once per process — the erasure stands."""
+
+    def __init__(self, client: Redis, layout: KeyLayout, *, period: float) -> None:
+        self._redis = client
+        self._owed = f"{layout.prefix}:purge:owed"
+        self._slot = f"{layout.prefix}:purge:slot"
+        self._period = max(1, math.ceil(period))
+        self._told: set[str] = set()  # what was logged once already
+
+    async def owe(self) -> None:
+        await self._redis.set(self._owed, "1")
+
+    async def run(self) -> bool:
+        """Start an AOF rewrite when one is owed and the period's slot is free. Whether
+        one was started."""
+        if not await self._redis.exists(self._owed):
+            return False
+        if not await self._redis.set(self._slot, repr(time.time()), nx=True,
+                                     ex=self._period):
+            return False  # one ran within the period: the debt waits for the next
+        await self._redis.delete(self._owed)
+        info = await self._redis.info("persistence")
+        if not int(info.get("aof_enabled", 0)):
+            self._once("redis_aof_off", "erased data stays in RDB snapshots (if any) "
+                       "until the server's next save")
+            return False
+        try:
+            await self._redis.bgrewriteaof()
+        except ResponseError as exc:
+            self._once("redis_aof_rewrite_refused", str(exc)[:200])
+            return False
+        log.info("redis_aof_rewrite_started", reason="erasure")
+        return True
+
+    def _once(self, event: str, detail: str) -> None:
+        if event not in self._told:
+            self._told.add(event)
+            log.warning(event, detail=detail)
 
 
 class Erasure:

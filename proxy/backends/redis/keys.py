@@ -25,6 +25,8 @@ key name::
     P:learning:{ns|t…}         HASH    learning ledger counters (per user / per tenant)
     P:names:{t…}:<digest>      SET     users going by one display name (group attribution)
     P:unames:{ns}              SET     the name keys above the user is in (erasure)
+    P:unametexts:{ns}          SET     the normalised names themselves (erasure)
+    P:purge:owed · P:purge:slot STRING an erasure owes an AOF rewrite · one ran this period
     P:prompts:{t…}:<kind>      LIST    admin-edited prompt versions (JSON), oldest first
     P:day:{t…}:<YYYY-MM-DD>    HASH    the tenant's usage and learning counters of one UTC
                                        day, per (user, model): see the ledger module
@@ -32,6 +34,9 @@ key name::
     P:users:{t…}               ZSET    the tenant's users (score 0: ordered by id)
     P:seen:{t…}                HASH    user → time of their latest usage row (ISO 8601)
     P:tset:{t…}                STRING  the tenant's run-time settings overrides (JSON)
+    P:syn:{t…}                 HASH    candidate synonym id → JSON (words, status, times)
+    P:synobs:{t…}:<id>         HASH    ``ns`` → JSON of that user's count and examples
+    P:synu:{t…}:<ns>           SET     candidate ids the user observed (erasure)
 
 The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
 its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
@@ -177,6 +182,11 @@ class KeyLayout:
         """The :meth:`names` keys a user was added to (so erasure needs no key scan)."""
         return f"{self.prefix}:unames:{{{ns}}}"
 
+    def user_name_texts(self, ns: str) -> str:
+        """The normalised display names a user was bound to (erasure finds their lines in
+        group buffers by them)."""
+        return f"{self.prefix}:unametexts:{{{ns}}}"
+
     def prompts(self, tenant_tok: str, kind: str) -> str:
         return f"{self.prefix}:prompts:{{{tenant_tok}}}:{kind}"
 
@@ -194,6 +204,15 @@ class KeyLayout:
 
     def tenant_settings(self, tenant_tok: str) -> str:
         return f"{self.prefix}:tset:{{{tenant_tok}}}"
+
+    def synonyms(self, tenant_tok: str) -> str:
+        return f"{self.prefix}:syn:{{{tenant_tok}}}"
+
+    def synonym_observations(self, tenant_tok: str, candidate: str) -> str:
+        return f"{self.prefix}:synobs:{{{tenant_tok}}}:{candidate}"
+
+    def synonyms_of(self, tenant_tok: str, ns: str) -> str:
+        return f"{self.prefix}:synu:{{{tenant_tok}}}:{ns}"
 
     # learning queue ------------------------------------------------------------------
     def queue(self, name: str) -> str:

@@ -80,6 +80,7 @@ from proxy.backends.redis.client import (
     unavailable_on_redis_error,
 )
 from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
+from proxy.backends.redis.queue_erasure import GroupLines
 from proxy.backends.redis.sweep import BufferIndexes
 from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
 from proxy.learning.jobs import blank_exchange, learn_job
@@ -91,9 +92,11 @@ from proxy.learning.queue import (
     JobState,
     NewJob,
     QueueDepth,
+    SpokenBy,
     batch_channel,
     batch_key,
     kind_counts,
+    line_speaker,
 )
 from proxy.memory.store import StoreUnavailableError
 
@@ -274,10 +277,14 @@ class RedisLearningQueue:
             repr(float(now)), batch_size, exchange.tenant, exchange.user,
             exchange.conversation, repr(float(exchange.at)), repr(RETRY_WINDOW_SECONDS)]
         for m in exchange.messages:
-            args += [m.fingerprint, m.role, orjson.dumps({
-                "role": m.role, "name": m.name, "text": m.text, "fp": m.fingerprint,
-                "images": list(m.images), "model": exchange.model, "at": exchange.at,
-                "channel": channel}), m.request or "", "1" if m.new else ""]
+            line = {"role": m.role, "name": m.name, "text": m.text, "fp": m.fingerprint,
+                    "images": list(m.images), "model": exchange.model, "at": exchange.at,
+                    "channel": channel}
+            speaker = line_speaker(exchange, m)
+            if speaker is not None:
+                line["sp"] = speaker
+            args += [m.fingerprint, m.role, orjson.dumps(line), m.request or "",
+                     "1" if m.new else "", " ".join(m.aliases)]
         with unavailable_on_redis_error("learning queue buffer"):
             got = await self._buffer(keys=[self._keys.seen(ns), self._keys.buffer(ns, cd),
                                            self._keys.buffers(ns)], args=args)
@@ -408,6 +415,23 @@ class RedisLearningQueue:
         with unavailable_on_redis_error("learning queue forget_user"):
             removed = await transact(self._redis, [buffers, sealed], body)
             await self._sweep.unbuffered(removed)
+
+    async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
+        """:meth:`~proxy.learning.queue.LearningQueue.erase_user`: own buffers, seen set
+        and its index entry, group lines (:mod:`proxy.backends.redis.queue_erasure`),
+        then the queued jobs' text."""
+        await self.forget_user(tenant, user)
+        ns = user_token(tenant, user)
+        with unavailable_on_redis_error("learning queue erase_user"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(self._keys.seen(ns))
+                pipe.zrem(self._keys.queue("seen"), ns)
+                await pipe.execute()
+            removed, unsealed = await GroupLines(self._redis, self._keys).erase(
+                tenant, SpokenBy(user, names))
+            await self._sweep.unbuffered(unsealed)
+        await self.scrub_user(tenant, user)
+        return removed
 
     async def scrub_user(self, tenant: str, user: str) -> int:
         """:meth:`~proxy.learning.queue.LearningQueue.scrub_user`: ``HSCAN`` of the

@@ -310,8 +310,10 @@ end
 
 # KEYS = (seen ZSET, buffer HASH, the user's buffered-conversations SET)
 # ARGV = (seen_at, batch size, tenant, user, conversation, at, retry window seconds,
-#         (fingerprint, role, json, request key or '', '1' when new or '')*)
-# Messages whose fingerprint the user has seen are dropped; the others are recorded as
+#         (fingerprint, role, json, request key or '', '1' when new or '',
+#          space-separated alias fingerprints or '')*)
+# Messages whose fingerprint (or an alias: a fingerprint from before a key rotation or
+# before keying) the user has seen are dropped; the others are recorded as
 # seen (with their request key, if any) and appended. The request's new user message is
 # appended unless its request key was seen within the retry window (a retried request, or
 # a later request that carried it as history first) or is still buffered; it is buffered
@@ -327,7 +329,13 @@ local batch = tonumber(ARGV[2])
 local at = ARGV[6]
 local since = tonumber(ARGV[1]) - tonumber(ARGV[7])
 local added, users = {}, 0
-for i = 8, #ARGV, 5 do
+local function seen_alias(aliases)
+  for alias in string.gmatch(aliases, '%S+') do
+    if redis.call('ZSCORE', KEYS[1], alias) then return true end
+  end
+  return false
+end
+for i = 8, #ARGV, 6 do
   local fp, role, rq = ARGV[i], ARGV[i + 1], ARGV[i + 3]
   local id = nil
   if rq ~= '' and ARGV[i + 4] == '1' then
@@ -338,7 +346,8 @@ for i = 8, #ARGV, 5 do
       redis.call('ZADD', KEYS[1], 'NX', ARGV[1], fp)
       id = rq
     end
-  elseif redis.call('ZADD', KEYS[1], 'NX', ARGV[1], fp) == 1 then
+  elseif redis.call('ZADD', KEYS[1], 'NX', ARGV[1], fp) == 1
+      and not seen_alias(ARGV[i + 5]) then
     id = fp
     if rq ~= '' then redis.call('ZADD', KEYS[1], 'NX', ARGV[1], rq) end
   end

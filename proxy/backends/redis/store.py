@@ -43,6 +43,7 @@ import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 
+import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
@@ -59,7 +60,8 @@ from proxy.backends.redis.client import (
     transact,
 )
 from proxy.backends.redis.codec import stored_norm
-from proxy.backends.redis.erasure import Erasure
+from proxy.backends.redis.conflicts import ConflictRecords
+from proxy.backends.redis.erasure import AofPurge, Erasure
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -80,11 +82,13 @@ from proxy.backends.redis.keys import (
     user_token,
 )
 from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
+from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
-from proxy.memory.conflicts import Conflict, ProfileWeek, conflict_from_json, week_from_json
+from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
+    DEFAULT_PURGE_SECONDS,
     READ_TURN,
     AuditEvent,
     AuditFilter,
@@ -102,8 +106,11 @@ from proxy.memory.store import (
     scope_state_counts,
     state_counts,
 )
+from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
+
+log = structlog.get_logger("proxy.memory.redis")
 
 # Seconds a user's switches may take to read (on the request path: the chat's learning
 # header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
@@ -153,7 +160,8 @@ class RedisMemoryStore:
 
     def __init__(self, client: Redis, *, key_prefix: str = "mp",
                  vector_dim: int | None = None,
-                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS) -> None:
+                 index_build_wait_seconds: float = INDEX_BUILD_WAIT_SECONDS,
+                 purge_seconds: float = DEFAULT_PURGE_SECONDS) -> None:
         require_resp2_bytes(client)
         self._redis = client
         self._keys = KeyLayout(key_prefix)
@@ -163,11 +171,14 @@ class RedisMemoryStore:
         self._users = UserRecords(client, self._keys)
         self._tenants = TenantRecords(client, self._keys)
         self._hashes = MemoryHashes(client, self._keys)
+        self._conflicts = ConflictRecords(client, self._keys)
         self._changes = ChangeSetWriter(client, self._keys, hashes=self._hashes,
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
                                 audit=self._audit)
+        self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
+        self._synonyms = SynonymRecords(client, self._keys)
 
     @property
     def index_name(self) -> str:
@@ -432,28 +443,20 @@ class RedisMemoryStore:
         return sorted(memories, key=lambda m: (m.created_at, m.id))
 
 
-    # conflicts and the profile over time ------------------------------------------------
+    # conflicts and the profile over time (proxy.backends.redis.conflicts) -------------
     async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
                              limit: int = 500) -> list[Conflict]:
         with _unavailable("list_conflicts"):
-            raw = await self._redis.hvals(self._keys.conflicts(user_token(tenant, user)))
-        found = [conflict_from_json(tenant, user, r) for r in raw]
-        found = [c for c in found if c.status in statuses]
-        found.sort(key=lambda c: (c.created_at, c.id), reverse=True)
-        return found[:max(0, limit)]
+            return await self._conflicts.listed(tenant, user, statuses, limit)
 
     async def get_conflict(self, tenant: str, user: str,
                            conflict_id: str) -> Conflict | None:
         with _unavailable("get_conflict"):
-            raw = await self._redis.hget(self._keys.conflicts(user_token(tenant, user)),
-                                         conflict_id)
-        return None if raw is None else conflict_from_json(tenant, user, raw)
+            return await self._conflicts.get(tenant, user, conflict_id)
 
     async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
         with _unavailable("profile_history"):
-            raw = await self._redis.hvals(
-                self._keys.profile_history(user_token(tenant, user)))
-        return sorted((week_from_json(tenant, user, r) for r in raw), key=lambda w: w.week)
+            return await self._conflicts.weeks(tenant, user)
 
     async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
         with _unavailable("bind_names"):
@@ -462,6 +465,10 @@ class RedisMemoryStore:
     async def users_named(self, tenant: str, name: str) -> list[str]:
         with _unavailable("users_named"):
             return await self._users.users_named(tenant, name)
+
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        with _unavailable("names_of"):
+            return await self._users.names_of(tenant, user)
 
     async def save_prompt(self, tenant: str, kind: str, text: str, actor: str,
                           at: datetime) -> PromptVersion:
@@ -538,10 +545,40 @@ class RedisMemoryStore:
         with _unavailable("put_tenant_settings"):
             await self._tenants.put_settings(tenant, overrides)
 
+    # candidate synonyms (proxy.backends.redis.synonyms) ------------------------------------
+    async def count_synonyms(self, tenant: str, user: str,
+                             examples: Sequence[SynonymExample]) -> None:
+        with _unavailable("count_synonyms"):
+            await self._synonyms.count(tenant, user, examples)
+
+    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
+                                 limit: int) -> list[SynonymCandidate]:
+        with _unavailable("synonym_candidates"):
+            return await self._synonyms.candidates(tenant, status=status, limit=limit)
+
+    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
+                             actor: str, at: datetime) -> SynonymCandidate | None:
+        with _unavailable("decide_synonym"):
+            return await self._synonyms.decide(tenant, candidate, status=status, actor=actor,
+                                               at=at)
+
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         with _unavailable("erase_user"):
-            return await self._erasure.erase_user(tenant, user, audit=audit)
+            await self._synonyms.erase_user(tenant, user)
+            removed = await self._erasure.erase_user(tenant, user, audit=audit)
+            await self._purge.owe()
+        try:
+            await self.purge_erased()
+        except StoreUnavailableError as exc:  # owed still: the periodic purge retries
+            log.warning("redis_erasure_purge_failed", error=str(exc)[:300])
+        return removed
+
+    async def purge_erased(self) -> bool:
+        """:meth:`~proxy.memory.store.MemoryStore.purge_erased`: an AOF rewrite
+        (:class:`~proxy.backends.redis.erasure.AofPurge`)."""
+        with _unavailable("purge_erased"):
+            return await self._purge.run()
 
     async def delete_shared(self, tenant: str, memory_id: str, *,
                             audit: AuditEvent | None = None) -> bool:

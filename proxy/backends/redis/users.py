@@ -147,7 +147,13 @@ class UserRecords:
             for name_key in name_keys:
                 pipe.sadd(name_key, user)
             pipe.sadd(self._keys.user_names(user_token(tenant, user)), *name_keys)
+            pipe.sadd(self._keys.user_name_texts(user_token(tenant, user)), *keys)
             await pipe.execute()
+
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        """The normalised display names ``user`` was bound to, sorted."""
+        found = await self._redis.smembers(self._keys.user_name_texts(user_token(tenant, user)))
+        return sorted(_decode(n) for n in found)
 
     async def users_named(self, tenant: str, name: str) -> list[str]:
         """The users of ``tenant`` going by ``name`` (normalised), sorted."""
@@ -168,7 +174,7 @@ class UserRecords:
         async with self._redis.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.srem(key, user)
-            pipe.unlink(listed)
+            pipe.unlink(listed, self._keys.user_name_texts(user_token(tenant, user)))
             await pipe.execute()
 
 

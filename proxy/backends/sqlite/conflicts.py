@@ -19,6 +19,44 @@ from proxy.memory.conflicts import (
 )
 from proxy.memory.records import to_iso
 
+# Migration 15 (proxy/backends/sqlite/database.py): the pairs, and the mark an open one
+# leaves on its two memories (memories_generation_update recreated with the new columns,
+# as every migration adding a column to memories must); the weekly profile snapshots.
+CONFLICTS_MIGRATION = """
+    ALTER TABLE memories ADD COLUMN conflict_with TEXT;
+    ALTER TABLE memories ADD COLUMN conflict_yields INTEGER NOT NULL DEFAULT 0;
+    DROP TRIGGER memories_generation_update;
+    CREATE TRIGGER memories_generation_update AFTER UPDATE OF id, tenant, user_id, scope,
+        category, subcategory, title, content, tags, subject, source, source_conversation_id,
+        source_channel, score, embedding, enabled, hits, created_at, updated_at, last_seen_at,
+        superseded_at, superseded_by, supersede_reason, norm, embedding_model, conflict_with,
+        conflict_yields ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; INSERT INTO
+        memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TABLE memory_conflicts (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX memory_conflicts_owner ON memory_conflicts (tenant, user_id, created_at);
+    CREATE TABLE profile_history (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        week TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_id, week)
+    ) WITHOUT ROWID;
+    """
+
 
 def put_conflicts(conn: sqlite3.Connection, conflicts: Sequence[Conflict]) -> None:
     """Insert or replace each conflict (by id); then drop the user's oldest beyond

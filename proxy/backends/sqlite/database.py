@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.backends.sqlite.conflicts import CONFLICTS_MIGRATION
 from proxy.backends.sqlite.rows import reterm_index
 
 T = TypeVar("T")
@@ -310,41 +311,85 @@ MIGRATIONS: tuple[str, ...] = (
     # 12: keyword terms gained the character bigrams and characters of CJK runs (beside
     # jieba's words): memories holding CJK are re-termed (reterm_index, in Python).
     "python:reterm_index",
-    # 13: conflicts a person settles (docs/design.md#conflicts): the pairs, and the mark
-    # an open one leaves on its two memories (memories_generation_update recreated with
-    # the new columns); the weekly profile snapshots (docs/design.md#profile-over-time).
+    # 13: erasure leaves nothing of the user (docs/design.md#erasure). A buffered group
+    # line records the user whose request brought it (``speaker``), so their erasure finds
+    # it. ``generation_floor``: erasure deletes the user's counters row and raises the
+    # floor above its generation; a row created later starts above the floor, so an
+    # owner's generation never comes back to a value a cache saw before. ``purges``: when
+    # the keyword index was last merged to drop erased terms, and whether one is owed.
     """
-    ALTER TABLE memories ADD COLUMN conflict_with TEXT;
-    ALTER TABLE memories ADD COLUMN conflict_yields INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE buffered_messages ADD COLUMN speaker TEXT;
+    CREATE TABLE generation_floor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        value INTEGER NOT NULL
+    );
+    INSERT INTO generation_floor (id, value) VALUES (1, 0);
+    CREATE TABLE purges (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_at REAL NOT NULL DEFAULT 0,
+        owed INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO purges (id) VALUES (1);
+    DROP TRIGGER memories_generation_insert;
+    DROP TRIGGER memories_generation_delete;
     DROP TRIGGER memories_generation_update;
+    DROP TRIGGER memories_accessed_update;
+    CREATE TRIGGER memories_generation_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
+    CREATE TRIGGER memories_generation_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
     CREATE TRIGGER memories_generation_update AFTER UPDATE OF id, tenant, user_id, scope,
         category, subcategory, title, content, tags, subject, source, source_conversation_id,
         source_channel, score, embedding, enabled, hits, created_at, updated_at, last_seen_at,
-        superseded_at, superseded_by, supersede_reason, norm, embedding_model, conflict_with,
-        conflict_yields ON memories BEGIN
+        superseded_at, superseded_by, supersede_reason, norm, embedding_model ON memories BEGIN
         INSERT INTO memory_generations (tenant, owner, generation)
-        VALUES (OLD.tenant, coalesce(OLD.user_id, ''), 1)
+        VALUES (OLD.tenant, coalesce(OLD.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
         ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; INSERT INTO
         memory_generations (tenant, owner, generation)
-        VALUES (NEW.tenant, coalesce(NEW.user_id, ''), 1)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1)
         ON CONFLICT (tenant, owner) DO UPDATE SET generation = generation + 1; END;
-    CREATE TABLE memory_conflicts (
-        id TEXT PRIMARY KEY,
-        tenant TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        body TEXT NOT NULL
-    );
-    CREATE INDEX memory_conflicts_owner ON memory_conflicts (tenant, user_id, created_at);
-    CREATE TABLE profile_history (
-        tenant TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        week TEXT NOT NULL,
-        body TEXT NOT NULL,
-        PRIMARY KEY (tenant, user_id, week)
-    ) WITHOUT ROWID;
+    CREATE TRIGGER memories_accessed_update AFTER UPDATE OF access_count, last_access_at
+        ON memories BEGIN
+        INSERT INTO memory_generations (tenant, owner, generation, accessed)
+        VALUES (NEW.tenant, coalesce(NEW.user_id, ''),
+                (SELECT value FROM generation_floor) + 1, 1)
+        ON CONFLICT (tenant, owner) DO UPDATE SET accessed = accessed + 1; END;
     """,
+    # 14: candidate synonyms mined from merged profile traits and topics (per tenant) and
+    # each user's observations of them (erasure removes a user's; proxy/memory/synonyms.py).
+    """
+    CREATE TABLE synonym_candidates (
+        tenant TEXT NOT NULL,
+        id TEXT NOT NULL,
+        words TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'open',
+        created_at TEXT NOT NULL,
+        decided_at TEXT,
+        decided_by TEXT,
+        PRIMARY KEY (tenant, id)
+    ) WITHOUT ROWID;
+    CREATE TABLE synonym_observations (
+        tenant TEXT NOT NULL,
+        id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        count INTEGER NOT NULL DEFAULT 0,
+        examples TEXT NOT NULL DEFAULT '[]',
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, id, user_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX synonym_observers ON synonym_observations (tenant, user_id);
+    """,
+    # 15: conflicts a person settles and the weekly profile snapshots (the script and its
+    # notes: proxy/backends/sqlite/conflicts.py).
+    CONFLICTS_MIGRATION,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
@@ -449,6 +494,21 @@ class SqliteDatabase:
             loop.call_soon_threadsafe(_settle, batch, outcomes)
 
         self._reader.submit(run)
+
+    async def checkpoint(self) -> bool:
+        """``PRAGMA wal_checkpoint(TRUNCATE)`` on the writer connection, outside any
+        transaction: every page of the ``-wal`` file is copied into the database and the
+        ``-wal`` file is cut to zero bytes. ``False`` when a reader of another connection
+        kept it from completing (it waited ``busy_timeout`` for them)."""
+        if self._writer is None or self._wconn is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        conn = self._wconn
+
+        def run() -> bool:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return not busy
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any

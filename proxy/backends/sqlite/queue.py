@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import orjson
@@ -30,9 +30,11 @@ from proxy.learning.queue import (
     JobState,
     NewJob,
     QueueDepth,
+    SpokenBy,
     batch_channel,
     batch_key,
     kind_counts,
+    line_speaker,
 )
 from proxy.memory.store import StoreUnavailableError
 
@@ -59,6 +61,18 @@ def _seal(
         ("learn:" + key, learn_payload(key), now, now, now, tenant),
     )
     return key
+
+
+def _seen_alias(conn: sqlite3.Connection, exchange: Exchange,
+                message: TranscriptMessage) -> bool:
+    """Whether the user has seen the message under one of its aliases (a fingerprint from
+    before a key rotation or before keying: proxy.learning.fingerprints)."""
+    if not message.aliases:
+        return False
+    return conn.execute(
+        "SELECT 1 FROM seen_messages WHERE tenant = ? AND user_id = ? AND fingerprint IN "
+        f"({', '.join('?' * len(message.aliases))}) LIMIT 1",
+        (exchange.tenant, exchange.user, *message.aliases)).fetchone() is not None
 
 
 class SqliteLearningQueue:
@@ -172,7 +186,7 @@ class SqliteLearningQueue:
                     "seen_at) VALUES (?, ?, ?, ?)",
                     (exchange.tenant, exchange.user, message.fingerprint, now),
                 )
-                if inserted.rowcount:
+                if inserted.rowcount and not _seen_alias(conn, exchange, message):
                     fresh.append(message)
                     if message.request is not None:
                         # history learned before the request that carried it new: that
@@ -187,11 +201,11 @@ class SqliteLearningQueue:
             channel = exchange.channel if exchange.group is None else f"group:{exchange.group}"
             conn.executemany(
                 "INSERT INTO buffered_messages (tenant, user_id, conversation_id, channel, "
-                "fingerprint, role, name, content, model, at, images) VALUES (?, ?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?)",
+                "fingerprint, role, name, content, model, at, images, speaker) VALUES (?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(exchange.tenant, exchange.user, exchange.conversation, channel,
                   m.fingerprint, m.role, m.name, m.text, exchange.model, exchange.at,
-                  orjson.dumps(list(m.images)).decode())
+                  orjson.dumps(list(m.images)).decode(), line_speaker(exchange, m))
                  for m in fresh],
             )
             pending = conn.execute(
@@ -355,6 +369,27 @@ class SqliteLearningQueue:
         ))
 
     # erasure ---------------------------------------------------------------------------
+    async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
+        """:meth:`~proxy.learning.queue.LearningQueue.erase_user`, one transaction."""
+        spoken = SpokenBy(user, names)
+
+        def run(conn: sqlite3.Connection) -> int:
+            owner = (tenant, user)
+            conn.execute("DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?",
+                         owner)
+            conn.execute("DELETE FROM seen_messages WHERE tenant = ? AND user_id = ?", owner)
+            rows = conn.execute(
+                "SELECT id, role, name, speaker FROM buffered_messages WHERE tenant = ? AND "
+                "user_id >= 'group:' AND user_id < 'group;' AND role = 'user' AND "
+                "(name IS NOT NULL OR speaker = ?)", owner).fetchall()
+            doomed = [(r[0],) for r in rows if spoken(r[1], r[2], r[3])]
+            conn.executemany("DELETE FROM buffered_messages WHERE id = ?", doomed)
+            return len(doomed)
+
+        removed = await self._write(run)
+        await self.scrub_user(tenant, user)
+        return removed
+
     async def scrub_user(self, tenant: str, user: str) -> int:
         def run(conn: sqlite3.Connection) -> int:
             rewritten = 0

@@ -14,11 +14,14 @@ on the database's reader thread or inside one write transaction, translating eve
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from proxy.backends.sqlite import conflicts, users
+import structlog
+
+from proxy.backends.sqlite import conflicts, synonyms, users
 from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
@@ -34,6 +37,7 @@ from proxy.backends.sqlite.search import Recall
 from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
+    DEFAULT_PURGE_SECONDS,
     AuditEvent,
     AuditFilter,
     Candidate,
@@ -49,18 +53,22 @@ from proxy.memory.store import (
     scope_state_counts,
     state_counts,
 )
+from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
 
 T = TypeVar("T")
+log = structlog.get_logger("proxy.memory.sqlite")
 
 
 class SqliteMemoryStore:
     """:class:`~proxy.memory.store.MemoryStore` on a
     :class:`~proxy.backends.sqlite.database.SqliteDatabase`."""
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: SqliteDatabase, *,
+                 purge_seconds: float = DEFAULT_PURGE_SECONDS) -> None:
         self._db = db
         self._recall = Recall()
+        self._purge_seconds = purge_seconds
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -303,6 +311,12 @@ class SqliteMemoryStore:
         key = normalize(name)
         return await self._read(lambda c: users.users_named(c, tenant, key))
 
+    async def names_of(self, tenant: str, user: str) -> list[str]:
+        rows = await self._read(lambda c: c.execute(
+            "SELECT name FROM user_names WHERE tenant = ? AND user_id = ? ORDER BY name",
+            (tenant, user)).fetchall())
+        return [r[0] for r in rows]
+
     async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
         return await self._read(lambda c: users.get_settings(c, tenant, user))
 
@@ -357,6 +371,22 @@ class SqliteMemoryStore:
         stamp = to_iso(utcnow())
         await self._write(lambda c: users.put_tenant_settings(c, tenant, overrides, stamp))
 
+    # candidate synonyms (proxy.backends.sqlite.synonyms) -----------------------------------
+    async def count_synonyms(self, tenant: str, user: str,
+                             examples: Sequence[SynonymExample]) -> None:
+        if examples:
+            await self._write(lambda c: synonyms.count_synonyms(c, tenant, user, examples))
+
+    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
+                                 limit: int) -> list[SynonymCandidate]:
+        return await self._read(
+            lambda c: synonyms.synonym_candidates(c, tenant, status=status, limit=limit))
+
+    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
+                             actor: str, at: datetime) -> SynonymCandidate | None:
+        return await self._write(lambda c: synonyms.decide_synonym(
+            c, tenant, candidate, status=status, actor=actor, at=at))
+
     # erasure -----------------------------------------------------------------------------
     async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
                              limit: int = 500) -> list[Conflict]:
@@ -371,9 +401,50 @@ class SqliteMemoryStore:
         return await self._read(lambda c: conflicts.weeks(c, tenant, user))
 
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
+        """Erase in one transaction, then purge the files (:meth:`purge_erased`); a purge
+        that fails is logged and left owed (the periodic purge retries it): the erasure
+        stands."""
         marker = to_iso(utcnow())
-        return await self._write(
-            lambda c: users.erase_user(c, tenant, user, marker=marker, audit=audit))
+
+        def run(conn: sqlite3.Connection) -> int:
+            synonyms.erase_user(conn, tenant, user)
+            return users.erase_user(conn, tenant, user, marker=marker, audit=audit)
+
+        removed = await self._write(run)
+        try:
+            await self.purge_erased(checkpoint=True)
+        except StoreUnavailableError as exc:
+            log.warning("sqlite_erasure_purge_failed", error=str(exc)[:300])
+        return removed
+
+    async def purge_erased(self, *, now: float | None = None,
+                           checkpoint: bool = False) -> bool:
+        """Make erased text leave the files (docs/design.md#erasure): when an erasure
+        owes a purge and none ran in the last ``purge_seconds``, merge the keyword index
+        (FTS5 ``'optimize'`` rewrites its segments without the deleted rows' terms; with
+        ``secure_delete`` the freed pages are zeroed), then checkpoint the WAL with
+        TRUNCATE (the ``-wal`` file, which held copies of the erased rows, is cut to zero
+        bytes; also with ``checkpoint``, as right after an erasure). Whether a merge ran.
+        Raises :class:`StoreUnavailableError`."""
+        at = time.time() if now is None else now
+
+        def run(conn: sqlite3.Connection) -> bool:
+            owed, last = conn.execute("SELECT owed, last_at FROM purges").fetchone()
+            if not owed or at - last < self._purge_seconds:
+                return False
+            conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+            conn.execute("UPDATE purges SET owed = 0, last_at = ?", (at,))
+            return True
+
+        ran = bool(await self._write(run))
+        if not ran and not checkpoint:
+            return False
+        try:
+            if not await self._db.checkpoint():
+                log.info("sqlite_checkpoint_busy")  # the next purge or checkpoint cuts it
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite checkpoint failed: {exc}") from exc
+        return ran
 
     async def delete_shared(self, tenant: str, memory_id: str, *,
                             audit: AuditEvent | None = None) -> bool:

@@ -193,9 +193,10 @@ def tombstoned(conn: sqlite3.Connection, tenant: str, user: str,
 def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str | None,
                audit: AuditEvent) -> int:
     """Delete everything held about the user (memories with their keyword-index rows and
-    evidence, tombstones, profile, conversations, names, audit events, settings) in the
-    caller's transaction; leave only a content-free settings row whose ``cleared_at`` is
-    ``marker``, and ``audit``. Returns the memories removed."""
+    evidence, tombstones, profile, conversations, names, audit events, settings, their
+    ``memory_generations`` row) in the caller's transaction; leave only a content-free
+    settings row whose ``cleared_at`` is ``marker``, and ``audit``; mark a keyword-index
+    purge owed. Returns the memories removed."""
     owner = (tenant, user)
     # Keyword-index rows first (by rowid), then the memories: one transaction.
     conn.execute(
@@ -209,6 +210,17 @@ def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str 
     for table in ("memory_tombstones", "profiles", "conversations", "user_names",
                   "audit_log", "user_settings"):
         conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?", owner)
+    # The counters row goes too; the floor rises above it so a later write never brings
+    # the user's generation back to a value some process's cache saw (migration 13).
+    conn.execute(
+        "UPDATE generation_floor SET value = max(value, coalesce((SELECT generation FROM "
+        "memory_generations WHERE tenant = ? AND owner = ?), 0)) + 1", owner)
+    conn.execute("DELETE FROM memory_generations WHERE tenant = ? AND owner = ?", owner)
+    # A group batch's change set for this user is applied under "<batch key>:<user id>"
+    # (proxy.learning.owners): that key names the user. Batch keys are b_ + 32 hex digits.
+    conn.execute("DELETE FROM applied_batches WHERE substr(batch_key, 35) = ?",
+                 (":" + user,))
+    conn.execute("UPDATE purges SET owed = 1")
     conn.execute("INSERT INTO user_settings (tenant, user_id, cleared_at) "
                  "VALUES (?, ?, ?)", (tenant, user, marker))
     # Conflicts and weekly profile snapshots (docs/design.md#conflicts).

@@ -8,6 +8,7 @@ answers as validated models.
   the schema generated from it;
 * :mod:`.extraction` - :func:`parse_extraction`, with the models of :mod:`.models`, the
   field readers of :mod:`.fields` and the records of :mod:`.results` it returns;
+* :mod:`.verdict` - :func:`parse_verdict`, same or different for two profile wordings;
 * :mod:`.schema` - a pydantic model's schema in the plain form sent to the model.
 """
 
@@ -23,6 +24,7 @@ from proxy.learning.answers.results import (
     ProfileUpdate,
 )
 from proxy.learning.answers.scoring import SCORE_WEIGHTS, SCORING_SCHEMA, ScoreResult, parse_scoring
+from proxy.learning.answers.verdict import VERDICT_SCHEMA, parse_verdict
 from proxy.memory.categories import CATEGORIES
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "IMAGE_TIERS",
     "SCORE_WEIGHTS",
     "SCORING_SCHEMA",
+    "VERDICT_SCHEMA",
     "CandidateFact",
     "ExtractionResult",
     "ImageVerdict",
@@ -42,5 +45,6 @@ __all__ = [
     "parse_extraction",
     "parse_model_json",
     "parse_scoring",
+    "parse_verdict",
     "strip_reasoning",
 ]

@@ -1,0 +1,123 @@
+"""``DELETE /v1/me`` through the gateway leaves nothing of the user's words in learning
+(docs/design.md#erasure): their lines in a group's buffer are not shown to the learning
+model at the group's next flush, their resent history is not "already seen", and an
+admin key erasing the user does the same. Both backends (Redis: the real test Redis)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.fakes import FakeUpstream, Gateway, backend_overrides, make_settings, running_gateway
+
+GROUP = {"X-Memory-Channel": "group", "X-Memory-Group-Id": "hikers"}
+APP = {"Authorization": "Bearer app-key"}
+ADMIN = {"Authorization": "Bearer admin-key"}
+ERASED = "zanzibarquokka"  # said by Alice only
+KEPT = "kilimanjarotea"  # said by Bob
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def gw(request: pytest.FixtureRequest, tmp_path: Path,
+             upstream: FakeUpstream) -> AsyncIterator[Gateway]:
+    settings = make_settings(
+        tmp_path, learning={"enabled": True, "batch_messages": {"private": 50, "group": 50}},
+        auth={"keys": [{"key_sha256": _sha("app-key"), "tenant": "t"}],
+              "admin_keys": [{"key_sha256": _sha("admin-key"), "tenant": "t",
+                              "name": "ops"}]},
+        **backend_overrides(request, tmp_path))
+    async with running_gateway(settings, upstream) as gateway:
+        yield gateway
+
+
+async def _chat(gw: Gateway, user: str, messages: list[dict[str, Any]],
+                headers: dict[str, str] | None = None) -> None:
+    async with gw.client(headers={**APP, "X-User-Id": user, **(headers or {})}) as client:
+        response = await client.post("/v1/chat/completions",
+                                     json={"model": "m", "messages": messages})
+    assert response.status_code == 200, response.text
+
+
+async def _buffer(gw: Gateway) -> None:
+    await gw.res.sink.flush()
+    assert gw.res.worker is not None
+    await gw.res.worker.drain()
+
+
+def _prompts(upstream: FakeUpstream) -> str:
+    return "\n".join(orjson.dumps(body).decode() for _, body in upstream.learning_calls)
+
+
+async def _group_talk(gw: Gateway) -> None:
+    """Alice and Bob introduce themselves (their names are bound), then Bob's request
+    carries the group's history: a line of Alice's and one of his own."""
+    await _chat(gw, "u-alice", [{"role": "user", "name": "Alice", "content": "hi all"}],
+                GROUP)
+    await _chat(gw, "u-bob", [{"role": "user", "name": "Bob", "content": "hello"}], GROUP)
+    await _buffer(gw)
+    await _chat(gw, "u-bob", [
+        {"role": "user", "name": "Alice", "content": f"I hide my key under the {ERASED}"},
+        {"role": "user", "name": "Bob", "content": f"I only drink {KEPT} on hikes"},
+    ], GROUP)
+    await _buffer(gw)
+
+
+@pytest.mark.parametrize("erasing", [{**APP, "X-User-Id": "u-alice"},
+                                     {**ADMIN, "X-User-Id": "u-alice"}],
+                         ids=["self", "admin"])
+async def test_erased_users_group_lines_never_reach_the_learning_model(
+        gw: Gateway, upstream: FakeUpstream, erasing: dict[str, str]) -> None:
+    """After Alice is erased (by herself or by an admin), the group's next flush shows the
+    learning model Bob's line but none of Alice's words."""
+    await _group_talk(gw)
+    async with gw.client(headers=erasing) as client:
+        response = await client.delete("/v1/me", params={"confirm": "true"})
+    assert response.status_code == 200, response.text
+    await gw.flush_conversations()
+    prompts = _prompts(upstream)
+    assert KEPT in prompts
+    assert ERASED not in prompts
+
+
+async def test_without_erasure_the_group_flush_shows_every_line(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """Negative case: when nobody is erased, Alice's line reaches the model too."""
+    await _group_talk(gw)
+    await gw.flush_conversations()
+    prompts = _prompts(upstream)
+    assert KEPT in prompts
+    assert ERASED in prompts
+
+
+async def test_after_erasure_resent_history_is_not_taken_for_seen(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """The erased user's fingerprints are gone: their old history, resent after the
+    erasure, is new to the queue (learned from as the fresh user's words), while before
+    the erasure the same resend was skipped as already seen."""
+    history = [{"role": "user", "content": "I collect antique compasses"},
+               {"role": "assistant", "content": "Nice."},
+               {"role": "user", "content": "Any tips?"}]
+    await _chat(gw, "u-carol", history[:1])
+    await _buffer(gw)
+    await gw.flush_conversations()
+    assert "antique compasses" in _prompts(upstream)
+    upstream.learning_calls.clear()
+    await _chat(gw, "u-carol", history)
+    await gw.flush_conversations()
+    assert "antique compasses" not in _prompts(upstream)  # seen: skipped
+    async with gw.client(headers={**APP, "X-User-Id": "u-carol"}) as client:
+        assert (await client.delete("/v1/me", params={"confirm": "true"})).status_code == 200
+    upstream.learning_calls.clear()
+    await _chat(gw, "u-carol", [*history, {"role": "assistant", "content": "Oil them."},
+                                {"role": "user", "content": "Thanks"}])
+    await gw.flush_conversations()
+    assert "antique compasses" in _prompts(upstream)
