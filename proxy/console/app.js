@@ -295,6 +295,7 @@
       tabs(t("viewingUser", { user: ctx.user }), [
         { label: t("tabMemories"), render: (p) => memoriesTab(p, ctx, as) },
         { label: t("tabProfile"), render: (p) => profileTab(p, as) },
+        { label: t("tabConflicts"), render: (p) => conflictsTab(p, ctx, as) },
         { label: t("tabLearning"), render: (p) => learningTab(p, ctx, as) },
       ])].filter(Boolean));
     heading.focus();
@@ -457,7 +458,9 @@
       h("p", {}, h("span", { class: `badge source-${memory.source}` }, t(`source.${memory.source}`)),
         h("span", { class: "badge" }, cat(memory.category)),
         memory.subcategory ? h("span", { class: "badge" }, subcat(memory.subcategory)) : null,
-        memory.enabled ? null : h("span", { class: "badge" }, t("disabled"))),
+        memory.enabled ? null : h("span", { class: "badge" }, t("disabled")),
+        memory.conflict_with ? h("span", { class: "badge conflict" },
+          memory.conflict_yields ? t("conflictHeld") : t("conflictOpen")) : null),
       h("p", {}, memory.content),
       h("p", { class: "help" }, `${t("evidenceLine", { count: tn("evidenceCount", memory.hits) })} · ${when(memory.created_at, true)}`),
       h("details", {}, h("summary", {}, t("details")), info),
@@ -498,7 +501,8 @@
     Promise.all([
       api("GET", "/v1/profile", as()),
       api("GET", "/v1/memories", as({ query: { include_retired: "true", limit: 200 } })),
-    ]).then(([profile, all]) => {
+      api("GET", "/v1/profile/history", as()),
+    ]).then(([profile, all, weeks]) => {
       // Scores add up with every mention (no upper bound): bars are scaled against the
       // highest score of the list.
       const scored = (items, label) => items && items.length
@@ -519,6 +523,9 @@
         h("section", { class: "panel", "aria-labelledby": "traits-h" },
           h("h2", { id: "traits-h" }, t("traits")), scored(profile.traits, t("traits")),
           h("h2", {}, t("topics")), scored(profile.topics, t("topics"))),
+        h("section", { class: "panel", "aria-labelledby": "time-h" },
+          h("h2", { id: "time-h" }, t("overTime")), h("p", { class: "help" }, t("overTimeHelp")),
+          timeline(weeks.data || [])),
         h("section", { class: "panel", "aria-labelledby": "facts-h" },
           h("h2", { id: "facts-h" }, t("facts")), factList(profile.facts || [])),
         h("section", { class: "panel", "aria-labelledby": "arch-h" },
@@ -528,6 +535,82 @@
             h("p", { class: "help" }, t("retiredOn", { at: when(m.superseded_at) }), " · ",
               `${t("reason")}: ${m.supersede_reason || "—"}`)))) : h("p", { class: "help" }, t("none"))));
     }).catch((err) => failed(err, box));
+  }
+
+  // The profile over time, month by month: the top traits and topics of the month's weeks
+  // (a week belongs to the month its Thursday falls in; a text's best score counts).
+  const TOP_PER_MONTH = 3;
+  function monthOf(week) {
+    const [year, num] = week.split("-W").map(Number);
+    const jan4 = new Date(Date.UTC(year, 0, 4));
+    const thursday = new Date(jan4.getTime() + ((num - 1) * 7 + 3 - ((jan4.getUTCDay() + 6) % 7)) * 86400000);
+    return thursday.toISOString().slice(0, 7);
+  }
+  function timeline(weeks) {
+    const months = new Map();
+    for (const week of weeks) {
+      const month = monthOf(week.week);
+      const entry = months.get(month) || { traits: new Map(), topics: new Map() };
+      for (const kind of ["traits", "topics"]) {
+        for (const tag of week[kind] || []) {
+          entry[kind].set(tag.text, Math.max(entry[kind].get(tag.text) || 0, Number(tag.score) || 0));
+        }
+      }
+      months.set(month, entry);
+    }
+    const top = (scores) => [...scores.entries()].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+      .slice(0, TOP_PER_MONTH).map(([text]) => text).join(", ") || "—";
+    const rows = [...months.entries()].map(([month, e]) => [month, top(e.topics), top(e.traits)]);
+    return h("div", { class: "profile-timeline" },
+      table([t("month"), t("topics"), t("traits")], rows, t("overTime")));
+  }
+
+  // Conflicts: pairs of contradicting memories for the person to settle. The admin view
+  // lists them with the admin route (GET /v1/admin/conflicts?user=).
+  function conflictsTab(panel, ctx, as) {
+    const filter = h("select", {}, ["open", "settled", "all"].map((k) =>
+      h("option", { value: k }, t(`conflictStatus.${k}`))));
+    const list = h("ul", { class: "cards", "aria-labelledby": "conf-h" });
+    async function load() {
+      list.replaceChildren(h("li", {}, t("loading")));
+      try {
+        const found = ctx.admin
+          ? await api("GET", "/v1/admin/conflicts", { query: { user: ctx.user, status: filter.value } })
+          : await api("GET", "/v1/memories/conflicts", as({ query: { status: filter.value } }));
+        list.replaceChildren(...(found.data.length ? found.data.map((c) => conflictCard(c, as, load))
+          : [h("li", { class: "help" }, t("noConflicts"))]));
+      } catch (err) { failed(err, list); }
+    }
+    filter.addEventListener("change", load);
+    panel.append(h("section", { class: "panel" },
+      h("h2", { id: "conf-h" }, t("conflicts")), h("p", { class: "help" }, t("conflictsHelp")),
+      field(t("show"), filter), list));
+    load();
+  }
+  function conflictCard(c, as, reload) {
+    const titleId = nextId("conf");
+    const side = (label, m) => h("div", { class: "conflict-side" },
+      h("h4", {}, label), h("p", {}, m.content),
+      h("p", { class: "help" }, `${tn("evidenceCount", m.hits)} · ${when(m.created_at, true)}`,
+        m.conflict_yields ? ` · ${t("conflictHeld")}` : ""));
+    const settle = (verb, label) => h("button", { type: "button", "aria-describedby": titleId,
+      onclick: async () => {
+        try {
+          await api("POST", `/v1/memories/conflicts/${encodeURIComponent(c.id)}/${verb}`, as());
+          status(t("done"));
+          reload();
+        } catch (err) { failed(err); }
+      } }, label);
+    const open = c.status === "open" || c.status === "unconfirmed";
+    return h("li", { class: `card conflict-${c.kind}`, "data-conflict-id": c.id },
+      h("h3", { id: titleId }, c.kind === "contradicts" ? t("conflictUnsure") : t("conflictReplaced")),
+      h("p", {}, h("span", { class: "badge conflict" }, t(`conflictKind.${c.kind}`)),
+        h("span", { class: "badge" }, t(`conflictState.${c.status}`))),
+      h("div", { class: "conflict-pair" },
+        side(c.kind === "contradicts" ? t("conflictOlder") : t("conflictRetired"), c.retired),
+        side(t("conflictNewer"), c.successor)),
+      h("p", { class: "help" }, `${when(c.created_at)} · ${c.reason}`),
+      open ? h("div", { class: "actions" }, settle("confirm", t("keepNew")), settle("reverse", t("keepOld"))) : null);
   }
 
   function factList(facts) {

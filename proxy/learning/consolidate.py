@@ -36,6 +36,14 @@ from datetime import datetime
 
 from proxy.learning.answers import CandidateFact, ProfileUpdate
 from proxy.memory.categories import CATEGORIES
+from proxy.memory.conflicts import (
+    Conflict,
+    ConflictKind,
+    mark_pair,
+    retire,
+    snapshot,
+    unmarked,
+)
 from proxy.memory.records import (
     USER_SUBJECT,
     ConversationRecord,
@@ -193,6 +201,7 @@ def consolidate(
     evidence: list[tuple[str, str]] = []
     counted: set[str] = set()
     audit: list[AuditEvent] = []
+    conflicts: list[Conflict] = []
     for fact in facts:
         subject = USER_SUBJECT if subject_key(fact.subject) == USER_SUBJECT \
             else fact.subject.strip()
@@ -218,6 +227,7 @@ def consolidate(
             merged = _merge(duplicate, fact, ctx, count=first)
             counted.add(duplicate.id)
             upserts[merged.id] = active[merged.id] = merged
+            _remark(merged, active, upserts)
             if first:
                 evidence.append((merged.id, ctx.batch_key))
             audit.append(_event(ctx, "merged", merged.id, "repeated fact counted as evidence",
@@ -229,11 +239,9 @@ def consolidate(
         evidence.append((created.id, ctx.batch_key))
         audit.append(_event(ctx, "created", created.id, "extracted from conversation",
                             {"category": created.category}))
-        for old in superseded:
-            upserts[old.id] = _retired(old, by=created, ctx=ctx)
-            active.pop(old.id, None)
-            audit.append(_event(ctx, "retired", old.id, "superseded",
-                                {"superseded_by": created.id}))
+        contradicted = _contradicted(fact, subject, ctx, active, retiring)
+        _pairs(ctx, created, superseded, contradicted, active=active, upserts=upserts,
+               audit=audit, conflicts=conflicts)
     new_profile = merge_profile(
         profile, profile_update, tenant=ctx.tenant, user=ctx.user, now=ctx.now,
         user_messages=user_messages, names=names, synonyms=ctx.synonyms,
@@ -249,7 +257,80 @@ def consolidate(
             score=ctx.score, dimensions=dict(dimensions or {}), reason=reason,
             learned_messages=user_messages, updated_at=ctx.now,
         ),
-        audit=tuple(audit),
+        audit=tuple(audit), conflicts=tuple(conflicts),
+        snapshot=None if profile_update is None else snapshot(
+            new_profile, tenant=ctx.tenant, user=ctx.user, now=ctx.now),
+    )
+
+
+def _pairs(ctx: BatchContext, created: Memory, superseded: Sequence[Memory],
+           contradicted: Sequence[Memory], *, active: dict[str, Memory],
+           upserts: dict[str, Memory], audit: list[AuditEvent],
+           conflicts: list[Conflict]) -> None:
+    """The new memory ``created`` against the stored ones it supersedes (each retired, a
+    ``supersede`` pair) and those it may contradict (an ``open`` pair, both marked)."""
+    for old in superseded:
+        upserts[old.id] = _retired(old, by=created, ctx=ctx)
+        active.pop(old.id, None)
+        _unmark_partner(old, active, upserts)
+        audit.append(_event(ctx, "retired", old.id, "superseded",
+                            {"superseded_by": created.id}))
+        conflicts.append(_conflict(ctx, "supersede", old, created))
+    for old in contradicted:
+        old_marked, new_marked = mark_pair(old, upserts.get(created.id, created))
+        for memory in (old_marked, new_marked):
+            upserts[memory.id] = active[memory.id] = memory
+        conflicts.append(_conflict(ctx, "contradicts", old, created))
+        audit.append(_event(ctx, "conflict_opened", old.id, "contradicted, unsure",
+                            {"successor": created.id}))
+
+
+def _contradicted(fact: CandidateFact, subject: str, ctx: BatchContext,
+                  active: Mapping[str, Memory], retiring: set[str]) -> list[Memory]:
+    """The active stored memories the fact names in ``contradicts`` (same subject, not
+    superseded by it): each becomes an open conflict with the fact's new memory."""
+    out: list[Memory] = []
+    for short in fact.contradicts:
+        known = ctx.known.get(short)
+        if known is None or known.id not in active or known.id in retiring:
+            continue
+        memory = active[known.id]
+        if _same_subject(memory, subject) and memory not in out:
+            out.append(memory)
+    return out
+
+
+def _remark(memory: Memory, active: Mapping[str, Memory], upserts: dict[str, Memory]) -> None:
+    """After new evidence for ``memory``: its open conflict's marks again (which of the
+    pair recall keeps may have changed), when the other memory is loaded."""
+    partner = active.get(memory.conflict_with or "")
+    if partner is None or partner.conflict_with != memory.id:
+        return
+    mine, theirs = mark_pair(memory, partner)
+    upserts[mine.id] = mine
+    if theirs != partner:
+        upserts[theirs.id] = theirs
+
+
+def _unmark_partner(retired: Memory, active: Mapping[str, Memory],
+                    upserts: dict[str, Memory]) -> None:
+    """A memory in an open conflict was retired by another fact: the other memory of the
+    pair is no longer held back by it."""
+    partner = active.get(retired.conflict_with or "")
+    if partner is not None and partner.conflict_with == retired.id:
+        upserts[partner.id] = unmarked(upserts.get(partner.id, partner))
+
+
+def _conflict(ctx: BatchContext, kind: ConflictKind, old: Memory, new: Memory) -> Conflict:
+    """The recorded pair: ``supersede`` (retired now, unconfirmed) or ``contradicts``
+    (open, nothing retired)."""
+    return Conflict(
+        id=new_id(), tenant=ctx.tenant, user_id=ctx.user, kind=kind,
+        status="unconfirmed" if kind == "supersede" else "open",
+        retired_id=old.id, successor_id=new.id, created_at=ctx.now,
+        reason=(f"superseded by a later statement in {ctx.conversation}"
+                if kind == "supersede" else
+                f"may be contradicted by a later statement in {ctx.conversation}"),
     )
 
 
@@ -276,12 +357,9 @@ def _created(fact: CandidateFact, subject: str, ctx: BatchContext) -> Memory:
 
 
 def _retired(old: Memory, *, by: Memory, ctx: BatchContext) -> Memory:
-    """``old`` disabled as superseded by the new memory ``by``."""
-    return old.with_changes(
-        enabled=False, superseded_at=ctx.now, superseded_by=by.id,
-        supersede_reason=f"contradicted by a later statement in {ctx.conversation}",
-        updated_at=ctx.now,
-    )
+    """``old`` disabled as superseded by the new memory ``by`` (any conflict mark gone)."""
+    return retire(old, by=by.id, at=ctx.now,
+                  reason=f"contradicted by a later statement in {ctx.conversation}")
 
 
 def canonical_tag(text: str, synonyms: Sequence[Sequence[str]]) -> str:

@@ -120,7 +120,8 @@ class PrivateOwners:
             tenant=changes.tenant, user_id=changes.user_id, batch_key=batch.key,
             upserts=changes.upserts, evidence=changes.evidence, profile=changes.profile,
             conversation=record, audit=(*audit, *changes.audit),
-            learned_from=changes.learned_from,
+            learned_from=changes.learned_from, conflicts=changes.conflicts,
+            snapshot=changes.snapshot,
         ), True
 
     def closing(self, batch: Batch, *,  # noqa: ARG002 - strategy signature
@@ -175,6 +176,7 @@ class GroupOwners:
             tenant=changes.tenant, user_id=changes.user_id, batch_key=changes.batch_key,
             upserts=changes.upserts, evidence=changes.evidence, profile=changes.profile,
             conversation=None, audit=changes.audit, learned_from=changes.learned_from,
+            conflicts=changes.conflicts, snapshot=changes.snapshot,
         ), False
 
     def closing(self, batch: Batch, *, audit: Sequence[AuditEvent],

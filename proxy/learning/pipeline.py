@@ -281,7 +281,8 @@ class Pipeline:
                         related: list[Memory]) -> list[Memory]:
         """``related`` plus the stored memories closest to the facts themselves: a repeat
         must be found even when the user's wording this time led keyword recall
-        elsewhere."""
+        elsewhere; then the other memory of each open conflict among them, so that new
+        evidence or a retirement updates the pair's marks (docs/design.md#conflicts)."""
         existing = list(related)
         seen = {m.id for m in related}
         if accepted:
@@ -291,6 +292,11 @@ class Pipeline:
             ):
                 if memory.id not in seen:
                     existing.append(memory)
+                    seen.add(memory.id)
+        for partner_id in {m.conflict_with for m in existing if m.conflict_with} - seen:
+            partner = await self._store.get(tenant, owner, partner_id)
+            if partner is not None and partner.active:
+                existing.append(partner)
         return existing
 
     async def _embed_facts(

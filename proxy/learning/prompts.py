@@ -190,7 +190,8 @@ names of people, places, companies and products exactly as written; do not trans
 user. Otherwise "subject" is "user".
 - Existing memories are listed with ids (m1, m2, …). If a new fact says the same as one, set \
 "duplicate_of" to its id. If it contradicts or updates one (moved, changed job, changed \
-preference), write the new fact and set "supersedes" to [that id].
+preference), write the new fact and set "supersedes" to [that id]; if you are unsure \
+whether it does, set "contradicts" to [that id] instead, for the user to decide.
 - "profile": update only from clear evidence: "style" (how the user talks), "impression" \
 (one sentence), "traits" and "topics" (short phrases); use null when there is nothing.
 - "summary": one or two sentences, in the user's language, on what the new messages were \
@@ -224,7 +225,8 @@ EXTRACTION_ZH = """你负责维护关于聊天助手某一位用户的长期记�
 - 每条记忆用与用户消息相同的语言写成简短陈述。人名、地名、公司名、产品名必须原样保留，不要翻译。
 - 关于其他人的事实，"subject" 填那个人的名字，绝不归到用户身上；否则 "subject" 填 "user"。
 - 已有记忆带编号（m1、m2……）。新事实与某条相同时，"duplicate_of" 填它的编号；\
-与某条矛盾或是其更新（搬家、换工作、改变偏好）时，写出新事实并把 "supersedes" 设为 [该编号]。
+与某条矛盾或是其更新（搬家、换工作、改变偏好）时，写出新事实并把 "supersedes" 设为 [该编号]；\
+不确定是否矛盾时改把 "contradicts" 设为 [该编号]，由用户决定。
 - "profile"：只在有明确依据时更新："style"（说话风格）、"impression"（一句话印象）、\
 "traits" 和 "topics"（短语）；没有就填 null。
 - "summary"：用用户的语言，一两句话概括这些新消息在谈什么（供以后参考，不是事实）；寒暄则填 null。

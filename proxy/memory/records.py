@@ -93,6 +93,10 @@ class Memory:
     # The embedder model id ``embedding`` came from (``None``: no vector, or a vector stored
     # before model ids were kept — re-embedded by ``memory-proxy reindex``).
     embedding_model: str | None = None
+    # An open conflict (docs/design.md#conflicts): the other memory of the pair, and
+    # whether recall skips this one because the other has more evidence (then is newer).
+    conflict_with: str | None = None
+    conflict_yields: bool = False
 
     @property
     def active(self) -> bool:
@@ -136,6 +140,8 @@ class Memory:
             "superseded_at": to_iso(self.superseded_at),
             "superseded_by": self.superseded_by,
             "supersede_reason": self.supersede_reason,
+            "conflict_with": self.conflict_with,
+            "conflict_yields": self.conflict_yields,
         }
 
 

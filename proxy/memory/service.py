@@ -261,7 +261,10 @@ class MemoryService:
             profile_task, recall_task, resident_task
         )
         await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
-        return (profile, [r.memory for r in recalled.ranked], resident, recalled.degraded,
+        # Of an open conflict's pair only the memory with more evidence (then the newer)
+        # is injected: the other carries the mark (docs/design.md#conflicts).
+        return (profile, [r.memory for r in recalled.ranked if not r.memory.conflict_yields],
+                [m for m in resident if not m.conflict_yields], recalled.degraded,
                 recalled.tokens)
 
     async def _budget(self, request: ChatRequest, route: Route,

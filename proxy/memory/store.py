@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from proxy.errors import MemoryProxyError, ProxyError
+from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile
 from proxy.memory.synonyms import SynonymStore
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
@@ -128,6 +129,7 @@ class AuditEvent:
         "deleted", "cleared", "promoted", "evicted", "purged", "failed", "rejected",
         "profile_updated", "settings_changed", "disabled", "enabled", "imported", "erased",
         "searched", "viewed",  # reads through the MCP tools (search_memories, get_profile)
+        "conflict_opened", "conflict_confirmed", "conflict_reversed",  # docs/design.md#conflicts
     ]
     actor: Literal["auto", "user", "admin"]
     at: datetime
@@ -161,6 +163,12 @@ class ChangeSet:
     audit: tuple[AuditEvent, ...] = ()
     deletes: tuple[str, ...] = ()
     learned_from: datetime | None = None
+    # Conflicts written (insert or replace by id; docs/design.md#conflicts), kept only
+    # while both of their memories are written or stored; ``snapshot``: the week of the
+    # profile over time this batch writes (the user's oldest weeks beyond
+    # :data:`~proxy.memory.conflicts.HISTORY_WEEKS` are dropped).
+    conflicts: tuple[Conflict, ...] = ()
+    snapshot: ProfileWeek | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +352,19 @@ class MemoryStore(SynonymStore, Protocol):
         self, tenant: str, user: str | None, *, limit: int = 100, before_id: int | None = None
     ) -> list[tuple[int, AuditEvent]]: ...
 
+    # conflicts and the profile over time (docs/design.md#conflicts) ---------------------
+    async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
+                             limit: int = 500) -> list[Conflict]:
+        """The user's conflicts whose status is in ``statuses``, newest first."""
+        ...
+
+    async def get_conflict(self, tenant: str, user: str,
+                           conflict_id: str) -> Conflict | None: ...
+
+    async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
+        """The user's stored weekly profile snapshots, oldest first."""
+        ...
+
     # erasure ------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         """"Forget me": delete everything stored about (tenant, user) — memories (retired
@@ -468,6 +489,7 @@ class ApplyPlan:
     # Stored memories whose ``hits`` grow by one per evidence pair the store did not hold.
     counted: frozenset[str]
     audit: tuple[AuditEvent, ...]
+    conflicts: tuple[Conflict, ...] = ()
 
 
 def plan_apply(changes: ChangeSet, upserts: Sequence[Memory], *,
@@ -511,8 +533,15 @@ def plan_apply(changes: ChangeSet, upserts: Sequence[Memory], *,
     audit = tuple(replace(e, memory_id=redirect[e.memory_id])
                   if e.memory_id in redirect else e for e in changes.audit)
     counted = frozenset(stored_hits) | frozenset(d.id for d in duplicates.values())
+    conflicts = tuple(
+        replace(c, retired_id=redirect.get(c.retired_id, c.retired_id),
+                successor_id=redirect.get(c.successor_id, c.successor_id))
+        for c in changes.conflicts)
+    # A conflict needs both memories: one of a new memory the user deleted meanwhile goes.
+    conflicts = tuple(c for c in conflicts if c.retired_id != c.successor_id
+                      and {c.retired_id, c.successor_id} <= (set(out) | set(stored_hits)))
     return ApplyPlan(upserts=tuple(out.values()), evidence=evidence, counted=counted,
-                     audit=audit)
+                     audit=audit, conflicts=conflicts)
 
 
 def state_counts(groups: Iterable[Sequence[Any]]) -> dict[str, int]:

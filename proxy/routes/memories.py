@@ -54,6 +54,7 @@ from proxy.memory.store import ChangeSet, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
+from proxy.routes.conflicts import release_partner
 from proxy.routes.json import json_response
 from proxy.routes.owner import Owner, learning_state, owner
 from proxy.routes.params import check_memory_cursor, check_text
@@ -269,10 +270,13 @@ async def delete_memory(request: Request) -> Response:
     res: Resources = request.app.state.resources
     me = owner(request, res, dict(request.query_params), reads="query")
     memory_id = request.path_params["memory_id"]
+    memory = await res.store.get(me.tenant, me.user, memory_id)
     deleted = await res.store.delete(me.tenant, me.user, memory_id,
                                      audit=me.audit(res, "deleted", memory_id))
     if not deleted:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
+    if memory is not None:  # the other memory of its open conflict is held back no more
+        await release_partner(res, memory)
     return json_response({"id": memory_id, "object": "memory.deleted", "deleted": True})
 
 

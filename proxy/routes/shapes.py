@@ -158,6 +158,11 @@ class MemoryOut(BaseModel):
     superseded_at: str | None
     superseded_by: str | None
     supersede_reason: str | None
+    conflict_with: str | None = Field(
+        default=None, description="The other memory of an open conflict")
+    conflict_yields: bool = Field(
+        default=False, description="Recall skips this memory while its open conflict is "
+        "unsettled: the other one has more evidence (then is newer)")
 
 
 class MemoryList(BaseModel):

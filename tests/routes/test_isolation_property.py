@@ -4,9 +4,11 @@ audit log, or the memory block injected into chat. Both backends.
 
 Each example starts a fresh gateway with two tenants; each has an app key (names any user
 with ``X-User-Id``), two user-bound keys and an admin key. A random sequence of operations
-— create, list, search, get, delete, clear, chat in a private or a group channel — is sent
-with random keys and random (possibly foreign) user headers and ids, and checked after
-every step against a model of who owns which memory.
+— create, list, search, get, delete, clear, chat in a private or a group channel, open a
+conflict (a learned contradiction, written as learning writes it), list, confirm or
+reverse conflicts, the admin's conflict list, the profile history — is sent with random
+keys and random (possibly foreign) user headers and ids, and checked after every step
+against a model of who owns which memory and conflict.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.memory.conflicts import Conflict, mark_pair
+from proxy.memory.records import Memory, new_id
+from proxy.memory.store import ChangeSet, ListQuery
 from tests.fakes import FakeUpstream, make_settings, redis_storage, running_gateway
 from tests.redis_server import purge_prefix
 
@@ -31,6 +37,7 @@ GROUPS = ("g0", "g1")
 MARKER = re.compile(r"zq[0-9]+x")
 EXAMPLES = 10
 INJECTED = [0]  # own memories seen injected (the injection check is not vacuous)
+OPENED = [0]  # conflicts opened (the conflict checks are not vacuous)
 
 
 def _key(name: str) -> str:
@@ -67,7 +74,90 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("chat"), callers, st.integers(0, 30),
               st.sampled_from((None, None, *GROUPS))),
     st.tuples(st.just("audit"), st.sampled_from(TENANTS), st.sampled_from(USERS)),
+    st.tuples(st.just("contest"), callers),
+    st.tuples(st.just("conflicts"), callers),
+    st.tuples(st.just("settle"), callers, st.integers(0, 30), st.booleans()),
+    st.tuples(st.just("admin_conflicts"), st.sampled_from(TENANTS), st.sampled_from(USERS)),
+    st.tuples(st.just("history"), callers),
 ), min_size=4, max_size=14)
+
+
+async def open_conflict(gw: Any, me: tuple[str, str], old_id: str, marker: str) -> str:
+    """A contradicts conflict between the caller's memory ``old_id`` and a new memory
+    holding ``marker``, applied as learning applies it; returns the conflict id."""
+    tenant, user = me
+    old = await gw.res.store.get(tenant, user, old_id)
+    new = Memory(id=new_id(), tenant=tenant, user_id=user, content=f"Likes {marker} less")
+    old_marked, new_marked = mark_pair(old, new)
+    conflict = Conflict(id=new_id(), tenant=tenant, user_id=user, kind="contradicts",
+                        status="open", retired_id=old.id, successor_id=new.id,
+                        reason="test", created_at=datetime.now(UTC))
+    assert await gw.res.store.apply(ChangeSet(
+        tenant=tenant, user_id=user, batch_key=f"contest:{conflict.id}",
+        upserts=(old_marked, new_marked), conflicts=(conflict,)))
+    return conflict.id
+
+
+async def conflict_step(client: Any, gw: Any, op: tuple[Any, ...], *,
+                        headers: dict[str, str], me: tuple[str, str],
+                        state: dict[str, Any]) -> bool:
+    """One conflict or history operation checked against the model in ``state``
+    (``owners``: marker → owner, ``ids``: marker → memory id, ``conflicts``: conflict id
+    → owner); ``False`` when it had nothing to do."""
+    owners, ids, conflicts = state["owners"], state["ids"], state["conflicts"]
+    mine = {m for m, o in owners.items() if o == me}
+    kind = op[0]
+    if kind == "contest":
+        if not mine:  # a memory of the caller's to contradict, as the API writes one
+            first = f"zq{state['made']}x"
+            state["made"] += 1
+            added = await client.post("/v1/memories", headers=headers,
+                                      json={"content": f"Likes {first} a lot"})
+            assert added.status_code == 201
+            owners[first], ids[first] = me, added.json()["id"]
+            mine = {first}
+        marker = f"zq{state['made']}x"
+        state["made"] += 1
+        conflicts[await open_conflict(gw, me, ids[min(mine)], marker)] = me
+        OPENED[0] += 1
+        owners[marker] = me
+        ids[marker] = next(m.id for m in await gw.res.store.list_memories(
+            ListQuery(tenant=me[0], user=me[1])) if marker in m.content)
+        return True
+    if kind in ("conflicts", "history"):
+        path = "/v1/memories/conflicts" if kind == "conflicts" else "/v1/profile/history"
+        response = await client.get(path, headers=headers, params={"status": "all"})
+        assert response.status_code == 200
+        assert set(MARKER.findall(response.text)) <= mine
+        if kind == "conflicts":
+            listed = {c["id"] for c in response.json()["data"]}
+            assert listed <= {c for c, o in conflicts.items() if o == me}
+        return True
+    if kind == "settle" and conflicts:
+        target = sorted(conflicts)[op[2] % len(conflicts)]
+        verb = "reverse" if op[3] else "confirm"
+        response = await client.post(f"/v1/memories/conflicts/{target}/{verb}",
+                                     headers=headers)
+        if conflicts[target] != me:
+            assert response.status_code == 404, (me, conflicts[target])
+        else:
+            assert response.status_code in (200, 404, 409), response.text
+            assert set(MARKER.findall(response.text)) <= mine
+        return True
+    return False
+
+
+async def admin_conflicts_step(client: Any, op: tuple[Any, ...],
+                               state: dict[str, Any]) -> None:
+    """The admin's list of one user's conflicts holds only that user's pairs."""
+    tenant, user = op[1], op[2]
+    response = await client.get("/v1/admin/conflicts", params={"user": user, "status": "all"},
+                                headers={"Authorization": f"Bearer {_key(tenant + '-admin')}"})
+    assert response.status_code == 200
+    owned = {m for m, o in state["owners"].items() if o == (tenant, user)}
+    assert set(MARKER.findall(response.text)) <= owned
+    assert all(c["user_id"] == user and state["conflicts"].get(c["id"]) == (tenant, user)
+               for c in response.json()["data"])
 
 
 async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
@@ -80,8 +170,14 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
     checked = 0
     async with running_gateway(gateway_settings(tmp_path, storage), upstream) as gw, \
             gw.client() as client:
+        state: dict[str, Any] = {"owners": owners, "ids": ids, "conflicts": {}, "made": 0}
         for op in ops:
             kind = op[0]
+            state["made"] = max(state["made"], made)
+            if kind == "admin_conflicts":
+                await admin_conflicts_step(client, op, state)
+                checked += 1
+                continue
             if kind == "audit":
                 tenant, user = op[1], op[2]
                 response = await client.get("/v1/admin/audit", params={"user": user},
@@ -98,6 +194,11 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
             me = (tenant, header_user if key_kind == "app" else key_kind)
             headers = {"Authorization": f"Bearer {_key(f'{tenant}-{key_kind}')}",
                        "X-User-Id": header_user}
+            if kind in ("contest", "conflicts", "settle", "history"):
+                checked += await conflict_step(client, gw, op, headers=headers, me=me,
+                                               state=state)
+                made = max(made, state["made"])
+                continue
             mine = {m for m, o in owners.items() if o == me}
             markers = sorted(owners)
             pick = markers[op[2] % len(markers)] if len(op) > 2 and markers \
@@ -175,7 +276,7 @@ def test_no_operation_crosses_a_namespace(backend: str, tmp_path_factory: pytest
     caller's own memories, every write lands only in the caller's namespace, and every
     injected block holds only the caller's memories."""
     totals = {"requests": 0, "examples": 0}
-    INJECTED[0] = 0
+    INJECTED[0] = OPENED[0] = 0
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
@@ -196,6 +297,8 @@ def test_no_operation_crosses_a_namespace(backend: str, tmp_path_factory: pytest
     scenario()
     assert totals["examples"] >= EXAMPLES
     assert INJECTED[0] > 0  # the injection checks saw real memory blocks
+    assert OPENED[0] > 0  # the conflict routes had conflicts to list and settle
     print(f"isolation property ({backend}): {totals['examples']} examples, "
           f"{totals['requests']} checked requests, {INJECTED[0]} own memories injected, "
+          f"{OPENED[0]} conflicts opened, "
           "0 crossings")

@@ -25,7 +25,14 @@ from proxy.backends.redis.codec import memory_from_hash
 from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.redis.memories import MemoryHashes, as_text, opt_text, terms_ready
 from proxy.backends.redis.users import UserRecords
-from proxy.memory.records import Memory, from_iso, utcnow
+from proxy.memory.conflicts import (
+    HISTORY_WEEKS,
+    MAX_CONFLICTS,
+    ProfileWeek,
+    conflict_from_json,
+    overflow,
+)
+from proxy.memory.records import Memory, from_iso, to_iso, utcnow
 from proxy.memory.store import ApplyPlan, AuditEvent, ChangeSet, fact_key, plan_apply
 from proxy.memory.text import normalize
 
@@ -50,6 +57,23 @@ def check_namespace(changes: ChangeSet) -> None:
         and mismatch(changes.conversation.tenant, changes.conversation.user_id)
     ):
         raise ValueError("a change set may only touch its own namespace")
+
+
+def queue_conflicts(pipe: Pipeline, keys: KeyLayout, ns: str, plan: ApplyPlan, *,
+                    snapshot: ProfileWeek | None, weeks: list[str],
+                    dropped: list[str]) -> None:
+    """Queue the plan's conflicts (``dropped``: the oldest ones deleted to stay within
+    :data:`MAX_CONFLICTS`) and the profile snapshot (``weeks``: the snapshot weeks stored
+    now; those beyond the newest :data:`HISTORY_WEEKS` are dropped)."""
+    if dropped:
+        pipe.hdel(keys.conflicts(ns), *dropped)
+    if plan.conflicts:
+        pipe.hset(keys.conflicts(ns), mapping={c.id: c.to_json() for c in plan.conflicts})
+    if snapshot is not None:
+        pipe.hset(keys.profile_history(ns), snapshot.week, snapshot.to_json())
+        dropped = sorted({*weeks, snapshot.week})[:-HISTORY_WEEKS]
+        if dropped:
+            pipe.hdel(keys.profile_history(ns), *dropped)
 
 
 class ChangeSetWriter:
@@ -99,6 +123,7 @@ class ChangeSetWriter:
             if others:
                 flags = await pipe.smismember(ids_key, others)
                 known |= {mid for mid, flag in zip(others, flags, strict=True) if flag}
+            weeks, over = await self._stored_extras(pipe, ns, changes, plan)
             multi(pipe)
             pipe.zadd(batches, {changes.batch_key: now})
             pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
@@ -122,6 +147,8 @@ class ChangeSetWriter:
             if changes.conversation is not None:
                 self._users.queue_conversation(pipe, changes.conversation, dropped)
             self._audit.queue(pipe, plan.audit, ns)
+            queue_conflicts(pipe, self._keys, ns, plan, snapshot=changes.snapshot,
+                            weeks=weeks, dropped=over)
             await pipe.execute()
             audit[:] = plan.audit
             return True
@@ -133,6 +160,21 @@ class ChangeSetWriter:
         if applied:
             await self._audit.append(audit, written_ns=ns)
         return applied
+
+    async def _stored_extras(self, pipe: Pipeline, ns: str, changes: ChangeSet,
+                             plan: ApplyPlan) -> tuple[list[str], list[str]]:
+        """The snapshot weeks stored (read only when the change set writes one) and the
+        ids of the user's oldest conflicts beyond :data:`MAX_CONFLICTS` once the plan's
+        are written (read only when the count says so)."""
+        weeks = [] if changes.snapshot is None else \
+            [as_text(w) for w in await pipe.hkeys(self._keys.profile_history(ns))]
+        key, adding = self._keys.conflicts(ns), len(plan.conflicts)
+        if not adding or int(await pipe.hlen(key)) + adding <= MAX_CONFLICTS:
+            return weeks, []
+        stored = [conflict_from_json("", "", raw) for raw in await pipe.hvals(key)]
+        return weeks, overflow(((to_iso(c.created_at) or "", c.id) for c in stored
+                                if c.id not in {n.id for n in plan.conflicts}),
+                               keep=MAX_CONFLICTS - adding)
 
     async def _plan(self, pipe: Pipeline, changes: ChangeSet, upserts: list[Memory],
                     ns: str) -> ApplyPlan:

@@ -141,8 +141,10 @@ def memory_to_hash(memory: Memory) -> dict[str, Value]:
         "user_id": m.user_id, "source_conversation_id": m.source_conversation_id,
         "source_channel": m.source_channel, "last_access_at": to_iso(m.last_access_at),
         "superseded_at": to_iso(m.superseded_at), "superseded_by": m.superseded_by,
-        "supersede_reason": m.supersede_reason,
+        "supersede_reason": m.supersede_reason, "conflict_with": m.conflict_with,
     }
+    if m.conflict_yields:
+        out["conflict_yields"] = "1"
     out.update({k: v for k, v in optional.items() if v is not None})
     if m.source_channel is not None:
         out["ix_chan"] = channel_token(m.source_channel)
@@ -188,6 +190,7 @@ def memory_from_hash(data: Hash) -> Memory:
             superseded_at=from_iso(get("superseded_at")), superseded_by=get("superseded_by"),
             supersede_reason=get("supersede_reason"),
             embedding_model=get(VECTOR_MODEL_FIELD) if embedding is not None else None,
+            conflict_with=get("conflict_with"), conflict_yields=get("conflict_yields") == "1",
         )
     except KeyError as exc:
         raise ValueError(f"stored memory lacks field {exc}") from exc

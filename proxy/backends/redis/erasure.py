@@ -131,6 +131,8 @@ class Erasure:
                       self._keys.tombstones(ns), self._keys.batches(ns),
                       self._keys.settings(ns), self._keys.audit(ns),
                       self._keys.facts(ns)]
+            # Conflicts and weekly profile snapshots (docs/design.md#conflicts).
+            doomed += [self._keys.conflicts(ns), self._keys.profile_history(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]

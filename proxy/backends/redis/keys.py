@@ -15,6 +15,8 @@ key name::
     P:sums:{ns}                ZSET    conversations holding a summary → updated_at (cap 60)
     P:settings:{ns}            HASH    per-user switches and cleared_at
     P:batches:{ns}             ZSET    applied learning batch keys → epoch seconds
+    P:conflicts:{ns}           HASH    conflict id → JSON (docs/design.md#conflicts)
+    P:phist:{ns}               HASH    ISO week → profile snapshot JSON (at most 104)
     P:audit:{ns}               STREAM  the user's learning log
     P:audit:{t…}               STREAM  the tenant's learning log (all users and shared)
     P:auditrefs:{ns}           LIST    ids of the user's entries in the tenant's log (erasure)
@@ -149,6 +151,14 @@ class KeyLayout:
 
     def batches(self, ns: str) -> str:
         return f"{self.prefix}:batches:{{{ns}}}"
+
+    def conflicts(self, ns: str) -> str:
+        """HASH conflict id → conflict JSON (docs/design.md#conflicts)."""
+        return f"{self.prefix}:conflicts:{{{ns}}}"
+
+    def profile_history(self, ns: str) -> str:
+        """HASH ISO week (``2026-W48``) → that week's profile snapshot JSON."""
+        return f"{self.prefix}:phist:{{{ns}}}"
 
     def audit(self, token: str) -> str:
         """The learning-log stream of a namespace (``ns``) or of a tenant (``t…``)."""

@@ -60,6 +60,7 @@ from proxy.backends.redis.client import (
     transact,
 )
 from proxy.backends.redis.codec import stored_norm
+from proxy.backends.redis.conflicts import ConflictRecords
 from proxy.backends.redis.erasure import AofPurge, Erasure
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
@@ -84,6 +85,7 @@ from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
 from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
+from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     DEFAULT_PURGE_SECONDS,
@@ -169,6 +171,7 @@ class RedisMemoryStore:
         self._users = UserRecords(client, self._keys)
         self._tenants = TenantRecords(client, self._keys)
         self._hashes = MemoryHashes(client, self._keys)
+        self._conflicts = ConflictRecords(client, self._keys)
         self._changes = ChangeSetWriter(client, self._keys, hashes=self._hashes,
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
@@ -439,6 +442,21 @@ class RedisMemoryStore:
         # decides for records imported with their own times.
         return sorted(memories, key=lambda m: (m.created_at, m.id))
 
+
+    # conflicts and the profile over time (proxy.backends.redis.conflicts) -------------
+    async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
+                             limit: int = 500) -> list[Conflict]:
+        with _unavailable("list_conflicts"):
+            return await self._conflicts.listed(tenant, user, statuses, limit)
+
+    async def get_conflict(self, tenant: str, user: str,
+                           conflict_id: str) -> Conflict | None:
+        with _unavailable("get_conflict"):
+            return await self._conflicts.get(tenant, user, conflict_id)
+
+    async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
+        with _unavailable("profile_history"):
+            return await self._conflicts.weeks(tenant, user)
 
     async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
         with _unavailable("bind_names"):

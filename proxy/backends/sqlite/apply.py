@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from proxy.backends.sqlite import users
+from proxy.backends.sqlite import conflicts, users
 from proxy.backends.sqlite.audit import insert_events
 from proxy.backends.sqlite.codec import COLUMNS, content_digest, memory_from_row
 from proxy.backends.sqlite.rows import delete_memories, upsert_memory
@@ -57,6 +57,9 @@ def apply_changes(conn: sqlite3.Connection, changes: ChangeSet, *, now: str | No
     if changes.conversation is not None:
         users.put_conversation(conn, changes.conversation)
     insert_events(conn, plan.audit)
+    conflicts.put_conflicts(conn, plan.conflicts)
+    if changes.snapshot is not None:
+        conflicts.put_week(conn, changes.snapshot)
     return True
 
 

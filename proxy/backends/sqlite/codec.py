@@ -23,7 +23,7 @@ COLUMNS = (
     "id, tenant, user_id, scope, category, subcategory, title, content, tags, subject, source, "
     "source_conversation_id, source_channel, score, embedding, enabled, hits, created_at, "
     "updated_at, last_seen_at, access_count, last_access_at, superseded_at, superseded_by, "
-    "supersede_reason, embedding_model"
+    "supersede_reason, embedding_model, conflict_with, conflict_yields"
 )
 # SQL condition of an active memory (enabled and not retired) on the alias ``m``.
 ACTIVE = "m.enabled = 1 AND m.superseded_at IS NULL"
@@ -98,11 +98,13 @@ def memory_from_row(row: Sequence[Any]) -> Memory:
         superseded_by=row[23],
         supersede_reason=row[24],
         embedding_model=row[25],
+        conflict_with=row[26],
+        conflict_yields=bool(row[27]),
     )
 
 
 def row_values(m: Memory) -> tuple[Any, ...]:
-    """The values of :data:`COLUMNS` then ``norm`` (27) for an insert of ``m``."""
+    """The values of :data:`COLUMNS` then ``norm`` (29) for an insert of ``m``."""
     numpy = np() if m.embedding is not None else None
     embedding = None if numpy is None else numpy.asarray(m.embedding, numpy.float32).tobytes()
     return (
@@ -111,5 +113,6 @@ def row_values(m: Memory) -> tuple[Any, ...]:
         m.source_channel, m.score, embedding, int(m.enabled), m.hits, to_iso(m.created_at),
         to_iso(m.updated_at), to_iso(m.last_seen_at), m.access_count, to_iso(m.last_access_at),
         to_iso(m.superseded_at), m.superseded_by, m.supersede_reason,
-        m.embedding_model if m.embedding is not None else None, normalize(m.content),
+        m.embedding_model if m.embedding is not None else None, m.conflict_with,
+        int(m.conflict_yields), normalize(m.content),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from proxy.backends.sqlite.conflicts import CONFLICTS_MIGRATION
 from proxy.backends.sqlite.rows import reterm_index
 
 MIGRATIONS: tuple[str, ...] = (
@@ -377,6 +378,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN postponed INTEGER NOT NULL DEFAULT 0;
     """,
+    # 16: conflicts a person settles and the weekly profile snapshots (the script and its
+    # notes: proxy/backends/sqlite/conflicts.py).
+    CONFLICTS_MIGRATION,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {

@@ -24,7 +24,7 @@ def indexed_text(title: str, content: str, tags: Sequence[str]) -> str:
 def upsert_memory(conn: sqlite3.Connection, memory: Memory) -> None:
     """Insert or replace ``memory``'s row, and its keyword-index row while it is active."""
     conn.execute(
-        f"INSERT INTO memories ({COLUMNS}, norm) VALUES ({', '.join('?' * 27)}) "
+        f"INSERT INTO memories ({COLUMNS}, norm) VALUES ({', '.join('?' * 29)}) "
         "ON CONFLICT(id) DO UPDATE SET "
         + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in COLUMNS.split(",")[1:])
         + ", norm = excluded.norm",

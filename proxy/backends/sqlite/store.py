@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from proxy.backends.sqlite import synonyms, users
+from proxy.backends.sqlite import conflicts, synonyms, users
 from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
@@ -34,6 +34,7 @@ from proxy.backends.sqlite.codec import (
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.rows import delete_memories, upsert_memory
 from proxy.backends.sqlite.search import Recall
+from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     DEFAULT_PURGE_SECONDS,
@@ -387,6 +388,18 @@ class SqliteMemoryStore:
             c, tenant, candidate, status=status, actor=actor, at=at))
 
     # erasure -----------------------------------------------------------------------------
+    async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
+                             limit: int = 500) -> list[Conflict]:
+        return await self._read(
+            lambda c: conflicts.list_conflicts(c, tenant, user, statuses, limit))
+
+    async def get_conflict(self, tenant: str, user: str,
+                           conflict_id: str) -> Conflict | None:
+        return await self._read(lambda c: conflicts.get_conflict(c, tenant, user, conflict_id))
+
+    async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
+        return await self._read(lambda c: conflicts.weeks(c, tenant, user))
+
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         """Erase in one transaction, then purge the files (:meth:`purge_erased`); a purge
         that fails is logged and left owed (the periodic purge retries it): the erasure

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import orjson
 
+from proxy.backends.sqlite import conflicts
 from proxy.backends.sqlite.audit import insert_events
 from proxy.backends.sqlite.codec import parse_time
 from proxy.memory.records import (
@@ -222,5 +223,7 @@ def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str 
     conn.execute("UPDATE purges SET owed = 1")
     conn.execute("INSERT INTO user_settings (tenant, user_id, cleared_at) "
                  "VALUES (?, ?, ?)", (tenant, user, marker))
+    # Conflicts and weekly profile snapshots (docs/design.md#conflicts).
+    conflicts.erase(conn, tenant, user)
     insert_events(conn, [audit])
     return int(removed)

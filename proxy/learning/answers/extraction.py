@@ -104,8 +104,10 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
       ``"user_preference"`` when the subject is the user, else ``"domain"``.
     * ``tags``: strings (or one comma-separated string), stripped, deduplicated
       case-insensitively, tags over 40 characters dropped, at most 10.
-    * ``supersedes`` (also ``contradicts``, ``replaces``) and ``duplicate_of`` (also
-      ``duplicates``, ``same_as``): ids as strings or ints; ``"none"``/``"null"`` ignored.
+    * ``supersedes`` (also ``replaces``), ``contradicts`` (the model unsure: an open
+      conflict, docs/design.md#conflicts; an id also superseded counts as superseded) and
+      ``duplicate_of`` (also ``duplicates``, ``same_as``): ids as strings or ints;
+      ``"none"``/``"null"`` ignored.
     * ``source_turns`` (also ``evidence``): non-negative ints only, others ignored.
     * An item whose content or title looks like JSON (starts with ``{``/``[`` and parses, or
       contains a quoted schema key like ``"title":``) is dropped: that is a parser leak,

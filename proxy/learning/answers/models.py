@@ -41,7 +41,7 @@ LIST_KEYS: Final = ("memories", "facts", "items")
 """Keys under which an answer object lists its memories; the first holding a list wins."""
 CONTENT_KEYS: Final = ("content", "fact", "text", "memory")
 """Keys of a memory's statement; the first holding a non-empty string wins."""
-_SUPERSEDES_KEYS: Final = ("supersedes", "contradicts", "replaces")
+_SUPERSEDES_KEYS: Final = ("supersedes", "replaces")
 _TAG_MAX: Final = 40  # characters of one tag; longer ones are sentences, dropped
 _TAGS_MAX: Final = 10
 _PROFILE_LIST_MAX: Final = 20
@@ -109,6 +109,8 @@ class MemoryItem(BaseModel):
     duplicate_of: Annotated[str | None, BeforeValidator(_first_id)] = Field(
         default=None, validation_alias=AliasChoices("duplicate_of", "duplicates", "same_as"))
     supersedes: tuple[str, ...] = ()
+    # Unsure: the stored memories this fact may contradict (docs/design.md#conflicts).
+    contradicts: tuple[str, ...] = ()
     source_turns: SkipJsonSchema[Annotated[tuple[int, ...], BeforeValidator(fields.turns)]] = (
         Field(default=(), validation_alias=AliasChoices("source_turns", "evidence")))
     speaker: SkipJsonSchema[_OptionalText] = Field(
@@ -140,6 +142,8 @@ class MemoryItem(BaseModel):
             "category": fields.category(item.get("category"), about),
             "subject": about,
             "supersedes": tuple(supersedes),
+            "contradicts": tuple(i for i in fields.ids(item.get("contradicts"))
+                                 if i not in supersedes),
         }
 
     def fact(self) -> CandidateFact:
@@ -148,7 +152,8 @@ class MemoryItem(BaseModel):
             title=self.title, content=self.content, category=self.category,
             subcategory=self.subcategory, tags=self.tags, subject=self.subject,
             supersedes=self.supersedes, duplicate_of=self.duplicate_of,
-            source_turns=self.source_turns, speaker=self.speaker)
+            source_turns=self.source_turns, speaker=self.speaker,
+            contradicts=self.contradicts)
 
 
 class ProfileAnswer(BaseModel):

@@ -39,6 +39,9 @@ class CandidateFact:
     source_turns: tuple[int, ...]
     # Group chats: the participant who stated the fact, as named in the transcript.
     speaker: str | None = None
+    # Stored memories the fact may contradict, the model being unsure: an open conflict for
+    # a person to settle, nothing retired (docs/design.md#conflicts).
+    contradicts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,8 +110,9 @@ def test_full_memory_object_is_normalised() -> None:
         "subcategory": " team ",
         "tags": ["work", "Work", " ", "office", 7, "x" * 41, *[f"t{i}" for i in range(12)]],
         "subject": "The User",
-        "contradicts": "m1",
+        "supersedes": "m1",
         "replaces": ["m2", "none", 3, "m1"],
+        "contradicts": ["m7", "m2", "none"],
         "same_as": ["m9"],
         "evidence": [2, "3", True, -1, 2, 5],
     }
@@ -124,6 +125,7 @@ def test_full_memory_object_is_normalised() -> None:
     assert fact.tags == ("work", "office", "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7")
     assert fact.subject == "user"
     assert fact.supersedes == ("m1", "m2", "3")
+    assert fact.contradicts == ("m7",)  # m2 is superseded already
     assert fact.duplicate_of == "m9"
     assert fact.source_turns == (2, 5)
 
@@ -332,7 +334,8 @@ def test_generated_facts_round_trip(answer: tuple[str, list[str]]) -> None:
     assert result.truncated is False
 
 
-# The extraction schema as it was written by hand before it was generated from the models.
+# The extraction schema as it was written by hand before it was generated from the models,
+# plus the optional "contradicts" list of memory ids (open conflicts).
 EXPECTED_EXTRACTION_SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {
@@ -348,6 +351,8 @@ EXPECTED_EXTRACTION_SCHEMA: dict[str, object] = {
                 "subject": {"type": "string"},
                 "duplicate_of": {"type": ["string", "null"]},
                 "supersedes": {"type": "array", "items": {"type": "string"}},
+                # Added deliberately: the model names a fact it is unsure it contradicts.
+                "contradicts": {"type": "array", "items": {"type": "string"}},
             },
             "required": ["title", "content", "category", "subject"],
         }},
@@ -380,7 +385,7 @@ EXPECTED_EXTRACTION_SCHEMA: dict[str, object] = {
 
 
 def test_extraction_schema_is_generated_unchanged() -> None:
-    """The schema generated from the extraction models is the hand-written one, key order
-    too (so the bytes sent to the learning model are unchanged)."""
+    """The schema generated from the extraction models is the hand-written one (with the
+    optional ``contradicts`` list added on purpose), key order too."""
     assert EXTRACTION_SCHEMA == EXPECTED_EXTRACTION_SCHEMA
     assert json.dumps(EXTRACTION_SCHEMA) == json.dumps(EXPECTED_EXTRACTION_SCHEMA)

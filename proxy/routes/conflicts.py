@@ -1,0 +1,198 @@
+"""Conflicts a person settles and the profile over time (docs/design.md#conflicts,
+docs/design.md#profile-over-time), scoped to the caller's (tenant, user) like the rest of
+the memory API (:mod:`proxy.routes.owner`: an admin key acts for ``X-User-Id``).
+
+- ``GET /v1/memories/conflicts?status=open|settled|all`` → ``{"object": "list", "data":
+  [conflict…]}``, newest first; default ``open``: open conflicts and unconfirmed automatic
+  retirements. A conflict is ``{"id", "object": "memory.conflict", "kind", "status",
+  "reason", "user_id", "retired": memory, "successor": memory, "created_at",
+  "settled_at", "settled_by"}``; a pair one of whose memories was deleted is not listed.
+- ``POST /v1/memories/conflicts/{id}/confirm`` → the conflict, ``confirmed``: the successor
+  stands (an open conflict retires the old memory now).
+- ``POST /v1/memories/conflicts/{id}/reverse`` → the conflict, ``reversed``: the old memory
+  is active again, the successor retired (audited ``retired`` like a supersede).
+  Both: 404 ``conflict_not_found`` (also another user's), 409 ``conflict_settled``.
+- ``GET /v1/admin/conflicts?user=&status=`` (tenant admin key) → the user's conflicts.
+- ``GET /v1/profile/history?since=&until=`` → ``{"object": "list", "data": [{"week",
+  "traits": [{"text", "score"}], "topics": [...]}]}``, oldest first; the current week is
+  the live profile, so a new user gets the current week (empty lists) rather than nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy import openapi
+from proxy.errors import ConflictError, InvalidRequestError, NotFoundError
+from proxy.memory.conflicts import (
+    STATUS_FILTERS,
+    Conflict,
+    history,
+    parse_week,
+    settle,
+    snapshot,
+    unmarked,
+)
+from proxy.memory.records import Memory
+from proxy.memory.store import AuditEvent, ChangeSet
+from proxy.resources import Resources
+from proxy.routes import conflict_shapes as cs
+from proxy.routes.governance import caller
+from proxy.routes.json import json_response
+from proxy.routes.owner import Owner, owner
+from proxy.routes.shapes import UserParams, parse_query
+
+LIST_LIMIT = 500  # conflicts listed at most (a user holds at most 500 memories)
+
+
+async def _listed(res: Resources, tenant: str, user: str,
+                  status: str) -> list[dict[str, Any]]:
+    """The user's conflicts of the status filter with both memories (pairs with a
+    deleted memory left out)."""
+    found = await res.store.list_conflicts(tenant, user, statuses=STATUS_FILTERS[status],
+                                           limit=LIST_LIMIT)
+    out = []
+    for conflict in found:
+        pair = await _pair(res, tenant, user, conflict)
+        if pair is not None:
+            out.append(conflict.to_api(*pair))
+    return out
+
+
+async def _pair(res: Resources, tenant: str, user: str,
+                conflict: Conflict) -> tuple[Memory, Memory] | None:
+    retired = await res.store.get(tenant, user, conflict.retired_id)
+    successor = await res.store.get(tenant, user, conflict.successor_id)
+    return None if retired is None or successor is None else (retired, successor)
+
+
+async def list_conflicts(request: Request) -> Response:
+    """``GET /v1/memories/conflicts`` (:class:`~proxy.routes.conflict_shapes.ConflictList`)."""
+    res: Resources = request.app.state.resources
+    params = parse_query(request, cs.ConflictParams)
+    me = owner(request, res, dict(request.query_params))
+    return json_response({"object": "list",
+                          "data": await _listed(res, me.tenant, me.user, params.status)})
+
+
+async def admin_conflicts(request: Request) -> Response:
+    """``GET /v1/admin/conflicts?user=`` for the tenant's admin key."""
+    admin = caller(request)
+    params = parse_query(request, cs.AdminConflictParams)
+    return json_response({"object": "list", "data": await _listed(
+        admin.res, admin.tenant, params.user, params.status)})
+
+
+def _events(me: Owner, res: Resources, done: Conflict, retired: Memory,
+            successor: Memory) -> tuple[AuditEvent, ...]:
+    """The settlement's audit events: the conflict's own, and ``retired`` for the memory
+    it retires (as a supersede is audited)."""
+    action = "conflict_reversed" if done.status == "reversed" else "conflict_confirmed"
+    events = [me.audit(res, action, done.successor_id, reason=done.kind,
+                       detail={"conflict": done.id, "retired": done.retired_id})]
+    for memory, by in ((successor, retired), (retired, successor)):
+        if not memory.active and memory.superseded_at == done.settled_at:
+            events.append(me.audit(res, "retired", memory.id, reason="superseded",
+                                   detail={"superseded_by": by.id, "conflict": done.id}))
+    return tuple(events)
+
+
+async def _settle(request: Request, *, reverse: bool) -> Response:
+    res: Resources = request.app.state.resources
+    me = owner(request, res, dict(request.query_params))
+    conflict_id = request.path_params["conflict_id"]
+    conflict = await res.store.get_conflict(me.tenant, me.user, conflict_id)
+    pair = None if conflict is None else await _pair(res, me.tenant, me.user, conflict)
+    if conflict is None or pair is None:
+        raise NotFoundError("No such conflict.", param="conflict_id",
+                            code="conflict_not_found")
+    if conflict.settled:
+        raise ConflictError(f"The conflict is {conflict.status} already.",
+                            param="conflict_id", code="conflict_settled")
+    done, (retired, successor) = settle(conflict, *pair, reverse=reverse, at=res.clock(),
+                                        actor=me.actor)
+    applied = await res.store.apply(ChangeSet(
+        tenant=me.tenant, user_id=me.user, batch_key=f"conflict:{done.id}",
+        upserts=(retired, successor), conflicts=(done,),
+        audit=_events(me, res, done, retired, successor)))
+    if not applied:  # settled by a concurrent request
+        raise ConflictError("The conflict is settled already.", param="conflict_id",
+                            code="conflict_settled")
+    return json_response(done.to_api(retired, successor))
+
+
+async def confirm_conflict(request: Request) -> Response:
+    """``POST /v1/memories/conflicts/{conflict_id}/confirm``."""
+    return await _settle(request, reverse=False)
+
+
+async def reverse_conflict(request: Request) -> Response:
+    """``POST /v1/memories/conflicts/{conflict_id}/reverse``."""
+    return await _settle(request, reverse=True)
+
+
+async def release_partner(res: Resources, memory: Memory) -> None:
+    """After ``memory`` was deleted: the other memory of its open conflict is no longer
+    held back by it (its mark is removed)."""
+    if memory.conflict_with is None or memory.user_id is None:
+        return
+    partner = await res.store.get(memory.tenant, memory.user_id, memory.conflict_with)
+    if partner is not None and partner.conflict_with == memory.id:
+        try:
+            await res.store.update(unmarked(partner))
+        except KeyError:  # deleted meanwhile
+            return
+
+
+def _week(value: str | None, param: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        return parse_week(value)
+    except ValueError as exc:
+        raise InvalidRequestError(
+            f"{param}: an ISO week such as 2026-W48, or an ISO 8601 date or time",
+            param=param, code="invalid_value") from exc
+
+
+async def profile_history(request: Request) -> Response:
+    """``GET /v1/profile/history`` (:class:`~proxy.routes.conflict_shapes.ProfileHistory`)."""
+    res: Resources = request.app.state.resources
+    params = parse_query(request, cs.HistoryParams)
+    me = owner(request, res, dict(request.query_params))
+    since, until = _week(params.since, "since"), _week(params.until, "until")
+    if since is not None and until is not None and since > until:
+        raise InvalidRequestError("since: must not be after until", param="since",
+                                  code="invalid_value")
+    stored = await res.store.profile_history(me.tenant, me.user)
+    live = snapshot(await res.store.get_profile(me.tenant, me.user), tenant=me.tenant,
+                    user=me.user, now=res.clock())
+    weeks = history(stored, live, since=since, until=until)
+    return json_response({"object": "list", "data": [w.to_api() for w in weeks]})
+
+
+_SETTLE_ERRORS = (404, 409)
+_ID = {"conflict_id": "A conflict id from GET /v1/memories/conflicts"}
+openapi.register(
+    openapi.Operation("GET", "/v1/memories/conflicts", "The user's conflicts: pairs of "
+                      "contradicting memories (newest first)", query=cs.ConflictParams,
+                      response=cs.ConflictList, tags=("memories",)),
+    openapi.Operation("POST", "/v1/memories/conflicts/{conflict_id}/confirm",
+                      "Keep the successor (an open conflict retires the old memory)",
+                      query=UserParams, response=cs.ConflictOut, errors=_SETTLE_ERRORS,
+                      tags=("memories",), path_params=_ID),
+    openapi.Operation("POST", "/v1/memories/conflicts/{conflict_id}/reverse",
+                      "Make the old memory active again and retire the successor",
+                      query=UserParams, response=cs.ConflictOut, errors=_SETTLE_ERRORS,
+                      tags=("memories",), path_params=_ID),
+    openapi.Operation("GET", "/v1/admin/conflicts", "A user's conflicts (tenant admin)",
+                      auth="admin", query=cs.AdminConflictParams, response=cs.ConflictList,
+                      tags=("admin",)),
+    openapi.Operation("GET", "/v1/profile/history", "The user's traits and topics week by "
+                      "week (oldest first; the current week is the live profile)",
+                      query=cs.HistoryParams, response=cs.ProfileHistory,
+                      tags=("profile",)),
+)

@@ -1,0 +1,173 @@
+"""Conflicts a person settles and the profile over time through the API, learned end to
+end on both backends (docs/design.md#conflicts, docs/design.md#profile-over-time)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from proxy.memory.conflicts import ProfileWeek, WeightedTag, iso_week
+from proxy.memory.store import ChangeSet
+from tests.fakes import FakeUpstream, Gateway
+from tests.learning.test_learning_e2e import extraction, fact, known_ids
+from tests.routes.test_user_memory import ADMIN, APP_B, U1, U2, call, chat, error, gw
+
+__all__ = ["gw"]  # the two-backend gateway fixture of the user-memory tests
+
+
+def block(upstream: FakeUpstream) -> str:
+    first = upstream.last_chat["messages"][0]
+    return str(first["content"]) if first["role"] == "system" else ""
+
+
+async def learn(gw: Gateway, upstream: FakeUpstream, text: str, *facts: Any,
+                profile: Any = None) -> None:
+    upstream.extract = lambda body: extraction(*facts, profile=profile)
+    await chat(gw, text)
+    await gw.settle()
+
+
+async def learn_with_ids(gw: Gateway, upstream: FakeUpstream, text: str,
+                         make: Any) -> None:
+    upstream.extract = lambda body: extraction(make(known_ids(body)))
+    await chat(gw, text)
+    await gw.settle()
+
+
+async def conflicts(gw: Gateway, headers: dict[str, str] = U1,
+                    **params: str) -> list[dict[str, Any]]:
+    response = await call(gw, "GET", "/v1/memories/conflicts", headers, params=params)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "list"
+    return list(body["data"])
+
+
+async def test_a_supersede_is_listed_and_a_person_reverses_it(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """Learning's supersede is an unconfirmed pair with both memories as the memory API
+    shows them; reverse makes the old fact active (injected again) and retires the new
+    one, audited as retired; a settled pair is 409 and shows under status=settled;
+    another user and another tenant get 404 and see nothing."""
+    await learn(gw, upstream, "I love spicy food.", fact("Loves spicy food"))
+    await learn_with_ids(gw, upstream, "I can't stand spicy food now.", lambda ids: fact(
+        "Dislikes spicy food", supersedes=[ids["Loves spicy food"]]))
+    (pair,) = await conflicts(gw)
+    assert (pair["kind"], pair["status"]) == ("supersede", "unconfirmed")
+    assert pair["retired"]["object"] == "memory"
+    assert (pair["retired"]["content"], pair["retired"]["enabled"]) == \
+        ("Loves spicy food", False)
+    assert pair["successor"]["content"] == "Dislikes spicy food"
+    assert await conflicts(gw, status="settled") == []
+    assert await conflicts(gw, U2, status="all") == []
+    assert await conflicts(gw, {**APP_B, "X-User-Id": "u1"}, status="all") == []
+    path = f"/v1/memories/conflicts/{pair['id']}/reverse"
+    assert error(await call(gw, "POST", path, U2), 404)["code"] == "conflict_not_found"
+    reversed_ = await call(gw, "POST", path, U1)
+    assert reversed_.status_code == 200, reversed_.text
+    body = reversed_.json()
+    assert body["status"] == "reversed"
+    assert body["settled_by"] == "user"
+    assert body["retired"]["enabled"] is True
+    assert body["retired"]["superseded_at"] is None
+    assert body["successor"]["superseded_by"] == body["retired"]["id"]
+    again = await call(gw, "POST", f"/v1/memories/conflicts/{pair['id']}/confirm", U1)
+    assert error(again, 409)["code"] == "conflict_settled"
+    assert await conflicts(gw) == []
+    assert [c["status"] for c in await conflicts(gw, status="settled")] == ["reversed"]
+    await chat(gw, "Should I order spicy food?")
+    assert "Loves spicy food" in block(upstream)
+    assert "Dislikes spicy food" not in block(upstream)
+    audit = await call(gw, "GET", "/v1/admin/audit", ADMIN,
+                       params={"user": "u1", "action": "retired"})
+    retired = [e for e in audit.json()["data"] if e["memory_id"] == body["successor"]["id"]]
+    assert retired
+    assert retired[0]["actor"] == "user"
+
+
+async def test_contradicts_is_open_and_recall_injects_only_the_stronger(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """A fact the model is unsure about opens a conflict without retiring anything: both
+    memories are active, recall injects only the one with more evidence; confirming
+    retires the old one and injects the new one. An admin lists the user's conflicts with
+    ?user= (400 without it)."""
+    for text in ("I work at the harbour office.", "Still at the harbour office."):
+        await learn(gw, upstream, text, fact("Works at the harbour office"))
+    await learn_with_ids(gw, upstream, "I'm at the central office this month.",
+                         lambda ids: fact("Works at the central office",
+                                          contradicts=[ids["Works at the harbour office"]]))
+    (pair,) = await conflicts(gw)
+    assert (pair["kind"], pair["status"]) == ("contradicts", "open")
+    assert pair["retired"]["enabled"]
+    assert pair["successor"]["enabled"]
+    assert pair["successor"]["conflict_yields"] is True
+    await chat(gw, "Which office do I work at?")
+    assert "harbour office" in block(upstream)
+    assert "central office" not in block(upstream)
+    admin = await call(gw, "GET", "/v1/admin/conflicts", ADMIN, params={"user": "u1"})
+    assert [c["id"] for c in admin.json()["data"]] == [pair["id"]]
+    assert error(await call(gw, "GET", "/v1/admin/conflicts", ADMIN), 400)["param"] == "user"
+    assert (await call(gw, "GET", "/v1/admin/conflicts", ADMIN,
+                       params={"user": "u2"})).json()["data"] == []
+    confirmed = await call(gw, "POST", f"/v1/memories/conflicts/{pair['id']}/confirm",
+                           {**ADMIN, "X-User-Id": "u1"})
+    assert confirmed.json()["status"] == "confirmed"
+    assert confirmed.json()["settled_by"] == "admin"
+    await chat(gw, "Which office do I work at?")
+    assert "central office" in block(upstream)
+    assert "harbour office" not in block(upstream)
+
+
+async def test_deleting_one_memory_of_an_open_conflict_releases_the_other(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """The stronger memory deleted: the one that yielded to it is injected again, and the
+    pair is no longer listed."""
+    for text in ("I work at the harbour office.", "Still at the harbour office."):
+        await learn(gw, upstream, text, fact("Works at the harbour office"))
+    await learn_with_ids(gw, upstream, "Central office now?", lambda ids: fact(
+        "Works at the central office", contradicts=[ids["Works at the harbour office"]]))
+    (pair,) = await conflicts(gw)
+    deleted = await call(gw, "DELETE", f"/v1/memories/{pair['retired']['id']}", U1)
+    assert deleted.status_code == 200
+    assert await conflicts(gw, status="all") == []
+    await chat(gw, "Which office do I work at?")
+    assert "central office" in block(upstream)
+
+
+async def test_profile_history_is_weekly_with_the_live_week_last(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """A new user gets the current week with empty lists; learned traits show in the
+    current week with their scores; an earlier stored week comes first and since/until
+    select weeks; bad bounds are 400; another user sees only their own weeks; erasure
+    removes the history and the conflicts."""
+    path = "/v1/profile/history"
+    now_week = iso_week(datetime.now(UTC))
+    fresh = (await call(gw, "GET", path, U2)).json()
+    assert fresh == {"object": "list",
+                     "data": [{"week": now_week, "traits": [], "topics": []}]}
+    await learn(gw, upstream, "I love long hikes.", fact("Loves long hikes"),
+                profile={"traits": ["outdoorsy"], "topics": ["hiking"]})
+    earlier = datetime.now(UTC) - timedelta(weeks=6)
+    await gw.res.store.apply(ChangeSet(
+        tenant="tenant-a", user_id="u1", batch_key="old-week", snapshot=ProfileWeek(
+            tenant="tenant-a", user_id="u1", week=iso_week(earlier), at=earlier,
+            topics=(WeightedTag("chess", 2.5),))))
+    weeks = (await call(gw, "GET", path, U1)).json()["data"]
+    assert [w["week"] for w in weeks] == [iso_week(earlier), now_week]
+    assert weeks[0]["topics"] == [{"text": "chess", "score": 2.5}]
+    assert weeks[1]["traits"] == [{"text": "outdoorsy", "score": 1.0}]
+    assert weeks[1]["topics"] == [{"text": "hiking", "score": 1.0}]
+    since = (await call(gw, "GET", path, U1, params={"since": now_week})).json()["data"]
+    assert [w["week"] for w in since] == [now_week]
+    until = await call(gw, "GET", path, U1,
+                       params={"until": (earlier + timedelta(days=1)).date().isoformat()})
+    assert [w["week"] for w in until.json()["data"]] == [iso_week(earlier)]
+    assert error(await call(gw, "GET", path, U1, params={"since": "soon"}), 400)["param"] \
+        == "since"
+    backwards = await call(gw, "GET", path, U1, params={"since": now_week,
+                                                         "until": iso_week(earlier)})
+    assert error(backwards, 400)["param"] == "since"
+    assert [w["week"] for w in (await call(gw, "GET", path, U2)).json()["data"]] == [now_week]
+    assert (await call(gw, "DELETE", "/v1/me", U1, params={"confirm": "true"})).status_code \
+        == 200
+    assert await gw.res.store.profile_history("tenant-a", "u1") == []
