@@ -14,6 +14,12 @@ turn that asks several things. :class:`Retriever` runs them:
 3. a vector search per embedded query;
 4. :func:`proxy.memory.recall.rank` scores the union of candidates against every query.
 
+With ``indexes`` (:class:`~proxy.memory.index.RecallIndexes`), steps 1 and 3 search the
+user's in-process index instead of the store: one generation read per recall
+(:meth:`~proxy.memory.store.MemoryStore.recall_generations`), the index (re)built from the
+store only when a generation moved (docs/design.md#recall-index); the candidates are those
+the store's searches return, so the ranking is the same.
+
 Store errors propagate (:class:`~proxy.memory.store.StoreUnavailableError`) for the caller
 to degrade memory as a whole.
 """
@@ -30,6 +36,7 @@ import structlog
 
 from proxy.logs import LogThrottle
 from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
+from proxy.memory.index import RecallIndexes, UserIndex
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
 from proxy.memory.text import load_segmenter_for, query_terms
@@ -131,11 +138,30 @@ class Retriever:
     """Runs a query plan against a store (and an embedder, when there is one)."""
 
     def __init__(self, *, store: MemoryStore, embedder: Embedder | None,
-                 weights: RankWeights, candidate_pool: int) -> None:
+                 weights: RankWeights, candidate_pool: int,
+                 indexes: RecallIndexes | None = None) -> None:
+        """``indexes``: search in-process recall indexes kept there (see the module
+        docstring); ``None``: every search is a store read."""
         self._store = store
         self._embedder = embedder
         self.weights = weights
         self._pool = candidate_pool
+        self._indexes = indexes
+
+    async def index(self, tenant: str, user: str) -> UserIndex:
+        """The user's recall index at the store's current generations: kept, else built
+        from one corpus read (the term extraction in a worker thread). Raises what the
+        store raises."""
+        assert self._indexes is not None
+        generations = await self._store.recall_generations(tenant, user)
+        found = self._indexes.get((tenant, user), generations)
+        if found is not None:
+            return found
+        corpus = await self._store.recall_corpus(tenant, user)
+        built = await asyncio.to_thread(UserIndex, corpus)
+        self._indexes.put((tenant, user), built)
+        return built
+
 
     async def recall(
         self, *, tenant: str, user: str, queries: Sequence[SubQuery], limit: int,
@@ -162,10 +188,14 @@ class Retriever:
                 [q.text[-MAX_EMBED_CHARS:] for q in queries]))
         try:
             await load_segmenter_for(*(q.text for q in queries))
+            index = None if self._indexes is None else await self.index(tenant, user)
             terms = [tuple(query_terms(q.text)) for q in queries]
-            keyword = await asyncio.gather(*(
-                self._store.search(search(t)) for t in terms if t
-            ))
+            if index is not None:  # in process: no task per search
+                keyword = [index.search(search(t)) for t in terms if t]
+            else:
+                keyword = await asyncio.gather(*(
+                    self._store.search(search(t)) for t in terms if t
+                ))
             by_query = iter(keyword)
             keyword_hits = [list(next(by_query)) if t else [] for t in terms]
             embedded, degraded = await self._vectors(embedding, embed_budget, started)
@@ -180,7 +210,9 @@ class Retriever:
                     embedding.exception()  # retrieved: an early store error leaves no noise
         vector_hits: list[list[Candidate]] = [[] for _ in queries]
         if vectors is not None:
-            found = await asyncio.gather(*(self._store.search(search((), v)) for v in vectors))
+            found = [index.search(search((), v)) for v in vectors] if index is not None \
+                else await asyncio.gather(*(self._store.search(search((), v))
+                                            for v in vectors))
             vector_hits = [list(f) for f in found]
         # Ranking tokenises the candidates (near-duplicate check): their CJK, if any, needs
         # the dictionary loaded off the loop first.

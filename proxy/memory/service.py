@@ -21,6 +21,7 @@ import structlog
 from proxy.identity import Identity
 from proxy.memory.directives import injectable
 from proxy.memory.embed import Embedder
+from proxy.memory.index import RecallIndexes
 from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
@@ -135,9 +136,12 @@ class MemoryService:
         self._counter = counter
         self._block_tokens = lru_cache(maxsize=BLOCK_COUNTS)(counter.count)
         self._clock = clock
+        self.indexes = RecallIndexes(settings.recall_index_bytes) \
+            if settings.recall_index_bytes > 0 else None
         self._retriever = Retriever(store=store, embedder=embedder,
                                     weights=rank_weights(settings),
-                                    candidate_pool=settings.candidate_pool)
+                                    candidate_pool=settings.candidate_pool,
+                                    indexes=self.indexes)
         self.access = AccessLog()
 
     @staticmethod

@@ -101,6 +101,7 @@ class ChangeSetWriter:
                 known |= {mid for mid, flag in zip(others, flags, strict=True) if flag}
             multi(pipe)
             pipe.zadd(batches, {changes.batch_key: now})
+            pipe.incr(self._keys.generation(ns))  # hits, deletes: the recall index moves on
             pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
             for memory in plan.upserts:
                 # Hits: the stored count read under WATCH plus the new evidence pairs.

@@ -34,7 +34,7 @@ from proxy.backends.sqlite.codec import (
     user_token,
 )
 from proxy.memory.records import Memory
-from proxy.memory.store import Candidate, SearchQuery
+from proxy.memory.store import Bm25, Candidate, RecallCorpus, SearchQuery
 from proxy.settings import GLOBAL_NAMESPACE
 
 # Vector matrices kept per owner and query shape (bytes of float32): at the default
@@ -42,6 +42,10 @@ from proxy.settings import GLOBAL_NAMESPACE
 VECTOR_CACHE_BYTES = 64 << 20
 # Decoded memories kept by owner (rows in all): the quota is 500 a user, so ~40 users.
 ROW_CACHE_ROWS = 20_000
+
+# FTS5's bm25() (k1 1.2, b 0.75, its IDF) over rows whose length also counts the one
+# namespace token of the ``ns`` column.
+FTS5_BM25 = Bm25(k1=1.2, b=0.75, idf_form="fts5", extra_length=1)
 
 # (tenant, owner) pairs: owner = the user id, "" for shared and system memories.
 Owners = tuple[tuple[str, str], ...]
@@ -355,5 +359,36 @@ class Recall:
                 ).fetchall()
                 rows = self._memories_by_rowid(conn, owners, states, [r[0] for r in ranked])
             return [rows[r[0]] for r in ranked]
+
+        return run
+
+    def generations(self, tenant: str, user: str
+                    ) -> Callable[[sqlite3.Connection], tuple[int, ...]]:
+        """The read of the recall owners' generations (``memory_generations``)."""
+        owners = _owners(tenant, user, include_shared=True)
+
+        def run(conn: sqlite3.Connection) -> tuple[int, ...]:
+            return tuple(generation for generation, _ in _states(conn, owners))
+
+        return run
+
+    def corpus(self, tenant: str, user: str) -> Callable[[sqlite3.Connection], RecallCorpus]:
+        """The read of every active memory of the recall owners, with their generations
+        in the same snapshot (rows decoded through the decoded-memory cache)."""
+        owners = _owners(tenant, user, include_shared=True)
+
+        def run(conn: sqlite3.Connection) -> RecallCorpus:
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            with _snapshot(conn):
+                states = _states(conn, owners)
+                rows = cursor.execute(
+                    f"SELECT {COLUMNS} FROM memories m WHERE ((m.tenant = ? AND "
+                    "(m.user_id = ? OR m.user_id IS NULL)) OR (m.tenant = ? AND "
+                    f"m.user_id IS NULL)) AND {ACTIVE} ORDER BY m.rowid",
+                    (tenant, user, GLOBAL_NAMESPACE),
+                ).fetchall()
+            return RecallCorpus(tuple(g for g, _ in states),
+                                tuple(self._memories.memory(r) for r in rows), FTS5_BM25)
 
         return run

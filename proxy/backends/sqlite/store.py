@@ -39,6 +39,7 @@ from proxy.memory.store import (
     ChangeSet,
     ListQuery,
     PromptVersion,
+    RecallCorpus,
     ScanQuery,
     SearchQuery,
     StoreUnavailableError,
@@ -90,6 +91,12 @@ class SqliteMemoryStore:
     # hot path: one reader-thread trip each (see proxy.backends.sqlite.search) -----------
     async def search(self, query: SearchQuery) -> list[Candidate]:
         return await self._read(self._recall.search(query))
+
+    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
+        return await self._read(self._recall.generations(tenant, user))
+
+    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+        return await self._read(self._recall.corpus(tenant, user))
 
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
