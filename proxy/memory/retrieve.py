@@ -16,9 +16,11 @@ turn that asks several things. :class:`Retriever` runs them:
 
 With ``indexes`` (:class:`~proxy.memory.index.RecallIndexes`), steps 1 and 3 search the
 user's in-process index instead of the store: one generation read per recall
-(:meth:`~proxy.memory.store.MemoryStore.recall_generations`), the index (re)built from the
-store only when a generation moved (docs/design.md#recall-index); the candidates are those
-the store's searches return, so the ranking is the same.
+(:meth:`~proxy.memory.store.MemoryStore.recall_generations`); the candidates are those the
+store's searches return, so the ranking is the same. When the user has no index at the
+store's generations (first recall, or a write since), this recall searches the store as
+before and the index is (re)built in the background, outside every deadline — one build
+per user at a time (docs/design.md#recall-index).
 
 Store errors propagate (:class:`~proxy.memory.store.StoreUnavailableError`) for the caller
 to degrade memory as a whole.
@@ -147,20 +149,48 @@ class Retriever:
         self.weights = weights
         self._pool = candidate_pool
         self._indexes = indexes
+        self._building: dict[tuple[str, str], asyncio.Task[UserIndex]] = {}
 
     async def index(self, tenant: str, user: str) -> UserIndex:
         """The user's recall index at the store's current generations: kept, else built
-        from one corpus read (the term extraction in a worker thread). Raises what the
-        store raises."""
+        now from one corpus read (the term extraction in a worker thread). Raises what
+        the store raises."""
         assert self._indexes is not None
         generations = await self._store.recall_generations(tenant, user)
         found = self._indexes.get((tenant, user), generations)
-        if found is not None:
-            return found
+        return found if found is not None else await self._build(tenant, user)
+
+    async def _build(self, tenant: str, user: str) -> UserIndex:
+        assert self._indexes is not None
         corpus = await self._store.recall_corpus(tenant, user)
         built = await asyncio.to_thread(UserIndex, corpus)
         self._indexes.put((tenant, user), built)
         return built
+
+    async def _current(self, tenant: str, user: str) -> UserIndex | None:
+        """The user's index if it is at the store's generations (one small read), else
+        ``None`` with a build started in the background (one per user at a time)."""
+        if self._indexes is None:
+            return None
+        generations = await self._store.recall_generations(tenant, user)
+        found = self._indexes.get((tenant, user), generations)
+        key = (tenant, user)
+        if found is None and key not in self._building:
+            task = asyncio.create_task(self._build(tenant, user))
+            self._building[key] = task
+            task.add_done_callback(lambda done: self._built(key, done))
+        return found
+
+    def _built(self, key: tuple[str, str], task: asyncio.Task[UserIndex]) -> None:
+        self._building.pop(key, None)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:  # recall goes on through the store meanwhile
+            held = THROTTLE.allow("memory_recall_index_failed")
+            if held is not None:
+                log.warning("memory_recall_index_failed", error=str(error),
+                            since_last_line=held)
 
 
     async def recall(
@@ -188,7 +218,7 @@ class Retriever:
                 [q.text[-MAX_EMBED_CHARS:] for q in queries]))
         try:
             await load_segmenter_for(*(q.text for q in queries))
-            index = None if self._indexes is None else await self.index(tenant, user)
+            index = await self._current(tenant, user)
             terms = [tuple(query_terms(q.text)) for q in queries]
             if index is not None:  # in process: no task per search
                 keyword = [index.search(search(t)) for t in terms if t]

@@ -171,6 +171,7 @@ async def test_recall_through_the_index_ranks_as_through_the_store(
     plain = Retriever(store=store, embedder=None, weights=RankWeights(), candidate_pool=30)
     indexed = Retriever(store=store, embedder=None, weights=RankWeights(), candidate_pool=30,
                         indexes=RecallIndexes())
+    built = await indexed.index("t1", "u1")
     await load_segmenter_for(*QUERIES)
     for text in QUERIES:
         for channels in (None, ("group:g1",)):
@@ -180,6 +181,7 @@ async def test_recall_through_the_index_ranks_as_through_the_store(
             expected = [r.memory.id for r in (await plain.recall(**args)).ranked]
             got = [r.memory.id for r in (await indexed.recall(**args)).ranked]
             assert got == expected, text
+    assert await indexed.index("t1", "u1") is built  # every recall above used it
 
 
 async def test_index_holds_no_other_user_and_no_inactive_memory(store: MemoryStore) -> None:
@@ -221,9 +223,18 @@ async def two_stores(request: pytest.FixtureRequest, tmp_path: Path
 
 
 async def recalled(retriever: Retriever, text: str) -> list[str]:
-    result = await retriever.recall(tenant="t1", user="u1", queries=[SubQuery(text)],
-                                    limit=10, now=NOW)
-    return [r.memory.content for r in result.ranked]
+    """The next recall's memories — through the store when the index is behind the
+    store's generations — checked against a recall through the rebuilt index."""
+    async def once() -> list[str]:
+        result = await retriever.recall(tenant="t1", user="u1", queries=[SubQuery(text)],
+                                        limit=10, now=NOW)
+        return [r.memory.content for r in result.ranked]
+
+    first = await once()
+    index = await retriever.index("t1", "u1")
+    assert await retriever.index("t1", "u1") is index
+    assert await once() == first
+    return first
 
 
 def erased() -> AuditEvent:
@@ -248,7 +259,8 @@ async def test_a_write_by_another_store_is_seen_by_the_next_recall(
 
     async def moved() -> None:
         now = await reader.recall_generations("t1", "u1")
-        assert now != seen[-1] and now not in seen  # never back to a value seen before
+        assert now != seen[-1]
+        assert now not in seen
         seen.append(now)
 
     oolong = mem("Drinks oolong tea after lunch")
@@ -305,7 +317,8 @@ def test_indexes_evict_least_recently_used_beyond_the_byte_bound() -> None:
     assert indexes.get(("t", "b"), (1, 0, 0)) is None  # evicted
     assert indexes.get(("t", "a"), (1, 0, 0)) is not None
     assert indexes.get(("t", "c"), (1, 0, 0)) is one
-    assert indexes.nbytes <= indexes.capacity and len(indexes) == 2
+    assert indexes.nbytes <= indexes.capacity
+    assert len(indexes) == 2
     assert indexes.get(("t", "a"), (2, 0, 0)) is None  # written since: not served
     huge = UserIndex(corpus(*(f"fact {i} " + "word " * 200 for i in range(100))))
     assert huge.nbytes > indexes.capacity
