@@ -36,9 +36,11 @@ from proxy.memory.records import Memory
 from proxy.memory.store import Bm25, Candidate, RecallCorpus, SearchQuery
 from proxy.memory.text import index_terms, stemmed_terms
 
-# Bytes of all indexes of one process. Measured (tracemalloc, 500 memories of ~60
-# characters): ~0.5 MB a user with keyword terms only, ~1.2 MB with 256-d vectors and
-# ~1.7 MB with 384-d vectors — so 256 MB keeps ~150–500 recently active users warm.
+# Bytes of all indexes of one process. Measured (tracemalloc, bench/gateway's 500
+# memories of ~53 characters; the memories' decoded objects included): ~0.6 MB a user with
+# keyword terms only, ~5.2 MB with 256-d vectors, ~7.4 MB with 384-d ones (the vectors'
+# Python float tuples, which ranking reads, are most of it) — so 256 MiB keeps ~400
+# keyword-only or ~35–50 users with vectors warm; the others are rebuilt on their return.
 DEFAULT_INDEX_BYTES = 256 << 20
 # Estimated Python overhead per memory object and per posting list (bytes), for the bound.
 _MEMORY_OVERHEAD = 900
