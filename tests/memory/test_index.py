@@ -4,6 +4,7 @@ Redis prefix), and its byte bound."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from proxy.memory.store import (
     MemoryStore,
     RecallCorpus,
     SearchQuery,
+    StoreUnavailableError,
     VectorUpdate,
 )
 from proxy.memory.text import load_segmenter_for, query_terms
@@ -335,3 +337,51 @@ def test_index_bytes_grow_with_the_corpus() -> None:
         mem(f"fact {i}", embedding=(0.1,) * 256) for i in range(100)), Bm25()))
     assert small.nbytes < large.nbytes
     assert with_vectors.nbytes > 100 * 256 * 4
+
+
+class CorpusDown:
+    """A store whose corpus read fails (everything else is the real store's)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self.corpus_reads = 0
+
+    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+        self.corpus_reads += 1
+        raise StoreUnavailableError("corpus read failed")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_cold_user_is_recalled_through_the_store_while_the_index_builds(
+        store: MemoryStore) -> None:
+    """The first recall of a user answers from the store's search and starts one
+    background build; a build that fails leaves recall working through the store."""
+    tea = mem("Drinks green tea every morning")
+    await store.add(tea)
+    indexes = RecallIndexes()
+    retriever = Retriever(store=store, embedder=None, weights=RankWeights(),
+                          candidate_pool=30, indexes=indexes)
+    assert await recalled_once(retriever) == [tea.content]
+    for _ in range(20):  # the background build finishes on its own
+        if len(indexes):
+            break
+        await asyncio.sleep(0.05)
+    assert len(indexes) == 1
+
+    failing = CorpusDown(store)
+    broken = Retriever(store=failing, embedder=None,  # type: ignore[arg-type]
+                       weights=RankWeights(), candidate_pool=30, indexes=RecallIndexes())
+    for _ in range(3):
+        assert await recalled_once(broken) == [tea.content]
+        await asyncio.sleep(0.01)
+    assert failing.corpus_reads >= 1
+    with pytest.raises(StoreUnavailableError):
+        await broken.index("t1", "u1")
+
+
+async def recalled_once(retriever: Retriever) -> list[str]:
+    result = await retriever.recall(tenant="t1", user="u1", queries=[SubQuery("tea")],
+                                    limit=10, now=NOW)
+    return [r.memory.content for r in result.ranked]
