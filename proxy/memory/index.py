@@ -188,6 +188,20 @@ class UserIndex:
         order = candidates[np.argsort(-sims[candidates], kind="stable")[:limit]]
         return [(int(found.rows[i]), float(sims[i])) for i in order]
 
+    def resident(self, *, limit: int, channels: tuple[str | None, ...] | None
+                 ) -> list[Memory]:
+        """What :meth:`~proxy.memory.store.MemoryStore.resident` returns: the user's top
+        ``limit`` active memories about themselves visible in ``channels``, by hits then
+        ``last_seen_at``, descending (ties: corpus order)."""
+        if limit <= 0:
+            return []
+        visible = self._visible(channels)
+        rows = [r for r, m in enumerate(self.memories)
+                if self.personal[r] and visible[r] and m.about_user]
+        rows.sort(key=lambda r: (-self.memories[r].hits,
+                                 -self.memories[r].last_seen_at.timestamp()))
+        return [self.memories[r] for r in rows[:limit]]
+
     def search(self, query: SearchQuery) -> list[Candidate]:
         """What :meth:`~proxy.memory.store.MemoryStore.search` returns for ``query``
         (``include_shared`` queries only: the corpus holds shared memories)."""

@@ -40,6 +40,7 @@ from proxy.logs import LogThrottle
 from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
 from proxy.memory.index import RecallIndexes, UserIndex
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
+from proxy.memory.records import Memory
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
 from proxy.memory.text import load_segmenter_for, query_terms
 from proxy.memory.when import Period
@@ -74,6 +75,9 @@ class Recall:
     ranked: list[Ranked]
     degraded: str | None = None
     tokens: int = 0  # provider tokens the query embeddings spent (remote embedders)
+    # The resident memories asked for (``resident=`` of :meth:`Retriever.recall`), from
+    # the recall index; ``None`` when not asked or no index was current (ask the store).
+    resident: list[Memory] | None = None
 
 
 def sentences(text: str) -> list[str]:
@@ -197,9 +201,12 @@ class Retriever:
         self, *, tenant: str, user: str, queries: Sequence[SubQuery], limit: int,
         now: datetime, channels: tuple[str | None, ...] | None = None,
         periods: Sequence[Period] = (), embed_budget: float | None = None,
+        resident: int = 0,
     ) -> Recall:
         """Ranked memories for ``queries``. ``embed_budget``: seconds to wait for the
-        query embeddings (``None`` = no limit beyond the caller's)."""
+        query embeddings (``None`` = no limit beyond the caller's); ``resident``: also
+        the user's top resident memories (:meth:`~proxy.memory.store.MemoryStore.
+        resident`) when the recall index is current."""
         if not queries or limit <= 0:
             return Recall([])
         loop = asyncio.get_running_loop()
@@ -255,7 +262,9 @@ class Retriever:
                                                  strict=True))
         ]
         ranked = rank(hits, now=now, weights=self.weights, limit=limit, periods=periods)
-        return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens)
+        return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens,
+                      resident=None if index is None or resident <= 0 else
+                      index.resident(limit=resident, channels=channels))
 
     async def _vectors(
         self, embedding: asyncio.Task[Embeddings] | None, budget: float | None,

@@ -163,6 +163,13 @@ async def test_index_finds_what_the_store_search_finds(store: MemoryStore) -> No
                     assert ordered(got, rank, score) == ordered(expected, rank, score)
                 compared += len(expected)
     assert compared > 200  # the comparison saw many candidates, not empty lists
+    for channels in (None, ("group:g1",), ()):
+        for limit in (0, 3, 50):
+            expected_ids = [m.id for m in await store.resident("t1", "u1", limit=limit,
+                                                                channels=channels)]
+            got_ids = [m.id for m in index.resident(limit=limit, channels=channels)]
+            assert got_ids == expected_ids, (channels, limit)
+    assert len(index.resident(limit=50, channels=None)) == len(PHRASES)  # personal only
 
 
 async def test_recall_through_the_index_ranks_as_through_the_store(
