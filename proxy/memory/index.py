@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.memory.records import Memory
-from proxy.memory.store import Bm25, Candidate, RecallCorpus, SearchQuery
+from proxy.memory.store import Candidate, RecallCorpus, SearchQuery
 from proxy.memory.text import index_terms, stemmed_terms
 
 # Bytes of all indexes of one process. Measured (tracemalloc, bench/gateway's 500
@@ -85,24 +85,30 @@ class UserIndex:
             for term in terms:
                 posting = counts.setdefault(term, {})
                 posting[row] = posting.get(row, 0) + 1
-        self.postings = self._weights(counts, lengths, corpus.bm25)
+        self.postings = self._weights(counts, lengths, corpus)
         self.vectors = self._vectors(corpus.vector_dim)
         self.nbytes = self._estimate()
 
     def _weights(self, counts: dict[str, dict[int, int]], lengths: Scores,
-                 bm25: Bm25) -> dict[str, tuple[npt.NDArray[np.intp], Scores]]:
+                 corpus: RecallCorpus) -> dict[str, tuple[npt.NDArray[np.intp], Scores]]:
         """Per term: its rows and each row's BM25 part (idf × saturated tf), as the
-        store's scorer computes it (:class:`~proxy.memory.store.Bm25`)."""
+        store's scorer computes it (:class:`~proxy.memory.store.Bm25`), over the store's
+        statistics when it gives them, else the corpus's own."""
         size = len(lengths)
         if not size:
             return {}
-        average = float(lengths.sum()) / size
+        bm25, stats = corpus.bm25, corpus.statistics
+        documents = stats.documents if stats and stats.documents else size
+        total = float(stats.total_length) if stats and stats.documents else \
+            float(lengths.sum())
+        average = total / documents
         norm = bm25.k1 * (1.0 - bm25.b + bm25.b * lengths / (average or 1.0))
         out: dict[str, tuple[npt.NDArray[np.intp], Scores]] = {}
         for term, posting in counts.items():
             rows = np.fromiter(posting.keys(), dtype=np.intp, count=len(posting))
             tf = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
-            out[term] = (rows, bm25.idf(size, len(posting)) * tf * (bm25.k1 + 1.0)
+            matching = stats.frequencies.get(term, len(posting)) if stats else len(posting)
+            out[term] = (rows, bm25.idf(documents, matching) * tf * (bm25.k1 + 1.0)
                          / (tf + norm[rows]))
         return out
 

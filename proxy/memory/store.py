@@ -106,16 +106,30 @@ class Bm25:
 
 
 @dataclass(frozen=True, slots=True)
+class KeywordStatistics:
+    """BM25 statistics of a store's whole keyword index, as its scorer uses them:
+    ``documents`` indexed, ``total_length`` of all their lengths, and per term of the
+    corpus the number of documents holding it."""
+
+    documents: int
+    total_length: int
+    frequencies: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class RecallCorpus:
     """What chat recall searches for one (tenant, user) — the user's active memories,
     the tenant's shared and the system ones — as of ``generations``
     (:meth:`MemoryStore.recall_generations`, read before or with the memories), with the
-    store's keyword scorer and the vector dimension it searches (``None``: any)."""
+    store's keyword scorer and the vector dimension it searches (``None``: any).
+    ``statistics``: the store's own BM25 statistics when its scorer uses the whole index
+    (SQLite); ``None``: the corpus's own."""
 
     generations: tuple[int, ...]
     memories: tuple[Memory, ...]
     bm25: Bm25
     vector_dim: int | None = None
+    statistics: KeywordStatistics | None = None
 
 
 @dataclass(frozen=True, slots=True)

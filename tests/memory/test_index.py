@@ -392,3 +392,25 @@ async def recalled_once(retriever: Retriever) -> list[str]:
     result = await retriever.recall(tenant="t1", user="u1", queries=[SubQuery("tea")],
                                     limit=10, now=NOW)
     return [r.memory.content for r in result.ranked]
+
+
+async def test_sqlite_index_scores_with_the_whole_store_statistics(tmp_path: Path) -> None:
+    """On SQLite, whose BM25 reads the statistics of the whole keyword index, the index
+    ranks as the store's search also when other users' memories change those statistics
+    (their memories move the IDF; none of them is returned)."""
+    async with SqliteDatabase(tmp_path / "m.db") as db:
+        store = SqliteMemoryStore(db)
+        mine = varied_memories()
+        others = [mem(f"{text} and tea", user=f"o{i % 4}", minutes=40 + i)
+                  for i, text in enumerate(PHRASES * 3)]
+        await fill(store, mine + others)
+        index = UserIndex(await store.recall_corpus("t1", "u1"))
+        assert index.memories and all(m.user_id in ("u1", None) for m in index.memories)
+        await load_segmenter_for(*QUERIES)
+        for text in QUERIES:
+            query = SearchQuery(tenant="t1", user="u1", terms=tuple(query_terms(text)))
+            expected, got = await store.search(query), index.search(query)
+            assert comparable(got) == comparable(expected), text
+        own = UserIndex(RecallCorpus(index.generations, tuple(index.memories), index.bm25))
+        tea = SearchQuery(tenant="t1", user="u1", terms=("tea",))
+        assert comparable(own.search(tea)) != comparable(index.search(tea))  # stats matter

@@ -334,6 +334,7 @@ class SqliteDatabase:
         self._reader: ThreadPoolExecutor | None = None
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._lconn: sqlite3.Connection | None = None  # the event loop's, for small reads
         self._batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     async def __aenter__(self) -> SqliteDatabase:
@@ -350,6 +351,9 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         self._wconn = await loop.run_in_executor(self._writer, self._connect, True)
         self._rconn = await loop.run_in_executor(self._reader, self._connect, False)
+        self._lconn = self._connect(False)
+        # A small read on the loop never waits for a lock: busy → it goes to the reader.
+        self._lconn.execute("PRAGMA busy_timeout=0")
 
     def _connect(self, migrate: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True,
@@ -368,6 +372,9 @@ class SqliteDatabase:
         return conn
 
     async def close(self) -> None:
+        if self._lconn is not None:
+            self._lconn.close()
+            self._lconn = None
         loop = asyncio.get_running_loop()
         for executor, conn in ((self._reader, self._rconn), (self._writer, self._wconn)):
             if executor is not None and conn is not None:
@@ -391,6 +398,22 @@ class SqliteDatabase:
             loop.call_soon(loop.call_soon, self._submit_batch, loop)
         self._batch.append((fn, future))
         return await future
+
+    async def read_small(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` — a read of a few rows by primary key, tens of microseconds — on
+        the event loop's own connection: no thread hop. A lock it would wait for (busy)
+        sends it to the reader thread (:meth:`read`) instead."""
+        conn = self._lconn
+        if conn is None:
+            return await self.read(fn)
+        try:
+            return fn(conn)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return await self.read(fn)
 
     def _submit_batch(self, loop: asyncio.AbstractEventLoop) -> None:
         batch, self._batch = self._batch, []

@@ -93,7 +93,10 @@ class SqliteMemoryStore:
         return await self._read(self._recall.search(query))
 
     async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
-        return await self._read(self._recall.generations(tenant, user))
+        try:  # three rows by primary key: on the loop (docs/design.md#recall-index)
+            return await self._db.read_small(self._recall.generations(tenant, user))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
     async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
         return await self._read(self._recall.corpus(tenant, user))
@@ -107,7 +110,10 @@ class SqliteMemoryStore:
                                                       channels=channels))
 
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
-        return await self._read(lambda c: users.get_profile(c, tenant, user))
+        try:  # one row by primary key: on the loop, beside the generations
+            return await self._db.read_small(lambda c: users.get_profile(c, tenant, user))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
         if not counts:
