@@ -87,6 +87,10 @@ class UserIndex:
                 posting[row] = posting.get(row, 0) + 1
         self.postings = self._weights(counts, lengths, corpus)
         self.vectors = self._vectors(corpus.vector_dim)
+        # The user's own memories about themselves, most evidence then most recent first.
+        self._resident = sorted(
+            (r for r, m in enumerate(self.memories) if m.user_id is not None and m.about_user),
+            key=lambda r: (-self.memories[r].hits, -self.memories[r].last_seen_at.timestamp()))
         self.nbytes = self._estimate()
 
     def _weights(self, counts: dict[str, dict[int, int]], lengths: Scores,
@@ -201,12 +205,10 @@ class UserIndex:
         ``last_seen_at``, descending (ties: corpus order)."""
         if limit <= 0:
             return []
+        if channels is None:
+            return [self.memories[r] for r in self._resident[:limit]]
         visible = self._visible(channels)
-        rows = [r for r, m in enumerate(self.memories)
-                if self.personal[r] and visible[r] and m.about_user]
-        rows.sort(key=lambda r: (-self.memories[r].hits,
-                                 -self.memories[r].last_seen_at.timestamp()))
-        return [self.memories[r] for r in rows[:limit]]
+        return [self.memories[r] for r in self._resident if visible[r]][:limit]
 
     def search(self, query: SearchQuery) -> list[Candidate]:
         """What :meth:`~proxy.memory.store.MemoryStore.search` returns for ``query``

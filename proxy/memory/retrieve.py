@@ -29,6 +29,7 @@ to degrade memory as a whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,6 +161,10 @@ class Retriever:
         now from one corpus read (the term extraction in a worker thread). Raises what
         the store raises."""
         assert self._indexes is not None
+        pending = self._building.get((tenant, user))
+        if pending is not None:  # a background build: let it land first
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
         generations = await self._store.recall_generations(tenant, user)
         found = self._indexes.get((tenant, user), generations)
         return found if found is not None else await self._build(tenant, user)
@@ -173,17 +178,22 @@ class Retriever:
 
     async def _current(self, tenant: str, user: str) -> UserIndex | None:
         """The user's index if it is at the store's generations (one small read), else
-        ``None`` with a build started in the background (one per user at a time)."""
+        ``None``."""
         if self._indexes is None:
             return None
         generations = await self._store.recall_generations(tenant, user)
-        found = self._indexes.get((tenant, user), generations)
+        return self._indexes.get((tenant, user), generations)
+
+    def _start_build(self, tenant: str, user: str) -> None:
+        """Build the user's index in the background (one build per user at a time),
+        started once the recall that found none has answered: its corpus read and term
+        extraction never delay that recall."""
         key = (tenant, user)
-        if found is None and key not in self._building:
-            task = asyncio.create_task(self._build(tenant, user))
-            self._building[key] = task
-            task.add_done_callback(lambda done: self._built(key, done))
-        return found
+        if self._indexes is None or key in self._building:
+            return
+        task = asyncio.create_task(self._build(tenant, user))
+        self._building[key] = task
+        task.add_done_callback(lambda done: self._built(key, done))
 
     def _built(self, key: tuple[str, str], task: asyncio.Task[UserIndex]) -> None:
         self._building.pop(key, None)
@@ -262,6 +272,8 @@ class Retriever:
                                                  strict=True))
         ]
         ranked = rank(hits, now=now, weights=self.weights, limit=limit, periods=periods)
+        if index is None:
+            self._start_build(tenant, user)
         return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens,
                       resident=None if index is None or resident <= 0 else
                       index.resident(limit=resident, channels=channels))

@@ -335,6 +335,8 @@ class SqliteDatabase:
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._lconn: sqlite3.Connection | None = None  # the event loop's, for small reads
+        self._bulk: ThreadPoolExecutor | None = None  # long reads, beside the reader
+        self._bconn: sqlite3.Connection | None = None
         self._batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     async def __aenter__(self) -> SqliteDatabase:
@@ -376,6 +378,11 @@ class SqliteDatabase:
             self._lconn.close()
             self._lconn = None
         loop = asyncio.get_running_loop()
+        if self._bulk is not None:
+            if self._bconn is not None:
+                await loop.run_in_executor(self._bulk, self._bconn.close)
+            self._bulk.shutdown(wait=True)
+            self._bulk, self._bconn = None, None
         for executor, conn in ((self._reader, self._rconn), (self._writer, self._wconn)):
             if executor is not None and conn is not None:
                 await loop.run_in_executor(executor, conn.close)
@@ -414,6 +421,21 @@ class SqliteDatabase:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             return await self.read(fn)
+
+    async def read_bulk(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` — a long read (a user's whole recall corpus) — on a third thread and
+        connection, opened on first use, so it never queues the hot path's reads."""
+        if self._reader is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        if self._bulk is None:
+            self._bulk = ThreadPoolExecutor(1, thread_name_prefix="sqlite-bulk")
+
+        def run() -> T:
+            if self._bconn is None:
+                self._bconn = self._connect(False)
+            return fn(self._bconn)
+
+        return await asyncio.get_running_loop().run_in_executor(self._bulk, run)
 
     def _submit_batch(self, loop: asyncio.AbstractEventLoop) -> None:
         batch, self._batch = self._batch, []

@@ -415,7 +415,8 @@ class Recall:
 
     def corpus(self, tenant: str, user: str) -> Callable[[sqlite3.Connection], RecallCorpus]:
         """The read of every active memory of the recall owners, with their generations
-        in the same snapshot (rows decoded through the decoded-memory cache)."""
+        and FTS5's statistics in the same snapshot. Runs on the store's bulk thread, so it
+        leaves the reader thread's caches alone."""
         owners = _owners(tenant, user, include_shared=True)
 
         def run(conn: sqlite3.Connection) -> RecallCorpus:
@@ -431,7 +432,7 @@ class Recall:
                     f"m.user_id IS NULL)) AND {ACTIVE} ORDER BY m.rowid",
                     (tenant, user, GLOBAL_NAMESPACE),
                 ).fetchall()
-                memories = tuple(self._memories.memory(r) for r in rows)
+                memories = tuple(memory_from_row(r) for r in rows)
                 statistics = keyword_statistics(
                     conn, {t for m in memories for t in memory_terms(m)})
             return RecallCorpus(tuple(g for g, _ in states), memories, FTS5_BM25,

@@ -99,7 +99,10 @@ class SqliteMemoryStore:
             raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
     async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
-        return await self._read(self._recall.corpus(tenant, user))
+        try:
+            return await self._db.read_bulk(self._recall.corpus(tenant, user))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
