@@ -405,7 +405,8 @@ async def test_sqlite_index_scores_with_the_whole_store_statistics(tmp_path: Pat
                   for i, text in enumerate(PHRASES * 3)]
         await fill(store, mine + others)
         index = UserIndex(await store.recall_corpus("t1", "u1"))
-        assert index.memories and all(m.user_id in ("u1", None) for m in index.memories)
+        assert index.memories
+        assert all(m.user_id in ("u1", None) for m in index.memories)
         await load_segmenter_for(*QUERIES)
         for text in QUERIES:
             query = SearchQuery(tenant="t1", user="u1", terms=tuple(query_terms(text)))
