@@ -87,6 +87,7 @@ class UserIndex:
                 posting[row] = posting.get(row, 0) + 1
         self.postings = self._weights(counts, lengths, corpus)
         self.vectors = self._vectors(corpus.vector_dim)
+        self._models: dict[tuple[int, str], npt.NDArray[np.bool_]] = {}
         # The user's own memories about themselves, most evidence then most recent first.
         self._resident = sorted(
             (r for r, m in enumerate(self.memories) if m.user_id is not None and m.about_user),
@@ -178,6 +179,18 @@ class UserIndex:
         order = rows[np.argsort(-scores[rows], kind="stable")[:limit]]
         return [(int(r), float(scores[r])) for r in order]
 
+    def _of_model(self, dimension: int, found: _Vectors, model: str
+                  ) -> npt.NDArray[np.bool_]:
+        """Rows of ``found`` with a vector of ``model`` or of no recorded model
+        (computed once per dimension and model)."""
+        key = (dimension, model)
+        mask = self._models.get(key)
+        if mask is None:
+            mask = np.array([self.memories[r].embedding_model in (None, model)
+                             for r in found.rows], dtype=bool)
+            self._models[key] = mask
+        return mask
+
     def nearest(self, vector: Sequence[float], *, limit: int, model: str | None,
                 channels: tuple[str | None, ...] | None) -> list[tuple[int, float]]:
         """``(row, cosine)`` of the ``limit`` rows nearest ``vector`` among those with a
@@ -188,8 +201,7 @@ class UserIndex:
         query = np.asarray(vector, dtype=np.float32)
         keep = np.ones(len(found.rows), dtype=bool)
         if model is not None:
-            keep &= np.array([self.memories[r].embedding_model in (None, model)
-                              for r in found.rows], dtype=bool)
+            keep &= self._of_model(len(vector), found, model)
         if channels is not None:
             keep &= self._visible(channels)[found.rows]
         norms = found.norms * (np.linalg.norm(query) or 1.0)
