@@ -123,6 +123,7 @@ from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
 from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.memory.embed import CachedEmbedder, Embeddings, Vector  # noqa: E402
 from proxy.memory.embedders import build_embedder  # noqa: E402
+from proxy.memory.index import RecallIndexes  # noqa: E402
 from proxy.memory.recall import RankWeights  # noqa: E402
 from proxy.memory.records import Memory  # noqa: E402
 from proxy.memory.retrieve import Retriever, SubQuery, plan_queries  # noqa: E402
@@ -431,11 +432,14 @@ def describe(w: RankWeights) -> str:
 
 
 async def score_grid(store: SqliteMemoryStore, conversations: list[Conversation],
-                     weights: list[RankWeights], vectors: bool
+                     weights: list[RankWeights], vectors: bool, *, index: bool = False
                      ) -> list[dict[str, Scores]]:
-    """For each weight set, Scores per conversation id (full ranking, default plan)."""
+    """For each weight set, Scores per conversation id (full ranking, default plan).
+    ``index``: recall through the in-process recall index, as the gateway serves (each
+    conversation's user its own BM25 statistics), instead of the store's searches."""
     settings = MemorySettings()
     cached = CachedSearch(store)
+    indexes = RecallIndexes() if index else None
     out = []
     for w in weights:
         per: dict[str, Scores] = defaultdict(Scores)
@@ -443,7 +447,10 @@ async def score_grid(store: SqliteMemoryStore, conversations: list[Conversation]
             recall = Retriever(store=cached,  # type: ignore[arg-type]
                                embedder=Precomputed(conv.vectors, "precomputed", 0)
                                if vectors else None,
-                               weights=w, candidate_pool=settings.candidate_pool)
+                               weights=w, candidate_pool=settings.candidate_pool,
+                               indexes=indexes)
+            if indexes is not None:
+                await recall.index(TENANT, conv.id)  # built before the questions
             for q in conv.questions:
                 queries = plan_queries([{"role": "user", "content": q.text}],
                                        context_turns=settings.query_context_turns,
@@ -539,6 +546,9 @@ async def main() -> None:
                         help="also run the product as it serves (bench/locomo_served.py)")
     parser.add_argument("--served-untitled", action="store_true",
                         help="--served with facts stored without a title")
+    parser.add_argument("--recall-index", action="store_true",
+                        help="recall through the in-process recall index (the gateway's "
+                             "path) instead of the store's searches")
     args = parser.parse_args()
     conversations = load(args.data, args.conversations)
     asked = sum(len(c.questions) for c in conversations)
@@ -565,7 +575,8 @@ async def main() -> None:
                         [m.with_changes(embedding=None) for m in conv.memories]
                     await store_memories(store, conv.id, memories)
                 weights = grid(embedder is not None)
-                scored = await score_grid(store, conversations, weights, embedder is not None)
+                scored = await score_grid(store, conversations, weights, embedder is not None,
+                                          index=args.recall_index)
                 summary[name] = cross_validate(name, conversations, weights, scored)
                 if args.served or args.served_untitled:
                     shipped = pooled(scored[weights.index(rank_weights(MemorySettings()))],

@@ -14,6 +14,14 @@ turn that asks several things. :class:`Retriever` runs them:
 3. a vector search per embedded query;
 4. :func:`proxy.memory.recall.rank` scores the union of candidates against every query.
 
+With ``indexes`` (:class:`~proxy.memory.index.RecallIndexes`), steps 1 and 3 search the
+user's in-process index instead of the store: one generation read per recall
+(:meth:`~proxy.memory.store.MemoryStore.recall_generations`); the candidates are those the
+store's searches return, so the ranking is the same. When the user has no index at the
+store's generations (first recall, or a write since), this recall searches the store as
+before and the index is (re)built in the background, outside every deadline — one build
+per user at a time (docs/design.md#recall-index).
+
 Store errors propagate (:class:`~proxy.memory.store.StoreUnavailableError`) for the caller
 to degrade memory as a whole.
 """
@@ -21,6 +29,7 @@ to degrade memory as a whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +39,9 @@ import structlog
 
 from proxy.logs import LogThrottle
 from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
+from proxy.memory.index import RecallIndexes, UserIndex
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
+from proxy.memory.records import Memory
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
 from proxy.memory.text import load_segmenter_for, query_terms
 from proxy.memory.when import Period
@@ -65,6 +76,9 @@ class Recall:
     ranked: list[Ranked]
     degraded: str | None = None
     tokens: int = 0  # provider tokens the query embeddings spent (remote embedders)
+    # The resident memories asked for (``resident=`` of :meth:`Retriever.recall`), from
+    # the recall index; ``None`` when not asked or no index was current (ask the store).
+    resident: list[Memory] | None = None
 
 
 def sentences(text: str) -> list[str]:
@@ -131,19 +145,78 @@ class Retriever:
     """Runs a query plan against a store (and an embedder, when there is one)."""
 
     def __init__(self, *, store: MemoryStore, embedder: Embedder | None,
-                 weights: RankWeights, candidate_pool: int) -> None:
+                 weights: RankWeights, candidate_pool: int,
+                 indexes: RecallIndexes | None = None) -> None:
+        """``indexes``: search in-process recall indexes kept there (see the module
+        docstring); ``None``: every search is a store read."""
         self._store = store
         self._embedder = embedder
         self.weights = weights
         self._pool = candidate_pool
+        self._indexes = indexes
+        self._building: dict[tuple[str, str], asyncio.Task[UserIndex]] = {}
+
+    async def index(self, tenant: str, user: str) -> UserIndex:
+        """The user's recall index at the store's current generations: kept, else built
+        now from one corpus read (the term extraction in a worker thread). Raises what
+        the store raises."""
+        assert self._indexes is not None
+        pending = self._building.get((tenant, user))
+        if pending is not None:  # a background build: let it land first
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
+        generations = await self._store.recall_generations(tenant, user)
+        found = self._indexes.get((tenant, user), generations)
+        return found if found is not None else await self._build(tenant, user)
+
+    async def _build(self, tenant: str, user: str) -> UserIndex:
+        assert self._indexes is not None
+        corpus = await self._store.recall_corpus(tenant, user)
+        built = await asyncio.to_thread(UserIndex, corpus)
+        self._indexes.put((tenant, user), built)
+        return built
+
+    async def _current(self, tenant: str, user: str) -> UserIndex | None:
+        """The user's index if it is at the store's generations (one small read), else
+        ``None``."""
+        if self._indexes is None:
+            return None
+        generations = await self._store.recall_generations(tenant, user)
+        return self._indexes.get((tenant, user), generations)
+
+    def _start_build(self, tenant: str, user: str) -> None:
+        """Build the user's index in the background (one build per user at a time),
+        started once the recall that found none has answered: its corpus read and term
+        extraction never delay that recall."""
+        key = (tenant, user)
+        if self._indexes is None or key in self._building:
+            return
+        task = asyncio.create_task(self._build(tenant, user))
+        self._building[key] = task
+        task.add_done_callback(lambda done: self._built(key, done))
+
+    def _built(self, key: tuple[str, str], task: asyncio.Task[UserIndex]) -> None:
+        self._building.pop(key, None)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:  # recall goes on through the store meanwhile
+            held = THROTTLE.allow("memory_recall_index_failed")
+            if held is not None:
+                log.warning("memory_recall_index_failed", error=str(error),
+                            since_last_line=held)
+
 
     async def recall(
         self, *, tenant: str, user: str, queries: Sequence[SubQuery], limit: int,
         now: datetime, channels: tuple[str | None, ...] | None = None,
         periods: Sequence[Period] = (), embed_budget: float | None = None,
+        resident: int = 0,
     ) -> Recall:
         """Ranked memories for ``queries``. ``embed_budget``: seconds to wait for the
-        query embeddings (``None`` = no limit beyond the caller's)."""
+        query embeddings (``None`` = no limit beyond the caller's); ``resident``: also
+        the user's top resident memories (:meth:`~proxy.memory.store.MemoryStore.
+        resident`) when the recall index is current."""
         if not queries or limit <= 0:
             return Recall([])
         loop = asyncio.get_running_loop()
@@ -162,10 +235,14 @@ class Retriever:
                 [q.text[-MAX_EMBED_CHARS:] for q in queries]))
         try:
             await load_segmenter_for(*(q.text for q in queries))
+            index = await self._current(tenant, user)
             terms = [tuple(query_terms(q.text)) for q in queries]
-            keyword = await asyncio.gather(*(
-                self._store.search(search(t)) for t in terms if t
-            ))
+            if index is not None:  # in process: no task per search
+                keyword = [index.search(search(t)) for t in terms if t]
+            else:
+                keyword = await asyncio.gather(*(
+                    self._store.search(search(t)) for t in terms if t
+                ))
             by_query = iter(keyword)
             keyword_hits = [list(next(by_query)) if t else [] for t in terms]
             embedded, degraded = await self._vectors(embedding, embed_budget, started)
@@ -180,7 +257,9 @@ class Retriever:
                     embedding.exception()  # retrieved: an early store error leaves no noise
         vector_hits: list[list[Candidate]] = [[] for _ in queries]
         if vectors is not None:
-            found = await asyncio.gather(*(self._store.search(search((), v)) for v in vectors))
+            found = [index.search(search((), v)) for v in vectors] if index is not None \
+                else await asyncio.gather(*(self._store.search(search((), v))
+                                            for v in vectors))
             vector_hits = [list(f) for f in found]
         # Ranking tokenises the candidates (near-duplicate check): their CJK, if any, needs
         # the dictionary loaded off the loop first.
@@ -193,7 +272,11 @@ class Retriever:
                                                  strict=True))
         ]
         ranked = rank(hits, now=now, weights=self.weights, limit=limit, periods=periods)
-        return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens)
+        if index is None:
+            self._start_build(tenant, user)
+        return Recall(ranked, degraded, tokens=0 if embedded is None else embedded.tokens,
+                      resident=None if index is None or resident <= 0 else
+                      index.resident(limit=resident, channels=channels))
 
     async def hits(
         self, *, tenant: str, user: str, text: str, include_shared: bool,

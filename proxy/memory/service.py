@@ -21,6 +21,7 @@ import structlog
 from proxy.identity import Identity
 from proxy.memory.directives import injectable
 from proxy.memory.embed import Embedder
+from proxy.memory.index import RecallIndexes
 from proxy.memory.inject import choose_language, fit_block, splice
 from proxy.memory.recall import RankWeights, distinct
 from proxy.memory.records import Memory, Profile, utcnow
@@ -135,9 +136,12 @@ class MemoryService:
         self._counter = counter
         self._block_tokens = lru_cache(maxsize=BLOCK_COUNTS)(counter.count)
         self._clock = clock
+        self.indexes = RecallIndexes(settings.recall_index_bytes) \
+            if settings.recall_index_bytes > 0 else None
         self._retriever = Retriever(store=store, embedder=embedder,
                                     weights=rank_weights(settings),
-                                    candidate_pool=settings.candidate_pool)
+                                    candidate_pool=settings.candidate_pool,
+                                    indexes=self.indexes)
         self.access = AccessLog()
 
     @property
@@ -246,20 +250,26 @@ class MemoryService:
         queries = plan_queries(request.messages, context_turns=settings.query_context_turns,
                                max_subqueries=settings.max_subqueries,
                                subquery_weight=settings.subquery_weight)
+        indexed = self.indexes is not None and bool(queries) and settings.injection_count > 0
         recall_task = self._retriever.recall(
             tenant=identity.tenant, user=identity.user, queries=queries,
             limit=settings.injection_count, now=self._clock(), channels=channels,
             periods=mentioned_periods(latest),
             embed_budget=settings.recall_timeout_ms / 1000 * EMBED_DEADLINE_SHARE,
+            resident=settings.resident_facts if indexed else 0,
         )
         profile_task = self._store.get_profile(identity.tenant, identity.user)
-        resident_task = self._store.resident(
-            identity.tenant, identity.user, limit=settings.resident_facts, channels=channels,
-        )
         READ_TURN.set(object())  # this request's reads share one turn (store contract)
-        profile, recalled, resident = await asyncio.gather(
-            profile_task, recall_task, resident_task
-        )
+        if indexed:  # a current recall index answers the resident layer too
+            profile, recalled = await asyncio.gather(profile_task, recall_task)
+            resident = recalled.resident if recalled.resident is not None else \
+                await self._store.resident(identity.tenant, identity.user,
+                                           limit=settings.resident_facts, channels=channels)
+        else:
+            profile, recalled, resident = await asyncio.gather(
+                profile_task, recall_task, self._store.resident(
+                    identity.tenant, identity.user, limit=settings.resident_facts,
+                    channels=channels))
         await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
         # Of an open conflict's pair only the memory with more evidence (then the newer)
         # is injected: the other carries the mark (docs/design.md#conflicts).

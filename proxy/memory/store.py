@@ -9,6 +9,7 @@ or file fails, so callers can degrade memory without breaking chat.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -85,6 +86,57 @@ class Candidate:
     keyword_score: float | None = None
     vector_rank: int | None = None
     vector_score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Bm25:
+    """A store's keyword scorer (Okapi BM25), so the in-process recall index
+    (:mod:`proxy.memory.index`) scores as the store's own search does.
+
+    ``idf_form``: ``"fts5"`` — ln((N − n + ½)/(n + ½)), at least 1e-6 (SQLite FTS5's
+    ``bm25()``) — or ``"plus_one"`` — ln(1 + (N − n + ½)/(n + ½)) (RediSearch's
+    ``BM25STD``); ``extra_length``: tokens a document holds beside its terms (SQLite's
+    namespace column counts in its length: 1)."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    idf_form: Literal["fts5", "plus_one"] = "fts5"
+    extra_length: int = 0
+
+    def idf(self, documents: int, matching: int) -> float:
+        """IDF of a term found in ``matching`` of ``documents`` documents."""
+        ratio = (documents - matching + 0.5) / (matching + 0.5)
+        if self.idf_form == "plus_one":
+            return math.log(1.0 + ratio)
+        value = math.log(ratio) if ratio > 0 else 0.0
+        return value if value > 0 else 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordStatistics:
+    """BM25 statistics of a store's whole keyword index, as its scorer uses them:
+    ``documents`` indexed, ``total_length`` of all their lengths, and per term of the
+    corpus the number of documents holding it."""
+
+    documents: int
+    total_length: int
+    frequencies: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RecallCorpus:
+    """What chat recall searches for one (tenant, user) — the user's active memories,
+    the tenant's shared and the system ones — as of ``generations``
+    (:meth:`MemoryStore.recall_generations`, read before or with the memories), with the
+    store's keyword scorer and the vector dimension it searches (``None``: any).
+    ``statistics``: the store's own BM25 statistics when its scorer uses the whole index
+    (SQLite); ``None``: the corpus's own."""
+
+    generations: tuple[int, ...]
+    memories: tuple[Memory, ...]
+    bm25: Bm25
+    vector_dim: int | None = None
+    statistics: KeywordStatistics | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +301,18 @@ class MemoryStore(SynonymStore, Protocol):
     # hot path --------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[Candidate]:
         """Keyword (and vector, when ``query.embedding``) candidates, best first."""
+        ...
+
+    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
+        """The write generations of the owners chat recall reads for (tenant, user) —
+        the user, the tenant's shared space, the system memories — in that order: one
+        small read. Each moves on every write of an owner's memories other than access
+        statistics, in the write's own transaction, and never returns to a value it had."""
+        ...
+
+    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+        """Every active memory chat recall may return for (tenant, user) and the
+        generations they are at (see :class:`RecallCorpus`)."""
         ...
 
     async def resident(

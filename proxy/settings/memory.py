@@ -109,6 +109,10 @@ class MemorySettings(Section):
     ranking: RankingSettings = Field(default_factory=RankingSettings)
     # Candidates fetched from the store before ranking (per method and query).
     candidate_pool: int = Field(default=30, ge=1, le=500)
+    # Bytes of the in-process recall indexes (per process, least recently used users out;
+    # 0 = off: every recall searches the store). Default 256 MiB
+    # (proxy/memory/index.py:DEFAULT_INDEX_BYTES, docs/design.md#recall-index).
+    recall_index_bytes: int = Field(default=256 << 20, ge=0)
     # Extra queries without a model call: the latest turn alone, each of its sentences.
     max_subqueries: int = Field(default=3, ge=0, le=8)
     subquery_weight: float = Field(default=1.0, gt=0, le=1)

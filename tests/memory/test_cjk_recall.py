@@ -199,10 +199,10 @@ async def test_an_old_sqlite_store_finds_tea_after_the_migration(tmp_path: Path)
 async def test_an_old_redis_store_finds_tea_after_a_restart(redis_url: str,
                                                            redis_prefix: str) -> None:
     from proxy.backends.redis.client import connect
-    from proxy.backends.redis.codec import stemmed_terms
     from proxy.backends.redis.keys import KeyLayout, namespace_token
     from proxy.backends.redis.memories import terms_version_key
     from proxy.backends.redis.store import RedisMemoryStore
+    from proxy.memory.text import stemmed_terms
 
     tea, english = mem(TEA), mem("Drinks oolong tea", title="Tea", minutes=1)
     layout = KeyLayout(redis_prefix)

@@ -126,6 +126,7 @@ class ChangeSetWriter:
             weeks, over = await self._stored_extras(pipe, ns, changes, plan)
             multi(pipe)
             pipe.zadd(batches, {changes.batch_key: now})
+            pipe.incr(self._keys.generation(ns))  # hits, deletes: the recall index moves on
             pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
             for memory in plan.upserts:
                 # Hits: the stored count read under WATCH plus the new evidence pairs.

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import orjson
@@ -41,7 +39,7 @@ from proxy.backends.redis.keys import (
 )
 from proxy.memory.records import ConversationRecord, Memory, from_iso, to_iso
 from proxy.memory.store import AuditEvent, UserSettings
-from proxy.memory.text import fold_diacritics, index_terms, normalize
+from proxy.memory.text import index_terms, normalize, stemmed_terms
 
 DOC_VERSION = "1"  # layout of a memory hash; a new layout bumps it and rewrites documents
 EMBEDDING_FIELD_PREFIX = "emb_"
@@ -53,36 +51,6 @@ AUDIT_SEQ_SPAN = 1000
 
 Hash = Mapping[bytes | str, bytes | str]  # what redis-py returns (bytes here)
 Value = str | bytes | int | float
-
-
-_PORTER: Any = None
-# FTS5's porter tokenizer stems tokens of 3 to 64 bytes and passes the others through.
-PORTER_MIN_BYTES, PORTER_MAX_BYTES = 3, 64
-
-
-@lru_cache(maxsize=65_536)
-def _stem(term: str) -> str:
-    global _PORTER  # noqa: PLW0603 - one stateless stemmer, built on first use
-    if not PORTER_MIN_BYTES <= len(term.encode()) <= PORTER_MAX_BYTES:
-        return term
-    if _PORTER is None:
-        import snowballstemmer
-
-        _PORTER = snowballstemmer.stemmer("porter")
-    stemmed: str = _PORTER.stemWord(term)
-    return stemmed
-
-
-def stemmed_terms(terms: str) -> str:
-    """Space-separated terms as SQLite's ``porter unicode61 remove_diacritics 2`` tokenizer
-    indexes them: Latin diacritics folded, then Porter-stemmed (snowballstemmer's
-    ``porter``, the same original algorithm; on the vocabulary of this repository and
-    its benchmark data — 6,203 distinct tokens — they disagree on 3). The Redis TEXT field
-    is ``NOSTEM`` and receives these stems at write *and* query time: RediSearch's own
-    stemming would index each word twice (the word and ``+stem``) and credit a query term
-    with a stem variant twice, so words with a distinct stem would outweigh those without
-    and rankings would drift from SQLite's."""
-    return " ".join(_stem(t) for t in fold_diacritics(terms).split())
 
 
 def embedding_field(dimension: int) -> str:

@@ -80,10 +80,11 @@ from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 from redisvl.utils.token_escaper import TokenEscaper
 
-from proxy.backends.redis.codec import embedding_field, stemmed_terms
+from proxy.backends.redis.codec import embedding_field
 from proxy.backends.redis.keys import SHARED_USER, KeyLayout, channel_token
 from proxy.backends.redis.memories import reterm_documents
 from proxy.errors import MemoryProxyError
+from proxy.memory.text import stemmed_terms
 
 SCHEMA_VERSION = 1
 KEYWORD_SCORER = "BM25STD"

@@ -14,6 +14,7 @@ key name::
     P:conv:{ns}:<conversation> HASH    conversation record; P:convs:{ns} SET lists them
     P:sums:{ns}                ZSET    conversations holding a summary → updated_at (cap 60)
     P:settings:{ns}            HASH    per-user switches and cleared_at
+    P:gen:{ns}                 STRING  memory write generation (INCR with every write)
     P:batches:{ns}             ZSET    applied learning batch keys → epoch seconds
     P:conflicts:{ns}           HASH    conflict id → JSON (docs/design.md#conflicts)
     P:phist:{ns}               HASH    ISO week → profile snapshot JSON (at most 104)
@@ -238,6 +239,12 @@ class KeyLayout:
 
     def outbox(self, ns: str) -> str:
         return f"{self.prefix}:lq:outbox:{{{ns}}}"
+
+    def generation(self, ns: str) -> str:
+        """STRING: the namespace's memory write generation, INCR'd in the transaction of
+        every write of its memories (not access statistics) and never deleted, so it never
+        returns to a value it had (the in-process recall index is reused while it holds)."""
+        return f"{self.prefix}:gen:{{{ns}}}"
 
     def facts(self, ns: str) -> str:
         """HASH :func:`~proxy.memory.store.fact_key` → id of the active memory written with

@@ -100,6 +100,7 @@ class MemoryHashes:
         pipe.delete(key)  # replaces the whole record: no stale optional or vector field
         pipe.hset(key, mapping=memory_to_hash(memory))  # type: ignore[arg-type]
         pipe.sadd(self._keys.ids(ns), memory.id)
+        pipe.incr(self._keys.generation(ns))
 
     async def record_access(self, counts: Sequence[tuple[str, int]], stamp: str) -> None:
         """Add each ``(key, n)``'s ``n`` to the memory's ``access_count`` and set its
@@ -142,6 +143,7 @@ class MemoryHashes:
             if others:
                 pipe.hdel(key, *others)
             pipe.hset(key, mapping={field: vector, VECTOR_MODEL_FIELD: u.model})
+            pipe.incr(self._keys.generation(namespace_token(u.tenant, u.user_id)))
             await pipe.execute()
             return 1
 

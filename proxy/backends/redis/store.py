@@ -43,6 +43,7 @@ import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 
+import numpy as np
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -92,10 +93,12 @@ from proxy.memory.store import (
     READ_TURN,
     AuditEvent,
     AuditFilter,
+    Bm25,
     Candidate,
     ChangeSet,
     ListQuery,
     PromptVersion,
+    RecallCorpus,
     ScanQuery,
     SearchQuery,
     StoreBusyError,
@@ -111,6 +114,11 @@ from proxy.memory.text import query_terms
 from proxy.settings import GLOBAL_NAMESPACE
 
 log = structlog.get_logger("proxy.memory.redis")
+
+# RediSearch's BM25STD: k1 1.2 and b 0.5 (single-precision constants), IDF
+# ln(1 + (N − n + ½)/(n + ½)); a document's length is its ix_terms tokens.
+REDIS_BM25 = Bm25(k1=float(np.float32(1.2)), b=0.5, idf_form="plus_one", extra_length=0)
+CORPUS_PAGE = 1_000  # index rows per page of a recall corpus read
 
 # Seconds a user's switches may take to read (on the request path: the chat's learning
 # header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
@@ -249,6 +257,46 @@ class RedisMemoryStore:
             )
         return list(found.values())
 
+    def _recall_namespaces(self, tenant: str, user: str) -> list[str]:
+        return [user_token(tenant, user), shared_token(tenant), shared_token(GLOBAL_NAMESPACE)]
+
+    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
+        keys = [self._keys.generation(ns) for ns in self._recall_namespaces(tenant, user)]
+        with _unavailable("recall_generations"):
+            async with self._turns.turn(READ_TURN.get()), \
+                    self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.get(key)
+                values = await pipe.execute()
+        return tuple(int(v) if v is not None else 0 for v in values)
+
+    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+        # Generations first: the memories read after them are at least that new, so an
+        # index stamped with them is rebuilt on the next write's generation.
+        generations = await self.recall_generations(tenant, user)
+        where = all_of(namespace_filter(self._recall_namespaces(tenant, user)),
+                       active_filter())
+        keys: list[str] = []
+        with _unavailable("recall_corpus"):
+            await self._index.ready()
+            while True:
+                rows = await self._index.find(where, offset=len(keys), limit=CORPUS_PAGE,
+                                              oldest_first=True)
+                keys += [r["id"] for r in rows]
+                if len(rows) < CORPUS_PAGE:
+                    break
+            memories = await self._hashes.load(keys)
+        return RecallCorpus(generations, tuple(m for m in memories if m.active), REDIS_BM25,
+                            vector_dim=self._index.vector_dim)
+
+    async def _bump(self, *namespaces: str) -> None:
+        """Move the generations of ``namespaces`` after a write whose own transaction
+        does not (the erasure module's sweeps and shared deletion)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for ns in namespaces:
+                pipe.incr(self._keys.generation(ns))
+            await pipe.execute()
+
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
     ) -> list[Memory]:
@@ -373,6 +421,7 @@ class RedisMemoryStore:
             multi(pipe)
             pipe.delete(key, self._keys.evidence(ns, memory_id))
             pipe.srem(self._keys.ids(ns), memory_id)
+            pipe.incr(self._keys.generation(ns))
             self._users.queue_tombstone(pipe, ns, norm, now)
             self._audit.queue(pipe, events, ns)
             await pipe.execute()
@@ -408,8 +457,10 @@ class RedisMemoryStore:
         with _unavailable("clear"):
             removed = await transact(self._redis, [ids_key, convs_key], body)
             await self._audit.append(events, written_ns=ns)
-            removed += await self._erasure.sweep(ns)
-        return removed
+            swept = await self._erasure.sweep(ns)
+            if swept:
+                await self._bump(ns)
+        return removed + swept
 
     # learning --------------------------------------------------------------------------
     async def related(self, tenant: str, user: str, text: str, *, limit: int) -> list[Memory]:
@@ -567,6 +618,7 @@ class RedisMemoryStore:
         with _unavailable("erase_user"):
             await self._synonyms.erase_user(tenant, user)
             removed = await self._erasure.erase_user(tenant, user, audit=audit)
+            await self._bump(user_token(tenant, user))  # what its sweep removed too
             await self._purge.owe()
         try:
             await self.purge_erased()
@@ -583,7 +635,10 @@ class RedisMemoryStore:
     async def delete_shared(self, tenant: str, memory_id: str, *,
                             audit: AuditEvent | None = None) -> bool:
         with _unavailable("delete_shared"):
-            return await self._erasure.delete_shared(tenant, memory_id, audit=audit)
+            deleted = await self._erasure.delete_shared(tenant, memory_id, audit=audit)
+            if deleted:
+                await self._bump(shared_token(tenant))
+        return deleted
 
     # vectors kept consistent with the embedder (memory-proxy reindex) -------------------
     async def stale_vectors(self, model: str, *, limit: int,

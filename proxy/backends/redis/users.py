@@ -109,8 +109,10 @@ class UserRecords:
             await pipe.execute()
 
     def queue_cleared(self, pipe: Pipeline, ns: str, at: datetime) -> None:
-        """Stamp ``cleared_at``, keeping the user's switches."""
+        """Stamp ``cleared_at``, keeping the user's switches, and move the namespace's
+        memory generation (clear and erasure delete its memories in this transaction)."""
         pipe.hset(self._keys.settings(ns), "cleared_at", to_iso(at) or "")
+        pipe.incr(self._keys.generation(ns))
 
     # tombstones ------------------------------------------------------------------------
     # A tombstone is keyed by the SHA-256 of the deleted memory's normalised content: it

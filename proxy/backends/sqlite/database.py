@@ -52,6 +52,9 @@ class SqliteDatabase:
         self._reader: ThreadPoolExecutor | None = None
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._lconn: sqlite3.Connection | None = None  # the event loop's, for small reads
+        self._bulk: ThreadPoolExecutor | None = None  # long reads, beside the reader
+        self._bconn: sqlite3.Connection | None = None
         self._batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     async def __aenter__(self) -> SqliteDatabase:
@@ -68,6 +71,9 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         self._wconn = await loop.run_in_executor(self._writer, self._connect, True)
         self._rconn = await loop.run_in_executor(self._reader, self._connect, False)
+        self._lconn = self._connect(False)
+        # A small read on the loop never waits for a lock: busy → it goes to the reader.
+        self._lconn.execute("PRAGMA busy_timeout=0")
 
     def _connect(self, migrate: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True,
@@ -86,7 +92,15 @@ class SqliteDatabase:
         return conn
 
     async def close(self) -> None:
+        if self._lconn is not None:
+            self._lconn.close()
+            self._lconn = None
         loop = asyncio.get_running_loop()
+        if self._bulk is not None:
+            if self._bconn is not None:
+                await loop.run_in_executor(self._bulk, self._bconn.close)
+            self._bulk.shutdown(wait=True)
+            self._bulk, self._bconn = None, None
         for executor, conn in ((self._reader, self._rconn), (self._writer, self._wconn)):
             if executor is not None and conn is not None:
                 await loop.run_in_executor(executor, conn.close)
@@ -109,6 +123,37 @@ class SqliteDatabase:
             loop.call_soon(loop.call_soon, self._submit_batch, loop)
         self._batch.append((fn, future))
         return await future
+
+    async def read_small(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` — a read of a few rows by primary key, tens of microseconds — on
+        the event loop's own connection: no thread hop. A lock it would wait for (busy)
+        sends it to the reader thread (:meth:`read`) instead."""
+        conn = self._lconn
+        if conn is None:
+            return await self.read(fn)
+        try:
+            return fn(conn)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return await self.read(fn)
+
+    async def read_bulk(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` — a long read (a user's whole recall corpus) — on a third thread and
+        connection, opened on first use, so it never queues the hot path's reads."""
+        if self._reader is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        if self._bulk is None:
+            self._bulk = ThreadPoolExecutor(1, thread_name_prefix="sqlite-bulk")
+
+        def run() -> T:
+            if self._bconn is None:
+                self._bconn = self._connect(False)
+            return fn(self._bconn)
+
+        return await asyncio.get_running_loop().run_in_executor(self._bulk, run)
 
     def _submit_batch(self, loop: asyncio.AbstractEventLoop) -> None:
         batch, self._batch = self._batch, []

@@ -33,8 +33,9 @@ from proxy.backends.sqlite.codec import (
     shared_token,
     user_token,
 )
+from proxy.memory.index import memory_terms
 from proxy.memory.records import Memory
-from proxy.memory.store import Candidate, SearchQuery
+from proxy.memory.store import Bm25, Candidate, KeywordStatistics, RecallCorpus, SearchQuery
 from proxy.settings import GLOBAL_NAMESPACE
 
 # Vector matrices kept per owner and query shape (bytes of float32): at the default
@@ -43,10 +44,54 @@ VECTOR_CACHE_BYTES = 64 << 20
 # Decoded memories kept by owner (rows in all): the quota is 500 a user, so ~40 users.
 ROW_CACHE_ROWS = 20_000
 
+# FTS5's bm25() (k1 1.2, b 0.75, its IDF) over rows whose length also counts the one
+# namespace token of the ``ns`` column.
+FTS5_BM25 = Bm25(k1=1.2, b=0.75, idf_form="fts5", extra_length=1)
+
 # (tenant, owner) pairs: owner = the user id, "" for shared and system memories.
 Owners = tuple[tuple[str, str], ...]
 # Per owner, in order: (generation, accessed) of migration 10, (0, 0) before any write.
 States = tuple[tuple[int, int], ...]
+
+
+# Terms per query of the document-frequency read (SQLite's default variable limit: 32 766).
+_VOCAB_CHUNK = 500
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """SQLite's varint at ``data[at:]`` (big-endian 7-bit groups, a full 9th byte) and the
+    offset after it."""
+    value = 0
+    for k in range(8):
+        byte = data[at + k]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + k + 1
+    return (value << 8) | data[at + 8], at + 9
+
+
+def keyword_statistics(conn: sqlite3.Connection, terms: set[str]) -> KeywordStatistics:
+    """FTS5's own BM25 statistics, as ``bm25()`` reads them: the row count and the
+    token totals of its averages record (row 1 of ``memories_fts_data``: varints nRow,
+    then the tokens of each column), and each of ``terms``' document count in the
+    ``terms`` column (an ``fts5vocab`` table of the connection's temp schema). Run inside
+    the caller's snapshot."""
+    row = conn.execute("SELECT block FROM memories_fts_data WHERE id = 1").fetchone()
+    documents = total = 0
+    if row is not None and row[0]:
+        data = bytes(row[0])
+        documents, at = _varint(data, 0)
+        while at < len(data):
+            tokens, at = _varint(data, at)
+            total += tokens
+    frequencies: dict[str, int] = {}
+    ordered = sorted(terms)
+    for start in range(0, len(ordered), _VOCAB_CHUNK):
+        chunk = ordered[start:start + _VOCAB_CHUNK]
+        frequencies.update(conn.execute(
+            "SELECT term, doc FROM temp.memories_vocab WHERE col = 'terms' AND term IN "
+            f"({', '.join('?' * len(chunk))})", chunk).fetchall())
+    return KeywordStatistics(documents, total, frequencies)
 
 
 def fts_query(tokens: Sequence[str], terms: Sequence[str]) -> str:
@@ -355,5 +400,42 @@ class Recall:
                 ).fetchall()
                 rows = self._memories_by_rowid(conn, owners, states, [r[0] for r in ranked])
             return [rows[r[0]] for r in ranked]
+
+        return run
+
+    def generations(self, tenant: str, user: str
+                    ) -> Callable[[sqlite3.Connection], tuple[int, ...]]:
+        """The read of the recall owners' generations (``memory_generations``)."""
+        owners = _owners(tenant, user, include_shared=True)
+
+        def run(conn: sqlite3.Connection) -> tuple[int, ...]:
+            return tuple(generation for generation, _ in _states(conn, owners))
+
+        return run
+
+    def corpus(self, tenant: str, user: str) -> Callable[[sqlite3.Connection], RecallCorpus]:
+        """The read of every active memory of the recall owners, with their generations
+        and FTS5's statistics in the same snapshot. Runs on the store's bulk thread, so it
+        leaves the reader thread's caches alone."""
+        owners = _owners(tenant, user, include_shared=True)
+
+        def run(conn: sqlite3.Connection) -> RecallCorpus:
+            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_vocab USING "
+                         "fts5vocab(main, memories_fts, col)")
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            with _snapshot(conn):
+                states = _states(conn, owners)
+                rows = cursor.execute(
+                    f"SELECT {COLUMNS} FROM memories m WHERE ((m.tenant = ? AND "
+                    "(m.user_id = ? OR m.user_id IS NULL)) OR (m.tenant = ? AND "
+                    f"m.user_id IS NULL)) AND {ACTIVE} ORDER BY m.rowid",
+                    (tenant, user, GLOBAL_NAMESPACE),
+                ).fetchall()
+                memories = tuple(memory_from_row(r) for r in rows)
+                statistics = keyword_statistics(
+                    conn, {t for m in memories for t in memory_terms(m)})
+            return RecallCorpus(tuple(g for g, _ in states), memories, FTS5_BM25,
+                                statistics=statistics)
 
         return run

@@ -44,6 +44,7 @@ from proxy.memory.store import (
     ChangeSet,
     ListQuery,
     PromptVersion,
+    RecallCorpus,
     ScanQuery,
     SearchQuery,
     StoreUnavailableError,
@@ -100,6 +101,18 @@ class SqliteMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         return await self._read(self._recall.search(query))
 
+    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
+        try:  # three rows by primary key: on the loop (docs/design.md#recall-index)
+            return await self._db.read_small(self._recall.generations(tenant, user))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
+
+    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+        try:
+            return await self._db.read_bulk(self._recall.corpus(tenant, user))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
+
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
     ) -> list[Memory]:
@@ -109,7 +122,10 @@ class SqliteMemoryStore:
                                                       channels=channels))
 
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
-        return await self._read(lambda c: users.get_profile(c, tenant, user))
+        try:  # one row by primary key: on the loop, beside the generations
+            return await self._db.read_small(lambda c: users.get_profile(c, tenant, user))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
         if not counts:
