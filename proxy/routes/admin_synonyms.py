@@ -27,7 +27,8 @@ from proxy.errors import NotFoundError
 from proxy.learning.vocabulary import accept_group
 from proxy.memory.store import AuditEvent
 from proxy.memory.synonyms import MAX_CANDIDATES, SynonymCandidate, SynonymStatus
-from proxy.routes.governance import Admin, caller, ok, query
+from proxy.routes.admin_scope import Admin, caller
+from proxy.routes.governance import ok, query
 
 SYNONYMS = "learning.synonyms"
 

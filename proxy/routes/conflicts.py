@@ -40,7 +40,7 @@ from proxy.memory.records import Memory
 from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.resources import Resources
 from proxy.routes import conflict_shapes as cs
-from proxy.routes.governance import caller
+from proxy.routes.admin_scope import caller
 from proxy.routes.json import json_response
 from proxy.routes.owner import Owner, owner
 from proxy.routes.shapes import UserParams, parse_query

@@ -33,8 +33,9 @@ from proxy.memory.conflicts import (
     overflow,
 )
 from proxy.memory.records import Memory, from_iso, to_iso, utcnow
-from proxy.memory.store import ApplyPlan, AuditEvent, ChangeSet, fact_key, plan_apply
+from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
+from proxy.memory.writes import ApplyPlan, fact_key, plan_apply
 
 # Batch keys are redelivered only while their learning job lives: at most
 # ``learning.max_attempts`` leases of ``learning.lease_seconds`` plus backoff — minutes.
@@ -179,7 +180,7 @@ class ChangeSetWriter:
 
     async def _plan(self, pipe: Pipeline, changes: ChangeSet, upserts: list[Memory],
                     ns: str) -> ApplyPlan:
-        """:func:`~proxy.memory.store.plan_apply` with the stored hits and duplicates read
+        """:func:`~proxy.memory.writes.plan_apply` with the stored hits and duplicates read
         under WATCH (their memory keys are watched too: a change aborts and retries)."""
         keys = [self._keys.memory(ns, m.id) for m in upserts]
         if keys:

@@ -154,16 +154,41 @@ def require_resp2_bytes(client: Redis) -> None:
 
 
 @contextlib.contextmanager
-def unavailable_on_redis_error(operation: str) -> Iterator[None]:
-    """Translate ``redis`` errors raised inside the block into
-    :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation``
-    (:class:`~proxy.memory.store.StoreBusyError` for a pool wait that ran out)."""
+def unavailable_on_redis_error(operation: str,
+                               also: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Translate ``redis`` errors (and those of the classes in ``also``) raised inside the
+    block into :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation``;
+    :class:`~proxy.memory.store.StoreBusyError` for a pool wait that ran out, also when
+    another error wraps it (RedisVL wraps redis errors)."""
+    caught: tuple[type[BaseException], ...] = (RedisError, *also)
     try:
         yield
-    except PoolExhaustedError as exc:
-        raise StoreBusyError(f"redis {operation}: {exc}") from exc
-    except RedisError as exc:
+    except caught as exc:
+        exhausted = pool_exhausted(exc)
+        if exhausted is not None:
+            raise StoreBusyError(f"redis {operation}: {exhausted}") from exc
         raise StoreUnavailableError(f"redis {operation} failed: {exc}") from exc
+
+
+def pool_exhausted(exc: BaseException | None) -> PoolExhaustedError | None:
+    """The :class:`PoolExhaustedError` ``exc`` is or wraps."""
+    while exc is not None:
+        if isinstance(exc, PoolExhaustedError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextlib.asynccontextmanager
+async def within(seconds: float, operation: str) -> AsyncIterator[None]:
+    """Run the block under a deadline of ``seconds``; past it
+    :class:`~proxy.memory.store.StoreUnavailableError` naming ``operation`` (a Redis that
+    stopped answering costs the caller that long, not the socket timeout)."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError as exc:
+        raise StoreUnavailableError(f"redis {operation}: no reply within {seconds} s") from exc
 
 
 async def transact(client: Redis, watch: Sequence[str],

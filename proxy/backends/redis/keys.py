@@ -247,6 +247,6 @@ class KeyLayout:
         return f"{self.prefix}:gen:{{{ns}}}"
 
     def facts(self, ns: str) -> str:
-        """HASH :func:`~proxy.memory.store.fact_key` → id of the active memory written with
+        """HASH :func:`~proxy.memory.writes.fact_key` → id of the active memory written with
         it (a hint: apply verifies the memory before merging into it)."""
         return f"{self.prefix}:facts:{{{ns}}}"

@@ -37,17 +37,14 @@ while Redis is down and recovers when it is back.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import numpy as np
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
 from redisvl.exceptions import RedisVLError
 from redisvl.query.filter import FilterExpression, Num, Tag
 
@@ -55,14 +52,16 @@ from proxy.backends.redis.apply import ChangeSetWriter
 from proxy.backends.redis.audit import AuditStreams
 from proxy.backends.redis.client import (
     OneAtATime,
-    PoolExhaustedError,
     multi,
     require_resp2_bytes,
     transact,
+    unavailable_on_redis_error,
+    within,
 )
 from proxy.backends.redis.codec import stored_norm
 from proxy.backends.redis.conflicts import ConflictRecords
 from proxy.backends.redis.erasure import AofPurge, Erasure
+from proxy.backends.redis.generations import Generations, recall_corpus
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -93,7 +92,6 @@ from proxy.memory.store import (
     READ_TURN,
     AuditEvent,
     AuditFilter,
-    Bm25,
     Candidate,
     ChangeSet,
     ListQuery,
@@ -101,24 +99,17 @@ from proxy.memory.store import (
     RecallCorpus,
     ScanQuery,
     SearchQuery,
-    StoreBusyError,
     StoreUnavailableError,
     UserSettings,
     VectorUpdate,
     related_by_keywords,
-    scope_state_counts,
-    state_counts,
 )
 from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import query_terms
+from proxy.memory.writes import scope_state_counts, state_counts
 from proxy.settings import GLOBAL_NAMESPACE
 
 log = structlog.get_logger("proxy.memory.redis")
-
-# RediSearch's BM25STD: k1 1.2 and b 0.5 (single-precision constants), IDF
-# ln(1 + (N − n + ½)/(n + ½)); a document's length is its ix_terms tokens.
-REDIS_BM25 = Bm25(k1=float(np.float32(1.2)), b=0.5, idf_form="plus_one", extra_length=0)
-CORPUS_PAGE = 1_000  # index rows per page of a recall corpus read
 
 # Seconds a user's switches may take to read (on the request path: the chat's learning
 # header; tenant settings are bounded by proxy.tenants): one key read, sub-millisecond on
@@ -127,35 +118,8 @@ CORPUS_PAGE = 1_000  # index rows per page of a recall corpus read
 SETTINGS_READ_SECONDS = 0.25
 
 
-@contextlib.contextmanager
-def _unavailable(operation: str) -> Iterator[None]:
-    try:
-        yield
-    except (RedisError, RedisVLError, IndexMismatchError) as exc:
-        if _exhausted(exc):
-            raise StoreBusyError(f"redis store {operation}: {_exhausted(exc)}") from exc
-        raise StoreUnavailableError(f"redis store {operation} failed: {exc}") from exc
-
-
-def _exhausted(exc: BaseException | None) -> PoolExhaustedError | None:
-    """The :class:`PoolExhaustedError` ``exc`` is or wraps (RedisVL wraps redis errors)."""
-    while exc is not None:
-        if isinstance(exc, PoolExhaustedError):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-@contextlib.asynccontextmanager
-async def _deadline(operation: str) -> AsyncIterator[None]:
-    """:data:`SETTINGS_READ_SECONDS` for the block; past it
-    :class:`StoreUnavailableError` (the caller keeps what it knew)."""
-    try:
-        async with asyncio.timeout(SETTINGS_READ_SECONDS):
-            yield
-    except TimeoutError as exc:
-        raise StoreUnavailableError(f"redis store {operation}: no reply within "
-                                    f"{SETTINGS_READ_SECONDS} s") from exc
+def _unavailable(operation: str) -> contextlib.AbstractContextManager[None]:
+    return unavailable_on_redis_error(f"store {operation}", (RedisVLError, IndexMismatchError))
 
 
 class RedisMemoryStore:
@@ -186,6 +150,7 @@ class RedisMemoryStore:
                                 audit=self._audit)
         self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
+        self._generations = Generations(client, self._keys)
         self._synonyms = SynonymRecords(client, self._keys)
 
     @property
@@ -261,41 +226,19 @@ class RedisMemoryStore:
         return [user_token(tenant, user), shared_token(tenant), shared_token(GLOBAL_NAMESPACE)]
 
     async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
-        keys = [self._keys.generation(ns) for ns in self._recall_namespaces(tenant, user)]
         with _unavailable("recall_generations"):
-            async with self._turns.turn(READ_TURN.get()), \
-                    self._redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.get(key)
-                values = await pipe.execute()
-        return tuple(int(v) if v is not None else 0 for v in values)
+            async with self._turns.turn(READ_TURN.get()):
+                return await self._generations.read(self._recall_namespaces(tenant, user))
 
     async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
-        # Generations first: the memories read after them are at least that new, so an
-        # index stamped with them is rebuilt on the next write's generation.
-        generations = await self.recall_generations(tenant, user)
-        where = all_of(namespace_filter(self._recall_namespaces(tenant, user)),
-                       active_filter())
-        keys: list[str] = []
         with _unavailable("recall_corpus"):
-            await self._index.ready()
-            while True:
-                rows = await self._index.find(where, offset=len(keys), limit=CORPUS_PAGE,
-                                              oldest_first=True)
-                keys += [r["id"] for r in rows]
-                if len(rows) < CORPUS_PAGE:
-                    break
-            memories = await self._hashes.load(keys)
-        return RecallCorpus(generations, tuple(m for m in memories if m.active), REDIS_BM25,
-                            vector_dim=self._index.vector_dim)
+            return await recall_corpus(self._generations, self._index, self._hashes,
+                                       self._recall_namespaces(tenant, user))
 
     async def _bump(self, *namespaces: str) -> None:
         """Move the generations of ``namespaces`` after a write whose own transaction
         does not (the erasure module's sweeps and shared deletion)."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for ns in namespaces:
-                pipe.incr(self._keys.generation(ns))
-            await pipe.execute()
+        await self._generations.bump(*namespaces)
 
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
@@ -551,7 +494,7 @@ class RedisMemoryStore:
     async def get_user_settings(self, tenant: str, user: str) -> UserSettings:
         """Read on the request path: under :data:`SETTINGS_READ_SECONDS`."""
         with _unavailable("get_user_settings"):
-            async with _deadline("get_user_settings"):
+            async with within(SETTINGS_READ_SECONDS, "store get_user_settings"):
                 return await self._users.get_settings(tenant, user)
 
     async def put_user_settings(self, tenant: str, user: str, settings: UserSettings) -> None:

@@ -19,8 +19,9 @@ from proxy.backends.sqlite.audit import insert_events
 from proxy.backends.sqlite.codec import COLUMNS, content_digest, memory_from_row
 from proxy.backends.sqlite.rows import delete_memories, upsert_memory
 from proxy.memory.records import Memory, to_iso
-from proxy.memory.store import ApplyPlan, ChangeSet, fact_key, plan_apply
+from proxy.memory.store import ChangeSet
 from proxy.memory.text import normalize
+from proxy.memory.writes import ApplyPlan, fact_key, plan_apply
 
 
 def apply_changes(conn: sqlite3.Connection, changes: ChangeSet, *, now: str | None) -> bool:
@@ -91,7 +92,7 @@ def _still_wanted(conn: sqlite3.Connection, changes: ChangeSet) -> list[Memory] 
 
 def _plan(conn: sqlite3.Connection, changes: ChangeSet,
           upserts: list[Memory]) -> ApplyPlan:
-    """:func:`~proxy.memory.store.plan_apply` with the stored hits and the stored duplicates
+    """:func:`~proxy.memory.writes.plan_apply` with the stored hits and the stored duplicates
     read in the write transaction (so no other writer changes them before the commit)."""
     stored_hits: dict[str, int] = {}
     if upserts:

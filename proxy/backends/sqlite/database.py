@@ -178,6 +178,21 @@ class SqliteDatabase:
 
         self._reader.submit(run)
 
+    async def checkpoint(self) -> bool:
+        """``PRAGMA wal_checkpoint(TRUNCATE)`` on the writer connection, outside any
+        transaction: every page of the ``-wal`` file is copied into the database and the
+        ``-wal`` file is cut to zero bytes. ``False`` when a reader of another connection
+        kept it from completing (it waited ``busy_timeout`` for them)."""
+        if self._writer is None or self._wconn is None:
+            raise sqlite3.ProgrammingError("database is not open")
+        conn = self._wconn
+
+        def run() -> bool:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return not busy
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE … COMMIT`` on the writer connection; any
         exception rolls the transaction back and propagates.

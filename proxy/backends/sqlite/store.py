@@ -51,11 +51,10 @@ from proxy.memory.store import (
     UserSettings,
     VectorUpdate,
     related_by_keywords,
-    scope_state_counts,
-    state_counts,
 )
 from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import load_segmenter_for, normalize, query_terms
+from proxy.memory.writes import scope_state_counts, state_counts
 
 T = TypeVar("T")
 log = structlog.get_logger("proxy.memory.sqlite")
