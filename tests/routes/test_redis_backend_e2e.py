@@ -44,6 +44,7 @@ from tests.learning.test_learning_e2e import (
     test_unparseable_extraction_writes_nothing_and_dead_letters,
 )
 from tests.learning.test_learning_evidence import (
+    test_a_paraphrased_order_is_refused_and_the_preference_beside_it_kept,
     test_a_retried_request_adds_no_hit_and_no_learning_call,
     test_a_tool_call_round_trip_is_not_a_new_statement,
     test_an_answer_style_preference_is_stored_and_injected,
@@ -76,6 +77,7 @@ from tests.routes.test_mcp import (
 pytestmark = pytest.mark.redis
 
 REUSED = (
+    test_a_paraphrased_order_is_refused_and_the_preference_beside_it_kept,
     test_a_retried_request_adds_no_hit_and_no_learning_call,
     test_a_tool_call_round_trip_is_not_a_new_statement,
     test_an_answer_style_preference_is_stored_and_injected,
