@@ -59,6 +59,7 @@ from tests.learning.test_worker_faults import (
     test_truncated_extraction_is_retried_with_more_tokens,
 )
 from tests.redis_server import free_port
+from tests.routes.test_chat_stream_rules import test_a_turn_the_upstream_refused_queues_no_learning
 from tests.routes.test_identity_and_memories import (
     chat,
     test_deleted_memories_never_come_back,
@@ -107,6 +108,7 @@ REUSED = (
     test_store_outage_mid_batch_is_retried,
     test_timeouts_are_retried_then_succeed,
     test_truncated_extraction_is_retried_with_more_tokens,
+    test_a_turn_the_upstream_refused_queues_no_learning,
     test_add_search_update_delete_round_trip_is_audited,
     test_profile_is_the_users_own,
     test_users_are_isolated,
