@@ -394,3 +394,29 @@ async def test_disconnect_during_non_streaming_call_cancels_upstream(
     await asyncio.wait_for(cancelled.wait(), 1.5)
     await learning_gateway.res.sink.flush()
     assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
+
+
+OVERFLOW = {"error": {"message": "This model's maximum context length is 8192 tokens.",
+                      "type": "invalid_request_error", "code": "context_length_exceeded"}}
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "json"])
+async def test_a_turn_the_upstream_refused_queues_no_learning(
+    learning_gateway: Gateway, upstream: FakeUpstream, streamed: bool
+) -> None:
+    """An overflow the upstream reports — as the stream's first event or as a 400 — is a
+    400 for the client and queues nothing for learning; the same turn answered queues
+    one exchange."""
+    upstream.push(Reply(events=[OVERFLOW]) if streamed else Reply(status=400, json=OVERFLOW))
+    async with learning_gateway.client(headers={"X-User-Id": "u1"}) as client:
+        refused = await client.post("/v1/chat/completions",
+                                    json={**REQUEST, "stream": streamed})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "context_length_exceeded"
+        await learning_gateway.res.sink.flush()
+        assert (await learning_gateway.res.queue.depth()).ready == 0  # type: ignore[union-attr]
+        answered = await client.post("/v1/chat/completions",
+                                     json={**REQUEST, "stream": streamed})
+        assert answered.status_code == 200
+    await learning_gateway.res.sink.flush()
+    assert (await learning_gateway.res.queue.depth()).ready == 1  # type: ignore[union-attr]

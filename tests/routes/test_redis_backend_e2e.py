@@ -44,6 +44,7 @@ from tests.learning.test_learning_e2e import (
     test_unparseable_extraction_writes_nothing_and_dead_letters,
 )
 from tests.learning.test_learning_evidence import (
+    test_a_paraphrased_order_is_refused_and_the_preference_beside_it_kept,
     test_a_retried_request_adds_no_hit_and_no_learning_call,
     test_a_tool_call_round_trip_is_not_a_new_statement,
     test_an_answer_style_preference_is_stored_and_injected,
@@ -58,6 +59,7 @@ from tests.learning.test_worker_faults import (
     test_truncated_extraction_is_retried_with_more_tokens,
 )
 from tests.redis_server import free_port
+from tests.routes.test_chat_stream_rules import test_a_turn_the_upstream_refused_queues_no_learning
 from tests.routes.test_identity_and_memories import (
     chat,
     test_deleted_memories_never_come_back,
@@ -76,6 +78,7 @@ from tests.routes.test_mcp import (
 pytestmark = pytest.mark.redis
 
 REUSED = (
+    test_a_paraphrased_order_is_refused_and_the_preference_beside_it_kept,
     test_a_retried_request_adds_no_hit_and_no_learning_call,
     test_a_tool_call_round_trip_is_not_a_new_statement,
     test_an_answer_style_preference_is_stored_and_injected,
@@ -105,6 +108,7 @@ REUSED = (
     test_store_outage_mid_batch_is_retried,
     test_timeouts_are_retried_then_succeed,
     test_truncated_extraction_is_retried_with_more_tokens,
+    test_a_turn_the_upstream_refused_queues_no_learning,
     test_add_search_update_delete_round_trip_is_audited,
     test_profile_is_the_users_own,
     test_users_are_isolated,
