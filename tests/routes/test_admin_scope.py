@@ -36,6 +36,10 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/v1/admin/settings", None, "refused"),
     ("PATCH", "/v1/admin/settings", {"memory.injection_count": 5}, "refused"),
     ("POST", "/v1/admin/memories/{memory_id}/promote", None, "refused"),
+    ("GET", "/v1/admin/conflicts", None, "refused"),
+    ("GET", "/v1/admin/synonyms/candidates", None, "refused"),
+    ("POST", "/v1/admin/synonyms/candidates/{candidate_id}/accept", None, "refused"),
+    ("POST", "/v1/admin/synonyms/candidates/{candidate_id}/reject", None, "refused"),
     ("GET", "/v1/admin/usage", None, "reads_tenant"),
     ("GET", "/v1/admin/stats", None, "reads_tenant"),
     ("GET", "/v1/admin/memories", None, "system"),
@@ -45,7 +49,8 @@ ROUTES: list[tuple[str, str, Any, str]] = [
 ]
 IDS = [f"{method} {path}" for method, path, _, _ in ROUTES]
 # The path parameters the table's requests fill in (unknown ids: 404 once allowed).
-FILLED = {"kind": "scoring", "version": "1", "job_id": "nope", "memory_id": "nope"}
+FILLED = {"kind": "scoring", "version": "1", "job_id": "nope", "memory_id": "nope",
+          "candidate_id": "nope"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
