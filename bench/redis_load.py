@@ -1,0 +1,472 @@
+"""Redis and SQLite under chat load with learning on: memory kept, errors, learning backlog.
+
+Command (from the repository root)::
+
+    .venv/bin/python -m bench.redis_load                 # 60 s per level, ~15 min
+    .venv/bin/python -m bench.redis_load --seconds 20    # indicative, ~8 min
+
+What runs (nothing pinned; the machine's cores are shared by everything below):
+
+- a private ``redis-server`` with the Query Engine from the test extra's wheels
+  (``tests/redis_server.py``), no persistence;
+- the fake upstream of ``bench.gateway`` (``bench/gateway/fake_upstream.py``), which also
+  answers the learning worker's scoring and extraction calls with JSON (every batch scores
+  0.8 and yields one fact), so learning runs its whole pipeline at no model cost;
+- per backend, as the Helm chart deploys it: one gateway, ``memory-proxy serve
+  --no-worker``, and one learning worker, ``memory-proxy worker``, on the same storage
+  (Redis: the store and its queue; SQLite: one file), learning on, every other setting at
+  its default (so ``storage.redis_max_connections`` 64 and ``memory.recall_timeout_ms``);
+- this process: the closed-loop load generator of ``bench/gateway/load.py``.
+
+Workload: ``--users`` (40) users, each seeded before the gateway starts with
+``--memories`` (100) memories and a profile (``bench/gateway/seed.py``'s vocabulary) through
+the store API. Request ``n`` is user ``n mod 40``'s, a conversation of ten turns
+(``X-Conversation-Id``), whose last user message is one of the 48 seeded questions with its
+own ticket number (so every turn is new to learning). Half of the connections stream, half
+do not. Each level (``--concurrency``, 32 and 64) runs ``--seconds`` (60), then the queue is
+watched for ``--drain-seconds`` (180) or until it is empty and 60 s have passed.
+
+Printed per backend and level:
+
+- ``requests/s``: good replies ÷ wall time;
+- ``with memory``: share of good replies whose ``X-Memory-Status`` was ``injected``;
+- ``errors``: failed connections, non-200 answers, streams without ``data: [DONE]``,
+  JSON replies without ``choices``, replies later than 30 s;
+- ``no memory by reason``: the other replies by ``X-Memory-Status`` / ``X-Memory-Reason``;
+- ``pool exhausted``: ``memory_proxy_store_pool_exhausted_total`` gained during the level;
+- backlog: jobs ``ready`` + ``delayed`` + ``leased`` by kind from the gateway's
+  ``memory_proxy_learning_queue_jobs{kind,state}`` at the end of the load and 60 s after,
+  the dead letters beside, and the seconds until the queue held nothing.
+
+Then the targets, met / NOT met: with Redis, at c=64, ≥ 99 % of replies carry memory and
+none fails; with each backend and level the backlog is back to zero within 180 s of the
+load's end; the same checks are printed for SQLite. Every process runs this checkout's
+code (``-m proxy`` from the repository root). Configs, logs and databases go to a temporary
+directory (``--keep DIR`` keeps them there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from bench.gateway import load, procs, seed, targets, workload
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.store import SqliteMemoryStore
+from proxy.memory.records import new_id
+from proxy.memory.store import MemoryStore
+
+USERS = 40
+MEMORIES = 100  # per user
+TURNS_PER_CONVERSATION = 10
+MEMORY_TARGET = 0.99  # share of replies with memory at c=64 (the Redis target)
+DRAIN_TARGET_SECONDS = 180.0  # the backlog is empty this long after the load at the latest
+AFTER_SECONDS = 60.0  # the second backlog reading, this long after the load
+POLL_SECONDS = 2.0
+FINGERPRINT_KEY = "bench-fingerprint-key-0123456789abcdef0123456789abcdef"
+BACKLOG_STATES = ("ready", "delayed", "leased")
+_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+
+
+@dataclass
+class Level:
+    """What one concurrency level of one backend measured."""
+
+    concurrency: int
+    result: load.LoadResult
+    exhausted: float
+    at_end: Counter[str]
+    after: Counter[str]
+    dead: float
+    drained_after: float | None  # seconds from the load's end to an empty queue
+
+
+@dataclass
+class Backend:
+    name: str
+    levels: list[Level] = field(default_factory=list)
+
+
+def user_id(index: int) -> str:
+    return f"{seed.USER}-{index:02d}"
+
+
+async def seed_users(store: MemoryStore, users: int, memories: int) -> None:
+    """``memories`` memories and a profile for each of ``users`` users in ``store``."""
+    template = seed.build_memories(memories)
+    profile = seed.build_profile()
+    for index in range(users):
+        user = user_id(index)
+        for memory in template:
+            await store.add(memory.with_changes(id=new_id(), user_id=user))
+        await store.put_profile(replace(profile, user_id=user))
+
+
+async def seed_redis(url: str, users: int, memories: int) -> None:
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.store import RedisMemoryStore
+
+    async with connect(url) as client:
+        store = RedisMemoryStore(client, key_prefix="mp")
+        await store.prepare()
+        await seed_users(store, users, memories)
+
+
+async def seed_sqlite(path: Path, users: int, memories: int) -> None:
+    async with SqliteDatabase(path) as db:
+        await seed_users(SqliteMemoryStore(db), users, memories)
+
+
+def config(path: Path, *, port: int, upstream_port: int, storage: dict[str, object]) -> Path:
+    """The gateway's and worker's config: the fake upstream, ``storage``, learning on."""
+    base = yaml.safe_load(
+        targets.gateway_config(
+            path, port=port, upstream_port=upstream_port, db=path.with_suffix(".db")
+        ).read_text()
+    )
+    base["storage"] = storage
+    base["learning"] = {"enabled": True, "fingerprint_key": FINGERPRINT_KEY}
+    path.write_text(yaml.safe_dump(base, sort_keys=False))
+    return path
+
+
+def start(name: str, argv: list[str], *, port: int, logs: Path) -> procs.Proc:
+    """``argv`` from the repository root (this checkout's code on ``PYTHONPATH``), not
+    pinned to a core, output to ``logs/NAME.log``."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    with log.open("wb") as handle:
+        popen = subprocess.Popen(
+            argv,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=targets.ROOT,
+            start_new_session=True,
+            env={**os.environ, **targets.BASE_ENV, "PYTHONPATH": str(targets.ROOT)},
+        )
+    return procs.Proc(name=name, port=port, popen=popen, log=log, started_at=time.perf_counter())
+
+
+def payloads(port: int, *, first: int, count: int, users: int, stream: bool) -> list[bytes]:
+    """Requests ``first`` … ``first + count - 1`` (module docstring: user, conversation,
+    question with its ticket number)."""
+    questions = seed.questions()
+    out = []
+    for n in range(first, first + count):
+        user = user_id(n % users)
+        question = f"{questions[n % len(questions)]} (ticket {n})"
+        conversation = f"{user}-{'s' if stream else 'j'}{n // (users * TURNS_PER_CONVERSATION)}"
+        body = workload.chat_body(question, stream=stream)
+        out.append(
+            load.build_request(
+                port=port,
+                path=workload.PATH,
+                body=body,
+                headers=[
+                    ("authorization", f"Bearer {targets.CLIENT_KEY}"),
+                    ("x-user-id", user),
+                    ("x-conversation-id", conversation),
+                ],
+            )
+        )
+    return out
+
+
+async def scrape(port: int) -> tuple[Counter[str], float, float]:
+    """``(backlog by kind, dead letters, pool exhaustions)`` from the gateway's metrics."""
+    backlog: Counter[str] = Counter()
+    dead = exhausted = 0.0
+    text = (await load.get(port, "/metrics")).decode(errors="replace")
+    for line in text.splitlines():
+        if line.startswith("memory_proxy_store_pool_exhausted_total "):
+            exhausted = float(line.split()[1])
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) != "memory_proxy_learning_queue_jobs":
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        value = float(match.group(3))
+        if labels.get("state") in BACKLOG_STATES:
+            backlog[labels.get("kind", "?")] += int(value)
+        elif labels.get("state") == "dead":
+            dead += value
+    return backlog, dead, exhausted
+
+
+async def ready(port: int, payload: bytes, proc: procs.Proc) -> None:
+    deadline = time.monotonic() + 120
+    while not await load.one_request(port, payload):
+        if not proc.alive() or time.monotonic() > deadline:
+            raise SystemExit(f"{proc.name} did not answer:\n{proc.tail()}")
+        await asyncio.sleep(0.2)
+
+
+async def run_level(
+    port: int,
+    concurrency: int,
+    *,
+    seconds: float,
+    users: int,
+    first: int,
+    drain_seconds: float,
+    after_seconds: float,
+) -> Level:
+    """Load at ``concurrency`` (half streaming) for ``seconds``, then watch the queue."""
+    half = max(1, concurrency // 2)
+    count = max(2000, int(seconds * 200))
+    _, _, exhausted_before = await scrape(port)
+    json_load, stream_load = await asyncio.gather(
+        *(
+            load.run_load(
+                port=port,
+                payloads=payloads(
+                    port,
+                    first=first + (count if stream else 0),
+                    count=count,
+                    users=users,
+                    stream=stream,
+                ),
+                stream=stream,
+                concurrency=half if stream else concurrency - half,
+                requests=10**9,
+                seconds=seconds,
+            )
+            for stream in (False, True)
+        )
+    )
+    result = merge(json_load, stream_load)
+    ended = time.monotonic()
+    at_end, dead, exhausted = await scrape(port)
+    drained = 0.0 if not sum(at_end.values()) else None
+    after: Counter[str] | None = None
+    while after is None or (drained is None and time.monotonic() - ended < drain_seconds):
+        await asyncio.sleep(POLL_SECONDS)
+        backlog, dead, _ = await scrape(port)
+        waited = time.monotonic() - ended
+        if drained is None and not sum(backlog.values()):
+            drained = waited
+        if after is None and waited >= after_seconds:
+            after = backlog
+    return Level(
+        concurrency=concurrency,
+        result=result,
+        exhausted=exhausted - exhausted_before,
+        at_end=at_end,
+        after=after,
+        dead=dead,
+        drained_after=drained,
+    )
+
+
+def merge(a: load.LoadResult, b: load.LoadResult) -> load.LoadResult:
+    out = load.LoadResult(samples=a.samples + b.samples, wall=max(a.wall, b.wall))
+    for part in (a, b):
+        out.errors.update(part.errors)
+        out.memory_status.update(part.memory_status)
+        out.memory_reason.update(part.memory_reason)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def services(name: str, cfg: Path, port: int, logs: Path) -> AsyncIterator[None]:
+    proxy = [sys.executable, "-m", "proxy"]
+    gateway = start(
+        f"{name}-gateway",
+        [*proxy, "serve", "--config", str(cfg), "--no-worker"],
+        port=port,
+        logs=logs,
+    )
+    worker = start(f"{name}-worker", [*proxy, "worker", "--config", str(cfg)], port=0, logs=logs)
+    try:
+        await ready(port, payloads(port, first=10**7, count=1, users=1, stream=False)[0], gateway)
+        yield
+    finally:
+        for proc in (gateway, worker):
+            proc.stop()
+        if not worker.alive() and worker.popen.returncode not in (0, -15, None):
+            print(
+                f"note: {worker.name} ended with {worker.popen.returncode}:\n{worker.tail(10)}",
+                flush=True,
+            )
+
+
+async def run_backend(
+    name: str, args: argparse.Namespace, work: Path, upstream: procs.Proc, redis_url: str
+) -> Backend:
+    port = procs.free_port()
+    if name == "redis":
+        storage: dict[str, object] = {"backend": "redis", "url": redis_url}
+        await seed_redis(redis_url, args.users, args.memories)
+    else:
+        db = work / "sqlite.db"
+        storage = {"backend": "sqlite", "path": str(db)}
+        await seed_sqlite(db, args.users, args.memories)
+    cfg = config(work / f"{name}.yaml", port=port, upstream_port=upstream.port, storage=storage)
+    backend = Backend(name)
+    async with services(name, cfg, port, work / "logs"):
+        for index, concurrency in enumerate(args.concurrency):
+            print(f"{name} c={concurrency}: {args.seconds:g} s of load …", flush=True)
+            backend.levels.append(
+                await run_level(
+                    port,
+                    concurrency,
+                    seconds=args.seconds,
+                    users=args.users,
+                    first=index * 10**6,
+                    drain_seconds=args.drain_seconds,
+                    after_seconds=args.after_seconds,
+                )
+            )
+    return backend
+
+
+def kinds(backlog: Counter[str]) -> str:
+    total = sum(backlog.values())
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(backlog.items()) if v)
+    return f"{total}" + (f" ({parts})" if parts else "")
+
+
+def report(
+    backends: list[Backend], *, seconds: float, after: float, load_avg: tuple[str, str]
+) -> list[str]:
+    lines = [
+        f"load average (1 min) at start {load_avg[0]}, at end {load_avg[1]}; "
+        f"{seconds:g} s per level",
+        "",
+    ]
+    header = (
+        f"{'backend':8} {'c':>3} {'req/s':>7} {'replies':>8} {'with memory':>12} "
+        f"{'errors':>7} {'pool exh.':>9}  no memory by reason"
+    )
+    lines += [header, "-" * len(header)]
+    for backend in backends:
+        for lv in backend.levels:
+            res = lv.result
+            share = res.memory_status.get("injected", 0) / max(1, res.count)
+            reasons = ", ".join(f"{k} {v}" for k, v in res.memory_reason.most_common()) or "-"
+            lines.append(
+                f"{backend.name:8} {lv.concurrency:>3} {res.count / res.wall:>7.1f} "
+                f"{res.count:>8} {share:>11.1%} {sum(res.errors.values()):>7} "
+                f"{lv.exhausted:>9.0f}  {reasons}"
+            )
+            if res.errors:
+                lines.append(f"{'':13}errors: {dict(res.errors)}")
+    lines += [
+        "",
+        f"{'backend':8} {'c':>3}  learning backlog at end of load / "
+        f"{after:.0f} s after / dead letters / empty after",
+    ]
+    for backend in backends:
+        for lv in backend.levels:
+            empty = "never" if lv.drained_after is None else f"{lv.drained_after:.0f} s"
+            lines.append(
+                f"{backend.name:8} {lv.concurrency:>3}  {kinds(lv.at_end)} / "
+                f"{kinds(lv.after)} / {lv.dead:.0f} / {empty}"
+            )
+    return [*lines, "", "targets:", *verdicts(backends)]
+
+
+def verdicts(backends: list[Backend]) -> list[str]:
+    out = []
+    for backend in backends:
+        for lv in backend.levels:
+            res = lv.result
+            share = res.memory_status.get("injected", 0) / max(1, res.count)
+            failed = sum(res.errors.values())
+            if lv.concurrency == 64:
+                met = share >= MEMORY_TARGET and failed == 0
+                out.append(
+                    f"  {backend.name} c=64: >= {MEMORY_TARGET:.0%} replies with memory "
+                    f"and none failed ({share:.1%}, {failed} failed): "
+                    f"{'met' if met else 'NOT met'}"
+                )
+            met = lv.drained_after is not None and lv.drained_after <= DRAIN_TARGET_SECONDS
+            out.append(
+                f"  {backend.name} c={lv.concurrency}: backlog back to zero within "
+                f"{DRAIN_TARGET_SECONDS:.0f} s: {'met' if met else 'NOT met'}"
+            )
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    from tests.redis_server import RedisServer
+
+    load_start = f"{os.getloadavg()[0]:.2f}"
+    with contextlib.ExitStack() as stack:
+        work = (
+            Path(args.keep)
+            if args.keep
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-redis-load-")))
+        )
+        work.mkdir(parents=True, exist_ok=True)
+        server = RedisServer().start()
+        stack.callback(server.stop)
+        port = procs.free_port()
+        upstream = start(
+            "upstream",
+            targets.upstream_argv(
+                port=port, chunks=20, usage="auto", interval_ms=0.0, paced_ms=10.0
+            ),
+            port=port,
+            logs=work / "logs",
+        )
+        stack.callback(upstream.stop)
+        backends = [
+            await run_backend(name, args, work, upstream, server.url) for name in args.backends
+        ]
+    lines = report(
+        backends,
+        seconds=args.seconds,
+        after=args.after_seconds,
+        load_avg=(load_start, f"{os.getloadavg()[0]:.2f}"),
+    )
+    print("\n".join(lines))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="load per level")
+    parser.add_argument(
+        "--concurrency",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=[32, 64],
+        help="levels, comma-separated",
+    )
+    parser.add_argument("--backends", type=lambda s: s.split(","), default=["redis", "sqlite"])
+    parser.add_argument("--users", type=int, default=USERS)
+    parser.add_argument("--memories", type=int, default=MEMORIES, help="per user")
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=DRAIN_TARGET_SECONDS,
+        help="how long the queue is watched after each level at most",
+    )
+    parser.add_argument(
+        "--after-seconds",
+        type=float,
+        default=AFTER_SECONDS,
+        help="the second backlog reading, this long after each level",
+    )
+    parser.add_argument("--keep", help="write configs, logs and databases here")
+    return asyncio.run(main_async(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
