@@ -41,7 +41,9 @@ Printed per backend and level:
 Then the targets, met / NOT met: with Redis, at c=64, ≥ 99 % of replies carry memory and
 none fails; with each backend and level the backlog is back to zero within 180 s of the
 load's end; the same checks are printed for SQLite. Every process runs this checkout's
-code (``-m proxy`` from the repository root). Configs, logs and databases go to a temporary
+code (``-m proxy`` from the repository root), or with ``--tree DIR`` the gateway, the worker
+and the seeding run the source tree DIR (``git archive <commit> | tar -x -C DIR``), for
+figures of another commit from the same bench. Configs, logs and databases go to a temporary
 directory (``--keep DIR`` keeps them there).
 """
 
@@ -115,6 +117,42 @@ async def seed_users(store: MemoryStore, users: int, memories: int) -> None:
         await store.put_profile(replace(profile, user_id=user))
 
 
+# Seeding runs in a process of its own whose ``proxy`` package is the tree's (imported
+# before this checkout joins ``sys.path`` for ``bench``), so records match its codec.
+_SEED = (
+    "import sys; sys.path[:0] = [sys.argv[1]]; import proxy; sys.path.insert(0, sys.argv[2]);"
+    " from bench.redis_load import seed_main; seed_main(sys.argv[3:])"
+)
+
+
+def seed_in(tree: Path, backend: str, target: str, users: int, memories: int) -> None:
+    """Seed ``target`` (a Redis URL or a SQLite path) with the code of ``tree``."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SEED,
+            str(tree),
+            str(targets.ROOT),
+            backend,
+            target,
+            str(users),
+            str(memories),
+        ],
+        check=True,
+        env={**os.environ, **targets.BASE_ENV},
+    )
+
+
+def seed_main(argv: list[str]) -> None:
+    """``BACKEND TARGET USERS MEMORIES``: the seeding process (:data:`_SEED`)."""
+    backend, target, users, memories = argv[0], argv[1], int(argv[2]), int(argv[3])
+    if backend == "redis":
+        asyncio.run(seed_redis(target, users, memories))
+    else:
+        asyncio.run(seed_sqlite(Path(target), users, memories))
+
+
 async def seed_redis(url: str, users: int, memories: int) -> None:
     from proxy.backends.redis.client import connect
     from proxy.backends.redis.store import RedisMemoryStore
@@ -143,9 +181,11 @@ def config(path: Path, *, port: int, upstream_port: int, storage: dict[str, obje
     return path
 
 
-def start(name: str, argv: list[str], *, port: int, logs: Path) -> procs.Proc:
-    """``argv`` from the repository root (this checkout's code on ``PYTHONPATH``), not
-    pinned to a core, output to ``logs/NAME.log``."""
+def start(
+    name: str, argv: list[str], *, port: int, logs: Path, tree: Path = targets.ROOT
+) -> procs.Proc:
+    """``argv`` run in ``tree`` (its code on ``PYTHONPATH``), not pinned to a core, output
+    to ``logs/NAME.log``."""
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{name}.log"
     with log.open("wb") as handle:
@@ -154,9 +194,9 @@ def start(name: str, argv: list[str], *, port: int, logs: Path) -> procs.Proc:
             stdout=handle,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            cwd=targets.ROOT,
+            cwd=tree,
             start_new_session=True,
-            env={**os.environ, **targets.BASE_ENV, "PYTHONPATH": str(targets.ROOT)},
+            env={**os.environ, **targets.BASE_ENV, "PYTHONPATH": str(tree)},
         )
     return procs.Proc(name=name, port=port, popen=popen, log=log, started_at=time.perf_counter())
 
@@ -282,15 +322,18 @@ def merge(a: load.LoadResult, b: load.LoadResult) -> load.LoadResult:
 
 
 @contextlib.asynccontextmanager
-async def services(name: str, cfg: Path, port: int, logs: Path) -> AsyncIterator[None]:
+async def services(name: str, cfg: Path, port: int, logs: Path, tree: Path) -> AsyncIterator[None]:
     proxy = [sys.executable, "-m", "proxy"]
     gateway = start(
         f"{name}-gateway",
         [*proxy, "serve", "--config", str(cfg), "--no-worker"],
         port=port,
         logs=logs,
+        tree=tree,
     )
-    worker = start(f"{name}-worker", [*proxy, "worker", "--config", str(cfg)], port=0, logs=logs)
+    worker = start(
+        f"{name}-worker", [*proxy, "worker", "--config", str(cfg)], port=0, logs=logs, tree=tree
+    )
     try:
         await ready(port, payloads(port, first=10**7, count=1, users=1, stream=False)[0], gateway)
         yield
@@ -310,14 +353,14 @@ async def run_backend(
     port = procs.free_port()
     if name == "redis":
         storage: dict[str, object] = {"backend": "redis", "url": redis_url}
-        await seed_redis(redis_url, args.users, args.memories)
+        seed_in(args.tree, "redis", redis_url, args.users, args.memories)
     else:
         db = work / "sqlite.db"
         storage = {"backend": "sqlite", "path": str(db)}
-        await seed_sqlite(db, args.users, args.memories)
+        seed_in(args.tree, "sqlite", str(db), args.users, args.memories)
     cfg = config(work / f"{name}.yaml", port=port, upstream_port=upstream.port, storage=storage)
     backend = Backend(name)
-    async with services(name, cfg, port, work / "logs"):
+    async with services(name, cfg, port, work / "logs", args.tree):
         for index, concurrency in enumerate(args.concurrency):
             print(f"{name} c={concurrency}: {args.seconds:g} s of load …", flush=True)
             backend.levels.append(
@@ -463,6 +506,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=AFTER_SECONDS,
         help="the second backlog reading, this long after each level",
+    )
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=targets.ROOT,
+        help="run the gateway, worker and seeding from this source tree",
     )
     parser.add_argument("--keep", help="write configs, logs and databases here")
     return asyncio.run(main_async(parser.parse_args(argv)))
