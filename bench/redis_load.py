@@ -94,6 +94,8 @@ class Level:
     after: Counter[str]
     dead: float
     drained_after: float | None  # seconds from the load's end to an empty queue
+    cpu: tuple[float, float]  # CPU seconds of the gateway and the worker during the load
+    redis_calls: int | None  # Redis commands run during the load (every client), or None
 
 
 @dataclass
@@ -168,15 +170,20 @@ async def seed_sqlite(path: Path, users: int, memories: int) -> None:
         await seed_users(SqliteMemoryStore(db), users, memories)
 
 
-def config(path: Path, *, port: int, upstream_port: int, storage: dict[str, object]) -> Path:
-    """The gateway's and worker's config: the fake upstream, ``storage``, learning on."""
+def config(
+    path: Path, *, port: int, upstream_port: int, storage: dict[str, object], tree: Path
+) -> Path:
+    """The gateway's and worker's config: the fake upstream, ``storage``, learning on (with
+    a fingerprint key when ``tree``'s settings know the setting; older trees do not)."""
     base = yaml.safe_load(
         targets.gateway_config(
             path, port=port, upstream_port=upstream_port, db=path.with_suffix(".db")
         ).read_text()
     )
     base["storage"] = storage
-    base["learning"] = {"enabled": True, "fingerprint_key": FINGERPRINT_KEY}
+    base["learning"] = {"enabled": True}
+    if "fingerprint_key" in (tree / "proxy" / "settings" / "learning.py").read_text():
+        base["learning"]["fingerprint_key"] = FINGERPRINT_KEY
     path.write_text(yaml.safe_dump(base, sort_keys=False))
     return path
 
@@ -264,11 +271,15 @@ async def run_level(
     first: int,
     drain_seconds: float,
     after_seconds: float,
+    pids: tuple[int, int],
+    redis_url: str | None,
 ) -> Level:
     """Load at ``concurrency`` (half streaming) for ``seconds``, then watch the queue."""
     half = max(1, concurrency // 2)
     count = max(2000, int(seconds * 200))
     _, _, exhausted_before = await scrape(port)
+    cpu_before = [procs.cpu_seconds(pid) for pid in pids]
+    calls_before = redis_calls(redis_url)
     json_load, stream_load = await asyncio.gather(
         *(
             load.run_load(
@@ -290,6 +301,9 @@ async def run_level(
     )
     result = merge(json_load, stream_load)
     ended = time.monotonic()
+    cpu = tuple(procs.cpu_seconds(pid) - was for pid, was in zip(pids, cpu_before, strict=True))
+    calls_after = redis_calls(redis_url)
+    calls = None if calls_before is None or calls_after is None else calls_after - calls_before
     at_end, dead, exhausted = await scrape(port)
     drained = 0.0 if not sum(at_end.values()) else None
     after: Counter[str] | None = None
@@ -309,7 +323,23 @@ async def run_level(
         after=after,
         dead=dead,
         drained_after=drained,
+        cpu=(cpu[0], cpu[1]),
+        redis_calls=calls,
     )
+
+
+def redis_calls(url: str | None) -> int | None:
+    """Commands the Redis at ``url`` has run (``INFO commandstats``), ``None`` without one."""
+    if url is None:
+        return None
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return sum(int(entry["calls"]) for entry in stats.values())
 
 
 def merge(a: load.LoadResult, b: load.LoadResult) -> load.LoadResult:
@@ -322,7 +352,11 @@ def merge(a: load.LoadResult, b: load.LoadResult) -> load.LoadResult:
 
 
 @contextlib.asynccontextmanager
-async def services(name: str, cfg: Path, port: int, logs: Path, tree: Path) -> AsyncIterator[None]:
+async def services(
+    name: str, cfg: Path, port: int, logs: Path, tree: Path
+) -> AsyncIterator[tuple[int, int]]:
+    """The gateway (``serve --no-worker``) and the worker started from ``tree``; yields
+    their pids once the gateway answers a chat."""
     proxy = [sys.executable, "-m", "proxy"]
     gateway = start(
         f"{name}-gateway",
@@ -336,7 +370,7 @@ async def services(name: str, cfg: Path, port: int, logs: Path, tree: Path) -> A
     )
     try:
         await ready(port, payloads(port, first=10**7, count=1, users=1, stream=False)[0], gateway)
-        yield
+        yield gateway.pid, worker.pid
     finally:
         for proc in (gateway, worker):
             proc.stop()
@@ -358,9 +392,15 @@ async def run_backend(
         db = work / "sqlite.db"
         storage = {"backend": "sqlite", "path": str(db)}
         seed_in(args.tree, "sqlite", str(db), args.users, args.memories)
-    cfg = config(work / f"{name}.yaml", port=port, upstream_port=upstream.port, storage=storage)
+    cfg = config(
+        work / f"{name}.yaml",
+        port=port,
+        upstream_port=upstream.port,
+        storage=storage,
+        tree=args.tree,
+    )
     backend = Backend(name)
-    async with services(name, cfg, port, work / "logs", args.tree):
+    async with services(name, cfg, port, work / "logs", args.tree) as pids:
         for index, concurrency in enumerate(args.concurrency):
             print(f"{name} c={concurrency}: {args.seconds:g} s of load …", flush=True)
             backend.levels.append(
@@ -372,6 +412,8 @@ async def run_backend(
                     first=index * 10**6,
                     drain_seconds=args.drain_seconds,
                     after_seconds=args.after_seconds,
+                    pids=pids,
+                    redis_url=redis_url if name == "redis" else None,
                 )
             )
     return backend
@@ -419,6 +461,20 @@ def report(
             lines.append(
                 f"{backend.name:8} {lv.concurrency:>3}  {kinds(lv.at_end)} / "
                 f"{kinds(lv.after)} / {lv.dead:.0f} / {empty}"
+            )
+    lines += [
+        "",
+        f"{'backend':8} {'c':>3}  gateway CPU ms/reply, worker CPU s during the load, "
+        "Redis commands/reply (every client)",
+    ]
+    for backend in backends:
+        for lv in backend.levels:
+            calls = (
+                "-" if lv.redis_calls is None else f"{lv.redis_calls / max(1, lv.result.count):.1f}"
+            )
+            lines.append(
+                f"{backend.name:8} {lv.concurrency:>3}  "
+                f"{1000 * lv.cpu[0] / max(1, lv.result.count):.2f}, {lv.cpu[1]:.1f}, {calls}"
             )
     return [*lines, "", "targets:", *verdicts(backends)]
 
