@@ -53,7 +53,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.gateway import load, procs, seed, targets, workload
 from proxy.backends.sqlite.database import SqliteDatabase
@@ -80,7 +80,6 @@ AFTER_SECONDS = 60.0  # the second backlog reading, this long after the load
 POLL_SECONDS = 2.0
 FINGERPRINT_KEY = "bench-fingerprint-key-0123456789abcdef0123456789abcdef"
 BACKLOG_STATES = ("ready", "delayed", "leased")
-_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
 
 
 @dataclass
@@ -233,25 +232,53 @@ def payloads(port: int, *, first: int, count: int, users: int, stream: bool) -> 
     return out
 
 
-async def scrape(port: int) -> tuple[Counter[str], float, float]:
-    """``(backlog by kind, dead letters, pool exhaustions)`` from the gateway's metrics."""
+@dataclass(frozen=True)
+class Reading:
+    """One read of the gateway's ``/metrics``: learning jobs ``ready`` + ``delayed`` +
+    ``leased`` by kind, dead letters, pool exhaustions so far."""
+
+    backlog: Counter[str]
+    dead: float
+    exhausted: float
+
+
+def parse_metrics(text: str) -> Reading | None:
+    """The :class:`Reading` in a Prometheus text page, ``None`` when the page holds no
+    ``memory_proxy_learning_queue_jobs`` sample (a failed or cut scrape: not "empty")."""
     backlog: Counter[str] = Counter()
     dead = exhausted = 0.0
-    text = (await load.get(port, "/metrics")).decode(errors="replace")
-    for line in text.splitlines():
-        if line.startswith("memory_proxy_store_pool_exhausted_total "):
-            exhausted = float(line.split()[1])
-            continue
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) != "memory_proxy_learning_queue_jobs":
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
-        value = float(match.group(3))
-        if labels.get("state") in BACKLOG_STATES:
-            backlog[labels.get("kind", "?")] += int(value)
-        elif labels.get("state") == "dead":
-            dead += value
-    return backlog, dead, exhausted
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "memory_proxy_store_pool_exhausted_total":
+                exhausted = sample.value
+            elif sample.name == "memory_proxy_learning_queue_jobs":
+                seen = True
+                state = sample.labels.get("state")
+                if state in BACKLOG_STATES:
+                    backlog[sample.labels.get("kind", "?")] += int(sample.value)
+                elif state == "dead":
+                    dead += sample.value
+    return Reading(backlog, dead, exhausted) if seen else None
+
+
+async def scrape(port: int) -> Reading | None:
+    """The gateway's :class:`Reading` now (``None`` when ``/metrics`` did not answer)."""
+    text = (await load.get(port, "/metrics", reply_timeout=10.0)).decode(errors="replace")
+    try:
+        return parse_metrics(text)
+    except ValueError:  # a page cut short
+        return None
+
+
+async def reading(port: int) -> Reading:
+    """:func:`scrape` until the gateway answers (a minute at most)."""
+    deadline = time.monotonic() + 60
+    while (found := await scrape(port)) is None:
+        if time.monotonic() > deadline:
+            raise SystemExit("the gateway's /metrics did not answer for a minute")
+        await asyncio.sleep(POLL_SECONDS)
+    return found
 
 
 async def ready(port: int, payload: bytes, proc: procs.Proc) -> None:
@@ -277,7 +304,7 @@ async def run_level(
     """Load at ``concurrency`` (half streaming) for ``seconds``, then watch the queue."""
     half = max(1, concurrency // 2)
     count = max(2000, int(seconds * 200))
-    _, _, exhausted_before = await scrape(port)
+    exhausted_before = (await reading(port)).exhausted
     cpu_before = [procs.cpu_seconds(pid) for pid in pids]
     calls_before = redis_calls(redis_url)
     json_load, stream_load = await asyncio.gather(
@@ -304,22 +331,25 @@ async def run_level(
     cpu = tuple(procs.cpu_seconds(pid) - was for pid, was in zip(pids, cpu_before, strict=True))
     calls_after = redis_calls(redis_url)
     calls = None if calls_before is None or calls_after is None else calls_after - calls_before
-    at_end, dead, exhausted = await scrape(port)
-    drained = 0.0 if not sum(at_end.values()) else None
+    end = await reading(port)
+    drained = 0.0 if not sum(end.backlog.values()) else None
     after: Counter[str] | None = None
+    dead = end.dead
     while after is None or (drained is None and time.monotonic() - ended < drain_seconds):
         await asyncio.sleep(POLL_SECONDS)
-        backlog, dead, _ = await scrape(port)
-        waited = time.monotonic() - ended
-        if drained is None and not sum(backlog.values()):
+        now = await scrape(port)
+        if now is None:  # a scrape the loaded gateway did not answer: not a reading
+            continue
+        waited, dead = time.monotonic() - ended, now.dead
+        if drained is None and not sum(now.backlog.values()):
             drained = waited
         if after is None and waited >= after_seconds:
-            after = backlog
+            after = now.backlog
     return Level(
         concurrency=concurrency,
         result=result,
-        exhausted=exhausted - exhausted_before,
-        at_end=at_end,
+        exhausted=end.exhausted - exhausted_before,
+        at_end=end.backlog,
         after=after,
         dead=dead,
         drained_after=drained,
