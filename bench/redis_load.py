@@ -94,6 +94,7 @@ class Level:
     dead: float
     drained_after: float | None  # seconds from the load's end to an empty queue
     cpu: tuple[float, float]  # CPU seconds of the gateway and the worker during the load
+    queued: float  # seconds the gateway's event loop was runnable but waited for a CPU
     redis_calls: int | None  # Redis commands run during the load (every client), or None
 
 
@@ -306,6 +307,7 @@ async def run_level(
     count = max(2000, int(seconds * 200))
     exhausted_before = (await reading(port)).exhausted
     cpu_before = [procs.cpu_seconds(pid) for pid in pids]
+    queued_before = run_queue_seconds(pids[0])
     calls_before = redis_calls(redis_url)
     json_load, stream_load = await asyncio.gather(
         *(
@@ -329,6 +331,7 @@ async def run_level(
     result = merge(json_load, stream_load)
     ended = time.monotonic()
     cpu = tuple(procs.cpu_seconds(pid) - was for pid, was in zip(pids, cpu_before, strict=True))
+    queued = run_queue_seconds(pids[0]) - queued_before
     calls_after = redis_calls(redis_url)
     calls = None if calls_before is None or calls_after is None else calls_after - calls_before
     end = await reading(port)
@@ -354,8 +357,19 @@ async def run_level(
         dead=dead,
         drained_after=drained,
         cpu=(cpu[0], cpu[1]),
+        queued=queued,
         redis_calls=calls,
     )
+
+
+def run_queue_seconds(pid: int) -> float:
+    """Seconds the main thread of ``pid`` (the gateway's event loop) has spent runnable but
+    waiting for a CPU (the second field of ``/proc/<pid>/schedstat``, ns): how starved of
+    CPU it was on a shared machine."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def redis_calls(url: str | None) -> int | None:
@@ -494,8 +508,8 @@ def report(
             )
     lines += [
         "",
-        f"{'backend':8} {'c':>3}  gateway CPU ms/reply, worker CPU s during the load, "
-        "Redis commands/reply (every client)",
+        f"{'backend':8} {'c':>3}  gateway CPU ms/reply, event loop waiting for a CPU "
+        "(share of the load's time), worker CPU s, Redis commands/reply (every client)",
     ]
     for backend in backends:
         for lv in backend.levels:
@@ -504,7 +518,8 @@ def report(
             )
             lines.append(
                 f"{backend.name:8} {lv.concurrency:>3}  "
-                f"{1000 * lv.cpu[0] / max(1, lv.result.count):.2f}, {lv.cpu[1]:.1f}, {calls}"
+                f"{1000 * lv.cpu[0] / max(1, lv.result.count):.2f}, "
+                f"{lv.queued / max(lv.result.wall, 1e-9):.0%}, {lv.cpu[1]:.1f}, {calls}"
             )
     return [*lines, "", "targets:", *verdicts(backends)]
 
