@@ -15,9 +15,13 @@ A model whose id ends with ``-paced`` is streamed with ``--paced-ms`` (10 ms, ×
 random per stream so concurrent streams do not stay in lockstep) between events instead: a
 stream that lasts like a real one, so concurrent streams overlap without saturating the
 server under test. ``GET …/models`` lists a model; anything else is a 404 in OpenAI's
-error envelope. HTTP/1.1 keep-alive, parsed with httptools; request bodies are parsed with
-orjson only to read ``stream``, ``stream_options`` and ``model``. Cost per request is a few
-tens of µs, so the benchmark measures the gateway, not this server.
+error envelope. A non-streaming request with ``response_format`` (the learning worker's
+scoring and extraction calls) is answered with a JSON object of that shape instead
+(:func:`learning_answer`): every batch scores 0.8 and yields one fact, so learning does
+its whole pipeline at no model cost. HTTP/1.1 keep-alive, parsed with httptools; request
+bodies are parsed with orjson only to read ``stream``, ``stream_options``, ``model`` and
+``response_format``. Cost per request is a few tens of µs, so the benchmark measures the
+gateway, not this server.
 
     python -m bench.gateway.fake_upstream --port 18001 [--chunks 20] [--usage auto]
 """
@@ -62,11 +66,13 @@ class Responder:
         self.reply = "".join(self._pieces)
         self.completion_tokens = len(self._pieces)
 
-    def completion(self, model: str, prompt_tokens: int) -> bytes:
+    def completion(self, model: str, prompt_tokens: int, content: str | None = None) -> bytes:
+        """A ``chat.completion`` reply; ``content`` replaces the canned reply text."""
         body = orjson.dumps({
             "id": f"chatcmpl-bench{next(self._ids)}", "object": "chat.completion",
             "created": int(time.time()), "model": model, "system_fingerprint": "fp_bench",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.reply,
+            "choices": [{"index": 0, "message": {"role": "assistant",
+                                                 "content": content or self.reply,
                                                  "refusal": None},
                          "logprobs": None, "finish_reason": "stop"}],
             "usage": self._usage(prompt_tokens),
@@ -99,6 +105,38 @@ class Responder:
     def _usage(self, prompt_tokens: int) -> dict[str, int]:
         return {"prompt_tokens": prompt_tokens, "completion_tokens": self.completion_tokens,
                 "total_tokens": prompt_tokens + self.completion_tokens}
+
+
+SCORING_ANSWER = orjson.dumps({
+    "score": 0.8, "reason": "a benchmark batch",
+    "dimensions": {"density": 0.8, "clarity": 0.8, "depth": 0.8, "relevance": 0.8,
+                   "novelty": 0.8},
+}).decode()
+EXTRACTION_ANSWER = orjson.dumps({
+    "memories": [{"title": "Gateway benchmark", "content": "User is load testing a gateway.",
+                  "category": "technical", "subcategory": "stack", "tags": ["load testing"],
+                  "subject": "user"}],
+    "summary": None, "profile": None,
+}).decode()
+
+
+def learning_answer(body: dict[str, Any]) -> str | None:
+    """The JSON text for a request with ``response_format``, else ``None``. Scoring is
+    told from extraction by the schema's name (``json_schema``) or its ``dimensions``
+    property; a bare ``json_object`` request, by the word ``novelty`` of the scoring
+    prompt."""
+    form = body.get("response_format")
+    if not isinstance(form, dict):
+        return None
+    named = form.get("json_schema")
+    schema = named.get("schema") if isinstance(named, dict) else form.get("schema")
+    if isinstance(named, dict) and named.get("name") in ("scoring", "extraction"):
+        scoring = named.get("name") == "scoring"
+    elif isinstance(schema, dict):
+        scoring = "dimensions" in (schema.get("properties") or {})
+    else:
+        scoring = b"novelty" in orjson.dumps(body.get("messages"))
+    return SCORING_ANSWER if scoring else EXTRACTION_ANSWER
 
 
 STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
@@ -178,7 +216,8 @@ class UpstreamProtocol(asyncio.Protocol):
         model = str(body.get("model") or "gpt-4o-mini")
         prompt_tokens = max(1, len(raw) // 4)  # a stand-in; nobody checks the count
         if not body.get("stream"):
-            transport.write(self._responder.completion(model, prompt_tokens))
+            transport.write(self._responder.completion(model, prompt_tokens,
+                                                       learning_answer(body)))
             return
         options = body.get("stream_options")
         include = isinstance(options, dict) and bool(options.get("include_usage"))

@@ -10,7 +10,9 @@ are parsed with httptools; timestamps are taken when the bytes reach the protoco
 
 An **error** is a connection failure, a status other than 200, a stream that does not end
 with ``data: [DONE]``, a JSON reply without ``choices``, or no reply within ``timeout``.
-The ``x-memory-status`` response header is tallied so a run can show memory was on.
+The ``x-memory-status`` response header is tallied so a run can show memory was on, and
+``x-memory-reason`` beside it for every reply that was not ``injected`` (why memory was
+left out: ``degraded/store_busy``, ``degraded/timeout``, …).
 Only 127.0.0.1 is ever targeted (the benchmark starts every server itself).
 """
 
@@ -41,6 +43,8 @@ class LoadResult:
     samples: list[Sample] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     memory_status: Counter[str] = field(default_factory=Counter)
+    # "status/reason" of the replies that were not "injected" ("degraded/store_busy")
+    memory_reason: Counter[str] = field(default_factory=Counter)
     aborted: int = 0
     wall: float = 0.0
 
@@ -68,6 +72,7 @@ class _Exchange:
         "done",
         "error",
         "first",
+        "memory_reason",
         "memory_status",
         "parser",
         "sent",
@@ -86,6 +91,7 @@ class _Exchange:
         self.tail = b""
         self.body: list[bytes] = []
         self.memory_status = ""
+        self.memory_reason = ""
         self.error = ""
         self._header = b""
         self.done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
@@ -93,6 +99,8 @@ class _Exchange:
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() == b"x-memory-status":
             self.memory_status = value.decode()
+        elif name.lower() == b"x-memory-reason":
+            self.memory_reason = value.decode()
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
@@ -230,6 +238,9 @@ async def run_load(
             end = exchange.done.result()
             result.samples.append(Sample(exchange.first - exchange.sent, end - exchange.sent))
             result.memory_status[exchange.memory_status or "-"] += 1
+            if exchange.memory_status != "injected":
+                status = exchange.memory_status or "-"
+                result.memory_reason[f"{status}/{exchange.memory_reason or '-'}"] += 1
             if not exchange.parser.should_keep_alive():
                 conn.close()
         connections[slot] = conn
