@@ -224,9 +224,15 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         await res.memory.access.flush(res.store, res.clock())
         await res.usage.flush()
 
+    async def record_injections() -> None:  # apart: a failing ledger never holds them
+        await res.memory.injections.flush(res.store, res.clock())
+
     tasks.append(asyncio.create_task(res.sink.run(), name="learning-sink"))
     tasks.append(asyncio.create_task(_every(FLUSH_INTERVAL_SECONDS, flush, "flush"),
                                      name="flush"))
+    tasks.append(asyncio.create_task(
+        _every(FLUSH_INTERVAL_SECONDS, record_injections, "injection_records"),
+        name="injection-records"))
     tasks.append(asyncio.create_task(
         _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
                "index_maintenance", first=0.0),
@@ -275,6 +281,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
             await res.sink.aclose()
         with contextlib.suppress(Exception):
             await flush()
+        with contextlib.suppress(Exception):
+            await record_injections()
 
 
 def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:

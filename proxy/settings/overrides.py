@@ -58,5 +58,6 @@ TENANT_OVERRIDABLE: tuple[Overridable, ...] = (
     Overridable("learning.budget", BudgetValue),  # replaced whole; caps left out are none
     Overridable("memory.injection_count", int),
     Overridable("memory.token_budget_percent", float),
+    Overridable("memory.record_injections", bool),
 )
 """Every setting a tenant may override, in the order the admin API lists them."""

@@ -32,6 +32,10 @@ key name::
     P:users:{t…}               ZSET    the tenant's users (score 0: ordered by id)
     P:seen:{t…}                HASH    user → time of their latest usage row (ISO 8601)
     P:tset:{t…}                STRING  the tenant's run-time settings overrides (JSON)
+    P:inj:{ns}:<id>            STRING  one injection record (JSON), expiring after the
+                                       retention window
+    P:injs:{ns}                ZSET    the user's injection record ids → epoch seconds
+                                       (per-user cap, erasure), expiring with them
 
 The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
 its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
@@ -216,6 +220,12 @@ class KeyLayout:
 
     def outbox(self, ns: str) -> str:
         return f"{self.prefix}:lq:outbox:{{{ns}}}"
+
+    def injection(self, ns: str, injection_id: str) -> str:
+        return f"{self.prefix}:inj:{{{ns}}}:{injection_id}"
+
+    def injections(self, ns: str) -> str:
+        return f"{self.prefix}:injs:{{{ns}}}"
 
     def facts(self, ns: str) -> str:
         """HASH :func:`~proxy.memory.store.fact_key` → id of the active memory written with

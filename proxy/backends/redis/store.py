@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 from redis.asyncio import Redis
@@ -61,6 +61,7 @@ from proxy.backends.redis.client import (
 )
 from proxy.backends.redis.codec import stored_norm
 from proxy.backends.redis.erasure import AofPurge, Erasure
+from proxy.backends.redis.injections import InjectionRecords
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -83,6 +84,7 @@ from proxy.backends.redis.keys import (
 from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
+from proxy.memory.explain import InjectionRecord
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     DEFAULT_PURGE_SECONDS,
@@ -167,6 +169,7 @@ class RedisMemoryStore:
         self._users = UserRecords(client, self._keys)
         self._tenants = TenantRecords(client, self._keys)
         self._hashes = MemoryHashes(client, self._keys)
+        self._injections = InjectionRecords(client, self._keys)
         self._changes = ChangeSetWriter(client, self._keys, hashes=self._hashes,
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
@@ -274,6 +277,17 @@ class RedisMemoryStore:
                 return
             await self._hashes.record_access(
                 [(row["id"], counts[row["ix_id"]]) for row in rows], stamp)
+
+    async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
+                                retention: timedelta, per_user: int) -> None:
+        with _unavailable("record_injections"):
+            await self._injections.write(records, now=now, retention=retention,
+                                         per_user=per_user)
+
+    async def get_injection(self, tenant: str, user: str, injection_id: str, *,
+                            since: datetime) -> InjectionRecord | None:
+        with _unavailable("get_injection"):
+            return await self._injections.get(tenant, user, injection_id, since=since)
 
     # management ------------------------------------------------------------------------
     async def get(self, tenant: str, user: str | None, memory_id: str) -> Memory | None:

@@ -362,6 +362,20 @@ MIGRATIONS: tuple[str, ...] = (
                 (SELECT value FROM generation_floor) + 1, 1)
         ON CONFLICT (tenant, owner) DO UPDATE SET accessed = accessed + 1; END;
     """,
+    # 14: injection records (docs/design.md#injection-records): ids, fields and scores of
+    # what one reply injected, as the API's JSON; kept for a retention window and a
+    # per-user cap (proxy.backends.sqlite.injections).
+    """
+    CREATE TABLE injections (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX injections_owner ON injections (tenant, user_id, created_at);
+    CREATE INDEX injections_created ON injections (created_at);
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
