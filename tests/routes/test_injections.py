@@ -205,3 +205,63 @@ async def test_erasure_removes_the_records(gw: Gateway, clock: Clock) -> None:
                                                 since=long_ago) is None
     kept = await gw.res.store.get_injection("default", "bob", bob, since=long_ago)
     assert kept is not None and kept.items[0][1] == bob_memory
+
+
+async def preview(gw: Gateway, body: Any, headers: dict[str, str] = ALICE) -> httpx.Response:
+    async with gw.client(headers=headers) as client:
+        return await client.post("/v1/memories/preview", json=body)
+
+
+async def test_preview_shows_what_a_reply_would_inject_and_changes_nothing(
+        build: Build, upstream: FakeUpstream, clock: Clock) -> None:
+    learning = {"enabled": True, "batch_messages": 1}
+    async with running_gateway(build(learning=learning), upstream, clock=clock) as gw:
+        memory_id = await add(gw, TEA)
+        res = gw.res
+
+        async def state() -> tuple[int, int, object, int, int]:
+            await res.sink.flush()
+            await res.memory.access.flush(res.store, res.clock())
+            await res.usage.flush()
+            memory = await res.store.get("default", "alice", memory_id)
+            assert memory is not None and res.queue is not None
+            usage = await res.ledger.usage_totals("default", "alice")
+            return (memory.access_count, usage.requests,
+                    await res.queue.depth(),
+                    len(res.memory.injections.pending), len(upstream.chat_requests))
+
+        before = await state()
+        shown = await preview(gw, {"messages": [{"role": "user", "content": QUESTION}]})
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["status"] == "injected"
+        assert shown.json()["request"] == {"model": "m", "conversation_id": "conv-1",
+                                           "channel": "private"}
+        assert await state() == before  # no counter, usage, learning, record or model call
+        # A reply to the same messages injects exactly what the preview showed…
+        injection_id = (await chat(gw)).headers["x-memory-injection-id"]
+        await flushed(gw)
+        record = (await read(gw, injection_id)).json()
+        assert record["items"] == shown.json()["items"]
+        assert record["items"][0]["memory_id"] == memory_id
+        # …and changes what the preview did not.
+        after = await state()
+        assert after[0] == before[0] + 1 and after[1] == before[1] + 1
+        assert after[2] != before[2] and after[4] == before[4] + 1
+
+
+async def test_preview_without_memory_and_bad_bodies(gw: Gateway) -> None:
+    empty = await preview(gw, {"messages": [{"role": "user", "content": "hi"}]}, BOB)
+    assert empty.status_code == 200
+    assert (empty.json()["status"], empty.json()["items"]) == ("empty", [])
+    for bad, param in (({}, "messages"), ({"messages": []}, "messages"),
+                       ({"messages": [{"content": "x"}]}, "messages[0].role"),
+                       ({"messages": [{"role": "user", "content": "x"}], "model": 3},
+                        "model")):
+        refused = await preview(gw, bad)
+        assert refused.status_code == 400, (bad, refused.text)
+        assert refused.json()["error"]["param"] == param
+    unknown = await preview(gw, {"messages": [{"role": "user", "content": "x"}],
+                                 "model": "nope"})
+    assert unknown.status_code == 404
+    nobody = await preview(gw, {"messages": [{"role": "user", "content": "x"}]}, {})
+    assert nobody.status_code == 400 and nobody.json()["error"]["code"] == "missing_user"
