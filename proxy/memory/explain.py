@@ -29,6 +29,10 @@ log = structlog.get_logger("proxy.memory.explain")
 Reason = Literal["keyword", "vector", "resident", "date", "conversation"]
 # Profile tags shown per line of the block (proxy.memory.inject.MAX_PROFILE_TAGS).
 PROFILE_TAGS = 6
+# A date match (proxy.memory.when.time_match) decays exponentially and is never quite 0
+# once the query names a date: "date" is a reason from 1 % of a full match on (about 4.6
+# decay constants from the named period).
+DATE_REASON = 0.01
 # Records buffered while the store is away; past it the newest are dropped and counted.
 MAX_PENDING = 10_000
 
@@ -95,8 +99,8 @@ def explain(memories: Sequence[Memory], ranked: Sequence[Ranked],
     ``traits[i]``, ``topics[i]`` — ``i`` the tag's index in the stored profile — score the
     tag's effective score, 1.0 for style and impression; reason ``resident``), then its
     ``memories`` in block order: a ranked one scored by its final score with the reasons
-    ranking computed (``keyword``/``vector`` search hit, ``date`` match > 0,
-    ``conversation`` context > 0); one from the resident layer scored by its quality
+    ranking computed (``keyword``/``vector`` search hit, ``date`` match ≥
+    :data:`DATE_REASON`, ``conversation`` context > 0); one from the resident layer scored by its quality
     score, reason ``resident``. ``profile_lines``: how many profile lines the block kept."""
     items: list[Item] = []
     if profile is not None and profile_lines > 0:
@@ -109,7 +113,7 @@ def explain(memories: Sequence[Memory], ranked: Sequence[Ranked],
                           ("resident",)))
             continue
         reasons = tuple(word for word, on in (
-            ("keyword", r.keyword), ("vector", r.vector), ("date", r.when > 0),
+            ("keyword", r.keyword), ("vector", r.vector), ("date", r.when >= DATE_REASON),
             ("conversation", r.context > 0)) if on)
         items.append(("memory", memory.id, r.final, reasons))
     return tuple(items)
