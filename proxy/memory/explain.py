@@ -98,10 +98,11 @@ def explain(memories: Sequence[Memory], ranked: Sequence[Ranked],
     """The items of one block: its profile fields (``style``, ``impression``,
     ``traits[i]``, ``topics[i]`` — ``i`` the tag's index in the stored profile — score the
     tag's effective score, 1.0 for style and impression; reason ``resident``), then its
-    ``memories`` in block order: a ranked one scored by its final score with the reasons
-    ranking computed (``keyword``/``vector`` search hit, ``date`` match ≥
-    :data:`DATE_REASON`, ``conversation`` context > 0); one from the resident layer scored by its quality
-    score, reason ``resident``. ``profile_lines``: how many profile lines the block kept."""
+    ``memories`` in ranking order: a ranked one scored by its final score with the
+    reasons ranking computed (``keyword``/``vector`` search hit, ``date`` match ≥
+    :data:`DATE_REASON`, ``conversation`` context > 0); one from the resident layer
+    scored by its quality score, reason ``resident``. ``profile_lines``: how many profile
+    lines the block kept."""
     items: list[Item] = []
     if profile is not None and profile_lines > 0:
         items.extend(_profile_items(profile, now)[:_items_within(profile, profile_lines)])

@@ -22,7 +22,7 @@ from proxy.identity import Identity
 from proxy.memory.directives import injectable
 from proxy.memory.embed import Embedder
 from proxy.memory.explain import InjectionLog, InjectionRecord, Item, Keeping, explain
-from proxy.memory.inject import choose_language, fit_block, splice
+from proxy.memory.inject import BlockPlan, choose_language, fit_block, splice
 from proxy.memory.recall import Ranked, RankWeights, distinct
 from proxy.memory.records import Memory, Profile, new_id, utcnow
 from proxy.memory.retrieve import THROTTLE, Retriever, plan_queries
@@ -97,6 +97,17 @@ class Injection:
         if self.injection_id:
             out["x-memory-injection-id"] = self.injection_id
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The parts of an :class:`Injection` known before the block is spliced."""
+
+    status: str
+    recall_ms: float
+    refused: int
+    recall_tokens: int
+    reason: str | None
 
 
 @dataclass(slots=True)
@@ -235,22 +246,38 @@ class MemoryService:
                 reason=degraded or ("budget" if facts else None), recall_ms=recall_ms,
                 trimmed=plan.trimmed, refused=refused, recall_tokens=spent,
             )
+        outcome = Outcome(status="degraded" if degraded else "injected", recall_ms=recall_ms,
+                          refused=refused, recall_tokens=spent,
+                          reason=degraded or ("budget" if plan.trimmed else None))
+        record = count_access and not explain_only and settings.record_injections
+        return self._injected(identity, request, route, plan, outcome, count=count_access,
+                              explained=(ranked, profile) if record or explain_only else None,
+                              record=record)
+
+    def _injected(self, identity: Identity, request: ChatRequest, route: Route,
+                  plan: BlockPlan, outcome: Outcome, *, count: bool,
+                  explained: tuple[list[Ranked], Profile | None] | None,
+                  record: bool) -> Injection:
+        """The spliced request for a non-empty ``plan``; access counted with ``count``;
+        its items built from ``explained`` (ranked memories, profile) when given, and
+        recorded with ``record``."""
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
                           system_ok=route.supports_system_messages)
         ids = tuple(m.id for m in plan.memories)
-        record = count_access and not explain_only and settings.record_injections
-        items = explain(plan.memories, ranked, profile, plan.profile_lines, self._clock()) \
-            if record or explain_only else ()
+        items: tuple[Item, ...] = ()
+        if explained is not None:
+            items = explain(plan.memories, explained[0], explained[1], plan.profile_lines,
+                            self._clock())
         injection_id = self._record(identity, request, items) if record else None
-        if count_access and not explain_only:
+        if count:
             self.access.add(identity.tenant, ids)
         return Injection(
-            messages=messages, status="degraded" if degraded else "injected",
-            count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
-            recall_ms=recall_ms, trimmed=plan.trimmed, refused=refused,
-            reason=degraded or ("budget" if plan.trimmed else None), block=plan.text,
-            recall_tokens=spent, injection_id=injection_id, items=items,
+            messages=messages, status=outcome.status, count=len(plan.memories),
+            tokens=plan.tokens, memory_ids=ids, recall_ms=outcome.recall_ms,
+            trimmed=plan.trimmed, refused=outcome.refused, reason=outcome.reason,
+            block=plan.text, recall_tokens=outcome.recall_tokens,
+            injection_id=injection_id, items=items,
         )
 
     def _record(self, identity: Identity, request: ChatRequest,

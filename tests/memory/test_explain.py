@@ -69,4 +69,5 @@ def test_the_stored_form_round_trips_without_text() -> None:
     assert data["items"][1] == {"kind": "memory", "memory_id": "m1", "rank": 2,
                                 "score": 0.9123, "reasons": ["keyword", "vector"]}
     back = InjectionRecord.from_api("t", "u", data)
-    assert back.to_api() == data and back.created_at == NOW
+    assert back.to_api() == data
+    assert back.created_at == NOW

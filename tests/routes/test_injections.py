@@ -104,11 +104,15 @@ async def test_a_reply_names_its_record_and_the_record_explains_it(gw: Gateway) 
     [item] = record["items"]
     async with gw.client(headers=ALICE) as client:
         [memory] = (await client.get("/v1/memories")).json()["data"]
-    assert item["kind"] == "memory" and item["memory_id"] == memory["id"]
-    assert item["rank"] == 1 and item["score"] > 0
-    assert "keyword" in item["reasons"] and "resident" not in item["reasons"]
+    assert item["kind"] == "memory"
+    assert item["memory_id"] == memory["id"]
+    assert item["rank"] == 1
+    assert item["score"] > 0
+    assert "keyword" in item["reasons"]
+    assert "resident" not in item["reasons"]
     # Ids and scores only: neither the memory's text nor the prompt.
-    assert "green tea" not in found.text and "drink" not in found.text
+    assert "green tea" not in found.text
+    assert "drink" not in found.text
 
 
 async def test_no_memory_no_record(gw: Gateway) -> None:
@@ -204,7 +208,8 @@ async def test_erasure_removes_the_records(gw: Gateway, clock: Clock) -> None:
         assert await gw.res.store.get_injection("default", "alice", gone,
                                                 since=long_ago) is None
     kept = await gw.res.store.get_injection("default", "bob", bob, since=long_ago)
-    assert kept is not None and kept.items[0][1] == bob_memory
+    assert kept is not None
+    assert kept.items[0][1] == bob_memory
 
 
 async def preview(gw: Gateway, body: Any, headers: dict[str, str] = ALICE) -> httpx.Response:
@@ -224,7 +229,8 @@ async def test_preview_shows_what_a_reply_would_inject_and_changes_nothing(
             await res.memory.access.flush(res.store, res.clock())
             await res.usage.flush()
             memory = await res.store.get("default", "alice", memory_id)
-            assert memory is not None and res.queue is not None
+            assert memory is not None
+            assert res.queue is not None
             usage = await res.ledger.usage_totals("default", "alice")
             return (memory.access_count, usage.requests,
                     await res.queue.depth(),
@@ -245,8 +251,10 @@ async def test_preview_shows_what_a_reply_would_inject_and_changes_nothing(
         assert record["items"][0]["memory_id"] == memory_id
         # …and changes what the preview did not.
         after = await state()
-        assert after[0] == before[0] + 1 and after[1] == before[1] + 1
-        assert after[2] != before[2] and after[4] == before[4] + 1
+        assert after[0] == before[0] + 1
+        assert after[1] == before[1] + 1
+        assert after[2] != before[2]
+        assert after[4] == before[4] + 1
 
 
 async def test_preview_without_memory_and_bad_bodies(gw: Gateway) -> None:
@@ -264,4 +272,5 @@ async def test_preview_without_memory_and_bad_bodies(gw: Gateway) -> None:
                                  "model": "nope"})
     assert unknown.status_code == 404
     nobody = await preview(gw, {"messages": [{"role": "user", "content": "x"}]}, {})
-    assert nobody.status_code == 400 and nobody.json()["error"]["code"] == "missing_user"
+    assert nobody.status_code == 400
+    assert nobody.json()["error"]["code"] == "missing_user"

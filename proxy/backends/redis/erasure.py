@@ -127,7 +127,8 @@ class Erasure:
         async def body(pipe: Pipeline) -> int:
             ids = [as_text(i) for i in await pipe.smembers(ids_key)]
             conversations = [as_text(c) for c in await pipe.smembers(convs_key)]
-            injections = [as_text(i) for i in await pipe.zrange(injections_key, 0, -1)]
+            injections = [as_text(i) for i in await pipe.zrange(  # type: ignore[arg-type]
+                injections_key, 0, -1)]
             multi(pipe)
             doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
                       self._keys.tombstones(ns), self._keys.batches(ns),

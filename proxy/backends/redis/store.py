@@ -61,7 +61,6 @@ from proxy.backends.redis.client import (
 )
 from proxy.backends.redis.codec import stored_norm
 from proxy.backends.redis.erasure import AofPurge, Erasure
-from proxy.backends.redis.injections import InjectionRecords
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     IndexMismatchError,
@@ -72,6 +71,7 @@ from proxy.backends.redis.index import (
     namespace_filter,
     tag_is,
 )
+from proxy.backends.redis.injections import InjectionRecords
 from proxy.backends.redis.keys import (
     SHARED_USER,
     KeyLayout,

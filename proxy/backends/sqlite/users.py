@@ -194,8 +194,8 @@ def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str 
     """Delete everything held about the user (memories with their keyword-index rows and
     evidence, tombstones, profile, conversations, names, audit events, settings, injection
     records, their ``memory_generations`` row) in the caller's transaction; leave only a
-    content-free settings row whose ``cleared_at`` is ``marker``, and ``audit``; mark a keyword-index
-    purge owed. Returns the memories removed."""
+    content-free settings row whose ``cleared_at`` is ``marker``, and ``audit``; mark a
+    keyword-index purge owed. Returns the memories removed."""
     owner = (tenant, user)
     # Keyword-index rows first (by rowid), then the memories: one transaction.
     conn.execute(
