@@ -175,6 +175,11 @@ class InjectionLog:
         if self.on_drop is not None:
             self.on_drop(1)
 
+    def discard(self, injection_id: str) -> None:
+        """Drop a buffered record whose block was not sent after all (the retry without
+        memory after a context overflow); one already written stays."""
+        self.pending = [r for r in self.pending if r.id != injection_id]
+
     def forget(self, tenant: str, user: str) -> None:
         """Drop the user's buffered records (erasure)."""
         self.pending = [r for r in self.pending if (r.tenant, r.user) != (tenant, user)]
