@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
-from proxy.memory.explain import InjectionRecord, api_items, explain
+import pytest
+
+from proxy.memory.explain import InjectionLog, InjectionRecord, api_items, explain
 from proxy.memory.recall import QueryHits, RankWeights, rank
 from proxy.memory.records import Profile, ScoredTag
+from proxy.memory.store import StoreUnavailableError
 from proxy.memory.when import mentioned_periods
 from tests.memory.test_recall import NOW, kw, mem, vec
 
@@ -71,3 +75,37 @@ def test_the_stored_form_round_trips_without_text() -> None:
     back = InjectionRecord.from_api("t", "u", data)
     assert back.to_api() == data
     assert back.created_at == NOW
+
+
+class FlakyStore:
+    """Records what it is asked to write; fails while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.written: list[str] = []
+
+    async def record_injections(self, records: Any, **_: Any) -> None:
+        if self.down:
+            raise StoreUnavailableError("down")
+        self.written += [r.id for r in records]
+
+
+def record(injection_id: str, user: str = "u") -> InjectionRecord:
+    return InjectionRecord(id=injection_id, tenant="t", user=user, created_at=NOW, model="m",
+                           conversation_id=None, channel="private", items=())
+
+
+async def test_the_buffer_keeps_records_until_a_write_succeeds_and_forgets_on_erasure() -> None:
+    log, store = InjectionLog(), FlakyStore()
+    log.add(record("a"))
+    log.add(record("b", user="erased"))
+    log.add(record("c"))
+    log.discard("c")  # its reply went out without memory
+    with pytest.raises(StoreUnavailableError):
+        await log.flush(store, NOW)  # type: ignore[arg-type]
+    assert [r.id for r in log.pending] == ["a", "b"]
+    log.forget("t", "erased")
+    store.down = False
+    await log.flush(store, NOW)  # type: ignore[arg-type]
+    assert store.written == ["a"]
+    assert log.pending == []
