@@ -40,6 +40,7 @@ from proxy.routes import (
     console,
     governance,
     health,
+    injections,
     mcp,
     memories,
     messages,
@@ -234,9 +235,15 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         await res.memory.access.flush(res.store, res.clock())
         await res.usage.flush()
 
+    async def record_injections() -> None:  # apart: a failing ledger never holds them
+        await res.memory.injections.flush(res.store, res.clock())
+
     tasks.append(asyncio.create_task(res.sink.run(), name="learning-sink"))
     tasks.append(asyncio.create_task(_every(FLUSH_INTERVAL_SECONDS, flush, "flush"),
                                      name="flush"))
+    tasks.append(asyncio.create_task(
+        _every(FLUSH_INTERVAL_SECONDS, record_injections, "injection_records"),
+        name="injection-records"))
     tasks.append(asyncio.create_task(
         _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
                "index_maintenance", first=0.0),
@@ -285,6 +292,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
             await res.sink.aclose()
         with contextlib.suppress(Exception):
             await flush()
+        with contextlib.suppress(Exception):
+            await record_injections()
 
 
 def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:
@@ -357,6 +366,9 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
               methods=["POST"]),
         Route("/v1/profile/history", conflicts.profile_history, methods=["GET"]),
         Route("/v1/admin/conflicts", conflicts.admin_conflicts, methods=["GET"]),
+        Route("/v1/memories/injections/{injection_id}", injections.get_injection,
+              methods=["GET"]),
+        Route("/v1/memories/preview", injections.preview, methods=["POST"]),
         Route("/v1/memories/{memory_id}", memories.patch_memory, methods=["PATCH"]),
         Route("/v1/profile", users.get_profile, methods=["GET"]),
         Route("/v1/settings", users.get_settings, methods=["GET"]),

@@ -297,6 +297,7 @@
         { label: t("tabProfile"), render: (p) => profileTab(p, as) },
         { label: t("tabConflicts"), render: (p) => conflictsTab(p, ctx, as) },
         { label: t("tabLearning"), render: (p) => learningTab(p, ctx, as) },
+        { label: t("tabRecall"), render: (p) => recallTab(p, as) },
       ])].filter(Boolean));
     heading.focus();
   }
@@ -626,6 +627,59 @@
             : [h("li", {}, `${t("firstSeen")}: ${when(f.first_seen || f.created_at)}`),
               h("li", {}, `${t("lastSeen")}: ${when(f.last_seen || f.last_seen_at)}`)]));
     }));
+  }
+
+  // "Test recall": what recall would inject for a message now (POST /v1/memories/preview,
+  // which changes nothing), and a reply's injection by its X-Memory-Injection-Id.
+  function recallTab(panel, as) {
+    const message = h("textarea", { rows: 3 });
+    const previewOut = h("div", { "aria-live": "polite" });
+    const injectionId = h("input", { type: "text", autocomplete: "off", spellcheck: "false" });
+    const injectionOut = h("div", { "aria-live": "polite" });
+    async function items(list, caption) {
+      if (!list.length) return h("p", { class: "help" }, t("nothingInjected"));
+      // Records hold ids only: the console looks each memory up to show its title.
+      const titles = await Promise.all(list.map((item) => item.kind !== "memory" ? null
+        : api("GET", `/v1/memories/${encodeURIComponent(item.memory_id)}`, as())
+          .then((m) => m.title, () => t("memoryGone"))));
+      return table([t("rank"), t("injectedItem"), t("itemScore"), t("reasons")], list.map((item, i) => [
+        String(item.rank),
+        item.kind === "memory" ? `${titles[i]} (${item.memory_id})` : `${t("profile")}: ${item.field}`,
+        Number(item.score).toFixed(3),
+        item.reasons.map((r) => t(`reason.${r}`)).join(", ")]), caption);
+    }
+    const preview = h("form", { class: "panel", "aria-labelledby": "recall-h", onsubmit: async (e) => {
+      e.preventDefault();
+      previewOut.replaceChildren(h("p", {}, t("loading")));
+      try {
+        const shown = await api("POST", "/v1/memories/preview", as({ body: {
+          messages: [{ role: "user", content: message.value }] } }));
+        previewOut.replaceChildren(h("p", { class: "help" }, t("previewStatus", { status: shown.status })),
+          await items(shown.items, t("testRecall")));
+      } catch (err) { failed(err, previewOut); }
+    } },
+    h("h2", { id: "recall-h" }, t("testRecall")),
+    h("p", { class: "help" }, t("testRecallHelp")),
+    field(t("recallMessage"), message),
+    h("button", { type: "submit" }, t("testRecall")), previewOut);
+    const lookup = h("form", { class: "panel", "aria-labelledby": "inj-h", onsubmit: async (e) => {
+      e.preventDefault();
+      injectionOut.replaceChildren(h("p", {}, t("loading")));
+      try {
+        const record = await api("GET", `/v1/memories/injections/${encodeURIComponent(injectionId.value.trim())}`, as());
+        injectionOut.replaceChildren(h("dl", { class: "facts" },
+          h("dt", {}, t("when")), h("dd", {}, when(record.created_at)),
+          h("dt", {}, t("model")), h("dd", {}, record.request.model),
+          h("dt", {}, t("sourceConversation")), h("dd", {}, record.request.conversation_id || "—"),
+          h("dt", {}, t("channel")), h("dd", {}, record.request.channel)),
+        await items(record.items, t("replyInjection")));
+      } catch (err) { failed(err, injectionOut); }
+    } },
+    h("h2", { id: "inj-h" }, t("replyInjection")),
+    h("p", { class: "help" }, t("replyInjectionHelp")),
+    field(t("injectionId"), injectionId),
+    h("button", { type: "submit" }, t("showInjection")), injectionOut);
+    panel.append(preview, lookup);
   }
 
   function learningTab(panel, ctx, as) {

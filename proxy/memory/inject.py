@@ -186,6 +186,7 @@ class BlockPlan:
     memories: tuple[Memory, ...]
     tokens: int
     trimmed: int  # facts dropped to fit the budget
+    profile_lines: int = 0  # profile lines the block kept (from the first)
 
 
 def fit_block(
@@ -212,7 +213,7 @@ def fit_block(
 
     text, tokens = attempt(len(facts), len(profile_lines))
     if tokens <= budget_tokens:
-        return BlockPlan(text, tuple(facts), tokens, 0)
+        return BlockPlan(text, tuple(facts), tokens, 0, len(profile_lines))
     # Largest fact count that fits, by binary search (token count grows with n).
     low, high = 0, len(facts) - 1
     best: tuple[int, str, int] | None = None
@@ -226,11 +227,11 @@ def fit_block(
             high = middle - 1
     if best is not None and (best[0] > 0 or profile_lines):
         n, text, tokens = best
-        return BlockPlan(text, tuple(facts[:n]), tokens, len(facts) - n)
+        return BlockPlan(text, tuple(facts[:n]), tokens, len(facts) - n, len(profile_lines))
     for n_profile in range(len(profile_lines) - 1, 0, -1):
         text, tokens = attempt(0, n_profile)
         if tokens <= budget_tokens:
-            return BlockPlan(text, (), tokens, len(facts))
+            return BlockPlan(text, (), tokens, len(facts), n_profile)
     return BlockPlan("", (), 0, len(facts))
 
 

@@ -104,9 +104,18 @@ class QueryHits:
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
+    """One ranked memory: its fused ``relevance`` (0–1), ``final`` score, and the parts
+    of that score an injection record explains it by (docs/design.md#injection-records):
+    whether a keyword / vector search found it, its date match ``when`` (0–1) and its
+    conversation ``context`` (0–1)."""
+
     memory: Memory
     relevance: float
     final: float
+    keyword: bool = False
+    vector: bool = False
+    when: float = 0.0
+    context: float = 0.0
 
 
 def evidence_strength(hits: int) -> float:
@@ -310,19 +319,22 @@ def rank(
         return []
     relevance = fused_relevance(hits, weights)
     context = _context(pool, relevance) if weights.context > 0 else {}
+    by_keyword = {c.memory.id for q in hits for c in q.candidates if c.keyword_rank is not None}
+    by_vector = {c.memory.id for q in hits for c in q.candidates if c.vector_rank is not None}
     scored = []
     for m in pool.values():
         rel = relevance[m.id]
         when = time_match((m.created_at, m.last_seen_at), periods) if periods else 0.0
+        near = context.get(m.id, 0.0)
         final = (
             weights.relevance * rel
             + weights.when * when
-            + weights.context * context.get(m.id, 0.0)
+            + weights.context * near
             + weights.quality * max(0.0, min(1.0, m.score))
             + weights.evidence * evidence_strength(m.hits)
             + weights.recency * recency(m.last_seen_at, now, weights.half_life_days)
         )
-        scored.append(Ranked(m, rel, final))
+        scored.append(Ranked(m, rel, final, m.id in by_keyword, m.id in by_vector, when, near))
     scored.sort(key=lambda r: (-r.final, r.memory.id))
     return diverse(scored, limit=limit) if distinct_only else scored[:limit]
 

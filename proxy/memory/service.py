@@ -12,7 +12,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -21,10 +21,11 @@ import structlog
 from proxy.identity import Identity
 from proxy.memory.directives import injectable
 from proxy.memory.embed import Embedder
+from proxy.memory.explain import InjectionLog, InjectionRecord, Item, Keeping, explain
 from proxy.memory.index import RecallIndexes
-from proxy.memory.inject import choose_language, fit_block, splice
-from proxy.memory.recall import RankWeights, distinct
-from proxy.memory.records import Memory, Profile, utcnow
+from proxy.memory.inject import BlockPlan, choose_language, fit_block, splice
+from proxy.memory.recall import Ranked, RankWeights, distinct
+from proxy.memory.records import Memory, Profile, new_id, utcnow
 from proxy.memory.retrieve import THROTTLE, Retriever, plan_queries
 from proxy.memory.store import READ_TURN, MemoryStore, StoreBusyError, StoreUnavailableError
 from proxy.memory.text import load_segmenter_for
@@ -76,6 +77,10 @@ class Injection:
     # (:func:`~proxy.memory.directives.injectable`: the write-time rules, applied again).
     refused: int = 0
     recall_tokens: int = 0  # provider tokens of the query embeddings (memory cost)
+    # The injection record's id (``X-Memory-Injection-Id``; None when none was recorded)
+    # and the items it holds (also built for a preview): docs/design.md#injection-records.
+    injection_id: str | None = None
+    items: tuple[Item, ...] = ()
 
     @property
     def injected(self) -> bool:
@@ -90,7 +95,20 @@ class Injection:
         }
         if self.reason:
             out["x-memory-reason"] = self.reason
+        if self.injection_id:
+            out["x-memory-injection-id"] = self.injection_id
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The parts of an :class:`Injection` known before the block is spliced."""
+
+    status: str
+    recall_ms: float
+    refused: int
+    recall_tokens: int
+    reason: str | None
 
 
 @dataclass(slots=True)
@@ -143,6 +161,9 @@ class MemoryService:
                                     candidate_pool=settings.candidate_pool,
                                     indexes=self.indexes)
         self.access = AccessLog()
+        self.injections = InjectionLog(Keeping(
+            retention=timedelta(days=settings.injection_retention_days),
+            per_user=settings.injections_per_user))
 
     @property
     def retriever(self) -> Retriever:
@@ -158,10 +179,14 @@ class MemoryService:
         return Injection(messages=messages, status=status, reason=reason)
 
     async def prepare(self, identity: Identity, request: ChatRequest, route: Route, *,
-                      count_access: bool = True) -> Injection:
+                      count_access: bool = True, explain_only: bool = False) -> Injection:
         """Recall and splice memory for this request, within ``recall_timeout_ms``.
         ``count_access=False``: the injected memories' access counters are left as they
-        are (a request that only measures the prompt, e.g. counting its tokens)."""
+        are and no injection record is written (a request that only measures the prompt,
+        e.g. counting its tokens). ``explain_only``: as ``count_access=False``, and the
+        injection carries its items (``POST /v1/memories/preview``). Otherwise, when the
+        tenant's ``memory.record_injections`` is on, an injected block is recorded
+        (queued to :attr:`injections`; docs/design.md#injection-records)."""
         if identity.user is None:
             return self.passthrough(request, route, "no_user")
         if identity.mode == "off":
@@ -184,7 +209,7 @@ class MemoryService:
         started = loop.time()
         try:
             async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
-                profile, relevant, resident, degraded, spent = await self._recall(
+                profile, ranked, resident, degraded, spent = await self._recall(
                     identity, request, latest, settings)
         except TimeoutError:
             held = THROTTLE.allow("memory_recall_timeout")
@@ -206,6 +231,7 @@ class MemoryService:
             log.exception("memory_recall_failed", tenant=identity.tenant)
             return self.passthrough(request, route, "degraded", "error")
         recall_ms = (loop.time() - started) * 1000
+        relevant = [r.memory for r in ranked]
         facts = relevant + [
             resident[i] for i in distinct(resident, limit=len(resident), chosen=relevant)
         ]
@@ -224,25 +250,56 @@ class MemoryService:
                 reason=degraded or ("budget" if facts else None), recall_ms=recall_ms,
                 trimmed=plan.trimmed, refused=refused, recall_tokens=spent,
             )
+        outcome = Outcome(status="degraded" if degraded else "injected", recall_ms=recall_ms,
+                          refused=refused, recall_tokens=spent,
+                          reason=degraded or ("budget" if plan.trimmed else None))
+        record = count_access and not explain_only and settings.record_injections
+        return self._injected(identity, request, route, plan, outcome, count=count_access,
+                              explained=(ranked, profile) if record or explain_only else None,
+                              record=record)
+
+    def _injected(self, identity: Identity, request: ChatRequest, route: Route,
+                  plan: BlockPlan, outcome: Outcome, *, count: bool,
+                  explained: tuple[list[Ranked], Profile | None] | None,
+                  record: bool) -> Injection:
+        """The spliced request for a non-empty ``plan``; access counted with ``count``;
+        its items built from ``explained`` (ranked memories, profile) when given, and
+        recorded with ``record``."""
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
                           system_ok=route.supports_system_messages)
         ids = tuple(m.id for m in plan.memories)
-        if count_access:
+        items: tuple[Item, ...] = ()
+        if explained is not None:
+            items = explain(plan.memories, explained[0], explained[1], plan.profile_lines,
+                            self._clock())
+        injection_id = self._record(identity, request, items) if record else None
+        if count:
             self.access.add(identity.tenant, ids)
         return Injection(
-            messages=messages, status="degraded" if degraded else "injected",
-            count=len(plan.memories), tokens=plan.tokens, memory_ids=ids,
-            recall_ms=recall_ms, trimmed=plan.trimmed, refused=refused,
-            reason=degraded or ("budget" if plan.trimmed else None), block=plan.text,
-            recall_tokens=spent,
+            messages=messages, status=outcome.status, count=len(plan.memories),
+            tokens=plan.tokens, memory_ids=ids, recall_ms=outcome.recall_ms,
+            trimmed=plan.trimmed, refused=outcome.refused, reason=outcome.reason,
+            block=plan.text, recall_tokens=outcome.recall_tokens,
+            injection_id=injection_id, items=items,
         )
+
+    def _record(self, identity: Identity, request: ChatRequest,
+                items: tuple[Item, ...]) -> str:
+        """Queue the injection record of this request; its id."""
+        assert identity.user is not None
+        record = InjectionRecord(
+            id=new_id(), tenant=identity.tenant, user=identity.user, created_at=self._clock(),
+            model=request.model, conversation_id=identity.conversation,
+            channel=identity.channel, items=items)
+        self.injections.add(record)
+        return record.id
 
     async def _recall(
         self, identity: Identity, request: ChatRequest, latest: str,
         settings: MemorySettings,
-    ) -> tuple[Profile | None, list[Memory], list[Memory], str | None, int]:
-        """Profile, relevant memories, resident memories, why vectors were not used
+    ) -> tuple[Profile | None, list[Ranked], list[Memory], str | None, int]:
+        """Profile, relevant memories (ranked), resident memories, why vectors were not used
         (``None`` when they were, or when no embedder is configured) and the tokens the
         query embeddings spent. ``latest``: the text of the latest user turn."""
         assert identity.user is not None
@@ -273,7 +330,7 @@ class MemoryService:
         await load_segmenter_for(*(m.content for m in resident))  # near-duplicate check
         # Of an open conflict's pair only the memory with more evidence (then the newer)
         # is injected: the other carries the mark (docs/design.md#conflicts).
-        return (profile, [r.memory for r in recalled.ranked if not r.memory.conflict_yields],
+        return (profile, [r for r in recalled.ranked if not r.memory.conflict_yields],
                 [m for m in resident if not m.conflict_yields], recalled.degraded,
                 recalled.tokens)
 

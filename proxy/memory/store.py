@@ -12,11 +12,12 @@ import math
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from proxy.errors import MemoryProxyError, ProxyError
 from proxy.memory.conflicts import Conflict, ProfileWeek
+from proxy.memory.explain import InjectionRecord
 from proxy.memory.records import ConversationRecord, Memory, Profile
 from proxy.memory.synonyms import SynonymStore
 from proxy.memory.text import load_segmenter_for, query_terms
@@ -324,6 +325,20 @@ class MemoryStore(SynonymStore, Protocol):
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
         """``access_count += n`` and ``last_access_at = at`` for each injected memory id."""
+        ...
+
+    # injection records (docs/design.md#injection-records) --------------------------------
+    async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
+                                retention: timedelta, per_user: int) -> None:
+        """Store ``records`` (each under its own tenant and user), then drop every record
+        of those users older than ``now - retention`` and all but their newest
+        ``per_user``. Raises :class:`StoreUnavailableError`."""
+        ...
+
+    async def get_injection(self, tenant: str, user: str, injection_id: str, *,
+                            since: datetime) -> InjectionRecord | None:
+        """The record ``injection_id`` of (tenant, user) created at or after ``since``;
+        ``None`` for one of another user or tenant, an older one, or none."""
         ...
 
     # management ------------------------------------------------------------

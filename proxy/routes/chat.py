@@ -162,6 +162,8 @@ def _without_memory(call: _Call) -> bool:
     if not call.injection.injected or \
             not call.res.settings.upstream.retry_without_memory_on_overflow:
         return False
+    if call.injection.injection_id is not None:
+        call.res.memory.injections.discard(call.injection.injection_id)
     call.injection = call.res.memory.passthrough(call.chat, call.route, "degraded",
                                                  "context_overflow")
     # Counted again as what it became: the block was counted injected at begin(), and an

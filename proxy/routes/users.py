@@ -168,7 +168,8 @@ async def erase_me(request: Request) -> Response:
     """``DELETE /v1/me?confirm=true``: forget the user (docs/design.md#erasure). Pending
     turns are written out; the queue forgets the user's fingerprints, buffers, lines in
     group buffers and queued transcripts (:meth:`~proxy.learning.queue.LearningQueue.erase_user`,
-    with the display names bound to them); usage rows are deleted; then
+    with the display names bound to them); usage rows and buffered injection records are
+    deleted; then
     :meth:`~proxy.memory.store.MemoryStore.erase_user` removes everything else, keeps one
     content-free marker and one ``erased`` audit event, and purges the files. 400 without
     ``confirm=true``."""
@@ -188,6 +189,7 @@ async def erase_me(request: Request) -> Response:
         await res.queue.erase_user(me.tenant, me.user, names=names)
     await res.usage.flush()
     await res.ledger.erase_user(me.tenant, me.user)
+    res.memory.injections.forget(me.tenant, me.user)  # buffered records never land after
     deleted = await res.store.erase_user(me.tenant, me.user, audit=me.audit(res, "erased"))
     return json_response({"object": "identity.erased", "tenant": me.tenant, "user": me.user,
                           "memories_deleted": deleted})

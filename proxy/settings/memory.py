@@ -117,6 +117,12 @@ class MemorySettings(Section):
     max_subqueries: int = Field(default=3, ge=0, le=8)
     subquery_weight: float = Field(default=1.0, gt=0, le=1)
     embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    # Injection records (docs/design.md#injection-records): which memories and profile
+    # fields went into a reply, by id — kept this many days, at most this many per user
+    # (oldest dropped). ``record_injections`` is tenant-overridable.
+    record_injections: bool = True
+    injection_retention_days: int = Field(default=7, ge=1, le=365)
+    injections_per_user: int = Field(default=1000, ge=1, le=100_000)
     templates: dict[Literal["en", "zh"], InjectTemplate] = Field(
         default_factory=lambda: dict(_DEFAULT_TEMPLATES)
     )

@@ -73,5 +73,6 @@ TENANT_OVERRIDABLE: tuple[Overridable, ...] = (
     Overridable("learning.synonyms", SynonymGroups, extends=True),
     Overridable("memory.injection_count", int),
     Overridable("memory.token_budget_percent", float),
+    Overridable("memory.record_injections", bool),
 )
 """Every setting a tenant may override, in the order the admin API lists them."""

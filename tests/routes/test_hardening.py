@@ -269,8 +269,9 @@ async def test_an_overflow_caused_by_memory_is_retried_without_it_and_counted_de
 ) -> None:
     """When the upstream refuses the request with its memory block as too long,
     the gateway retries once without the block: the reply is 200, says
-    ``degraded``/``context_overflow``, the retry carries no memory, and the outcome counter
-    an operator alerts on counts the request as degraded (it counted it injected only)."""
+    ``degraded``/``context_overflow``, the retry carries no memory (and names no injection
+    record), and the outcome counter an operator alerts on counts the request as degraded
+    (it counted it injected only)."""
     async with gateway.client(headers={"X-User-Id": "u"}) as client:
         added = await client.post("/v1/memories", json={"content": "Keeps bees on the roof"})
         assert added.status_code == 201, added.text
@@ -289,3 +290,6 @@ async def test_an_overflow_caused_by_memory_is_retried_without_it_and_counted_de
     assert "Keeps bees" in str(first["messages"])
     assert "Keeps bees" not in str(retry["messages"])
     assert degraded._value.get() == before + 1
+    # The reply carried no memory: it names no injection record, and none is written.
+    assert "x-memory-injection-id" not in response.headers
+    assert gateway.res.memory.injections.pending == []

@@ -1,14 +1,15 @@
 """Property: whatever tenants, users, keys, group names and operations a client mixes, no
 write or read crosses a (tenant, user) namespace — through any memory route, the admin
-audit log, or the memory block injected into chat. Both backends.
+audit log, the memory block injected into chat, or a reply's injection record. Both
+backends.
 
 Each example starts a fresh gateway with two tenants; each has an app key (names any user
 with ``X-User-Id``), two user-bound keys and an admin key. A random sequence of operations
 — create, list, search, get, delete, clear, chat in a private or a group channel, open a
 conflict (a learned contradiction, written as learning writes it), list, confirm or
-reverse conflicts, the admin's conflict list, the profile history — is sent with random
-keys and random (possibly foreign) user headers and ids, and checked after every step
-against a model of who owns which memory and conflict.
+reverse conflicts, the admin's conflict list, the profile history, read an injection
+record — is sent with random keys and random (possibly foreign) user headers and ids, and
+checked after every step against a model of who owns which memory and conflict.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("settle"), callers, st.integers(0, 30), st.booleans()),
     st.tuples(st.just("admin_conflicts"), st.sampled_from(TENANTS), st.sampled_from(USERS)),
     st.tuples(st.just("history"), callers),
+    st.tuples(st.just("injection"), callers, st.integers(0, 30)),
 ), min_size=4, max_size=14)
 
 
@@ -166,6 +168,8 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
     upstream = FakeUpstream()
     owners: dict[str, tuple[str, str]] = {}  # marker → (tenant, user)
     ids: dict[str, str] = {}  # marker → memory id
+    # injection record id → (its owner, the ids of the owner's memories at the time)
+    records: dict[str, tuple[tuple[str, str], set[str]]] = {}
     made = 0
     checked = 0
     async with running_gateway(gateway_settings(tmp_path, storage), upstream) as gw, \
@@ -249,6 +253,21 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
                 # Manual memories are private-channel knowledge: a group gets none.
                 assert injected <= (set() if group else mine), (me, group, injected)
                 INJECTED[0] += len(injected)
+                record = response.headers.get("x-memory-injection-id")
+                if record:
+                    records[record] = (me, {ids[m] for m in mine})
+            elif kind == "injection" and records:
+                record = sorted(records)[op[2] % len(records)]
+                await gw.res.memory.injections.flush(gw.res.store, gw.res.clock())
+                response = await client.get(f"/v1/memories/injections/{record}",
+                                            headers=headers)
+                owner_of, owned = records[record]
+                assert response.status_code == (200 if owner_of == me else 404), \
+                    (me, owner_of)
+                if response.status_code == 200:
+                    shown = {i["memory_id"] for i in response.json()["items"]
+                             if i["kind"] == "memory"}
+                    assert shown <= owned, (me, shown - owned)
             else:
                 continue
             checked += 1

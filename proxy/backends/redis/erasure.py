@@ -115,34 +115,38 @@ class Erasure:
 
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:
         """Delete every key of the user's namespace (memories, evidence, profile,
-        conversations, tombstones, batches, settings, audit stream), the user's entries
-        of the tenant's audit stream and display-name sets; then stamp ``cleared_at``
-        (the content-free erasure marker) and log ``audit``. Returns the memories
-        removed."""
+        conversations, tombstones, batches, settings, audit stream, injection records), the
+        user's entries of the tenant's audit stream and display-name sets; then stamp
+        ``cleared_at`` (the content-free erasure marker) and log ``audit``. Returns the
+        memories removed."""
         ns = user_token(tenant, user)
         ids_key, convs_key = self._keys.ids(ns), self._keys.conversations(ns)
+        injections_key = self._keys.injections(ns)
         now = utcnow()
 
         async def body(pipe: Pipeline) -> int:
             ids = [as_text(i) for i in await pipe.smembers(ids_key)]
             conversations = [as_text(c) for c in await pipe.smembers(convs_key)]
+            injections = [as_text(i) for i in await pipe.zrange(  # type: ignore[arg-type]
+                injections_key, 0, -1)]
             multi(pipe)
             doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
                       self._keys.tombstones(ns), self._keys.batches(ns),
                       self._keys.settings(ns), self._keys.audit(ns),
-                      self._keys.facts(ns)]
+                      self._keys.facts(ns), injections_key]
             # Conflicts and weekly profile snapshots (docs/design.md#conflicts).
             doomed += [self._keys.conflicts(ns), self._keys.profile_history(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]
+            doomed += [self._keys.injection(ns, i) for i in injections]
             pipe.unlink(*doomed)
             self._users.queue_cleared(pipe, ns, now)  # the content-free erasure marker
             await pipe.execute()
             return len(ids)
 
         profile = await self._users.get_profile(tenant, user)
-        removed = await transact(self._redis, [ids_key, convs_key], body)
+        removed = await transact(self._redis, [ids_key, convs_key, injections_key], body)
         removed += await self.sweep(ns)
         await self._users.erase_names(tenant, user, profile.names if profile else ())
         await self._audit.erase_user(tenant, user)

@@ -38,6 +38,10 @@ key name::
     P:syn:{t…}                 HASH    candidate synonym id → JSON (words, status, times)
     P:synobs:{t…}:<id>         HASH    ``ns`` → JSON of that user's count and examples
     P:synu:{t…}:<ns>           SET     candidate ids the user observed (erasure)
+    P:inj:{ns}:<id>            STRING  one injection record (JSON), expiring after the
+                                       retention window
+    P:injs:{ns}                ZSET    the user's injection record ids → epoch seconds
+                                       (per-user cap, erasure), expiring with them
 
 The learning queue (:mod:`proxy.backends.redis.queue`) keeps its jobs under one tag of
 its own, ``{P}`` (a Lua script moves a job between them atomically), and each user's
@@ -245,6 +249,12 @@ class KeyLayout:
         every write of its memories (not access statistics) and never deleted, so it never
         returns to a value it had (the in-process recall index is reused while it holds)."""
         return f"{self.prefix}:gen:{{{ns}}}"
+
+    def injection(self, ns: str, injection_id: str) -> str:
+        return f"{self.prefix}:inj:{{{ns}}}:{injection_id}"
+
+    def injections(self, ns: str) -> str:
+        return f"{self.prefix}:injs:{{{ns}}}"
 
     def facts(self, ns: str) -> str:
         """HASH :func:`~proxy.memory.writes.fact_key` → id of the active memory written with

@@ -72,6 +72,7 @@ from proxy.backends.redis.index import (
     namespace_filter,
     tag_is,
 )
+from proxy.backends.redis.injections import InjectionRecords
 from proxy.backends.redis.keys import (
     SHARED_USER,
     KeyLayout,
@@ -82,10 +83,10 @@ from proxy.backends.redis.keys import (
     user_token,
 )
 from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
+from proxy.backends.redis.parts import RecordParts
 from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
-from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     DEFAULT_PURGE_SECONDS,
@@ -104,7 +105,6 @@ from proxy.memory.store import (
     VectorUpdate,
     related_by_keywords,
 )
-from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 from proxy.memory.text import query_terms
 from proxy.memory.writes import scope_state_counts, state_counts
 from proxy.settings import GLOBAL_NAMESPACE
@@ -122,7 +122,7 @@ def _unavailable(operation: str) -> contextlib.AbstractContextManager[None]:
     return unavailable_on_redis_error(f"store {operation}", (RedisVLError, IndexMismatchError))
 
 
-class RedisMemoryStore:
+class RedisMemoryStore(RecordParts):
     """:class:`~proxy.memory.store.MemoryStore` on one ``redis.asyncio`` client (RESP2,
     bytes — see :func:`proxy.backends.redis.client.connect`), which the caller owns and closes.
 
@@ -144,6 +144,7 @@ class RedisMemoryStore:
         self._tenants = TenantRecords(client, self._keys)
         self._hashes = MemoryHashes(client, self._keys)
         self._conflicts = ConflictRecords(client, self._keys)
+        self._injections = InjectionRecords(client, self._keys)
         self._changes = ChangeSetWriter(client, self._keys, hashes=self._hashes,
                                         users=self._users, audit=self._audit)
         self._erasure = Erasure(client, self._keys, index=self._index, users=self._users,
@@ -437,21 +438,6 @@ class RedisMemoryStore:
         return sorted(memories, key=lambda m: (m.created_at, m.id))
 
 
-    # conflicts and the profile over time (proxy.backends.redis.conflicts) -------------
-    async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
-                             limit: int = 500) -> list[Conflict]:
-        with _unavailable("list_conflicts"):
-            return await self._conflicts.listed(tenant, user, statuses, limit)
-
-    async def get_conflict(self, tenant: str, user: str,
-                           conflict_id: str) -> Conflict | None:
-        with _unavailable("get_conflict"):
-            return await self._conflicts.get(tenant, user, conflict_id)
-
-    async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
-        with _unavailable("profile_history"):
-            return await self._conflicts.weeks(tenant, user)
-
     async def bind_names(self, tenant: str, user: str, names: Sequence[str]) -> None:
         with _unavailable("bind_names"):
             await self._users.bind_names(tenant, user, names)
@@ -538,23 +524,6 @@ class RedisMemoryStore:
                                   ) -> None:
         with _unavailable("put_tenant_settings"):
             await self._tenants.put_settings(tenant, overrides)
-
-    # candidate synonyms (proxy.backends.redis.synonyms) ------------------------------------
-    async def count_synonyms(self, tenant: str, user: str,
-                             examples: Sequence[SynonymExample]) -> None:
-        with _unavailable("count_synonyms"):
-            await self._synonyms.count(tenant, user, examples)
-
-    async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
-                                 limit: int) -> list[SynonymCandidate]:
-        with _unavailable("synonym_candidates"):
-            return await self._synonyms.candidates(tenant, status=status, limit=limit)
-
-    async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
-                             actor: str, at: datetime) -> SynonymCandidate | None:
-        with _unavailable("decide_synonym"):
-            return await self._synonyms.decide(tenant, candidate, status=status, actor=actor,
-                                               at=at)
 
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:

@@ -381,6 +381,20 @@ MIGRATIONS: tuple[str, ...] = (
     # 16: conflicts a person settles and the weekly profile snapshots (the script and its
     # notes: proxy/backends/sqlite/conflicts.py).
     CONFLICTS_MIGRATION,
+    # 17: injection records (docs/design.md#injection-records): ids, fields and scores of
+    # what one reply injected, as the API's JSON; kept for a retention window and a
+    # per-user cap (proxy.backends.sqlite.injections).
+    """
+    CREATE TABLE injections (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX injections_owner ON injections (tenant, user_id, created_at);
+    CREATE INDEX injections_created ON injections (created_at);
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {

@@ -16,12 +16,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
 
-from proxy.backends.sqlite import conflicts, synonyms, users
+from proxy.backends.sqlite import conflicts, injections, synonyms, users
 from proxy.backends.sqlite.apply import apply_changes
 from proxy.backends.sqlite.audit import count_events, insert_events, search_events
 from proxy.backends.sqlite.codec import (
@@ -35,6 +35,7 @@ from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.rows import delete_memories, upsert_memory
 from proxy.backends.sqlite.search import Recall
 from proxy.memory.conflicts import Conflict, ProfileWeek
+from proxy.memory.explain import InjectionRecord
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     DEFAULT_PURGE_SECONDS,
@@ -135,6 +136,17 @@ class SqliteMemoryStore:
             "WHERE id = ? AND tenant = ?",
             [(n, stamp, i, tenant) for i, n in counts.items()],
         ))
+
+    async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
+                                retention: timedelta, per_user: int) -> None:
+        if records:
+            await self._write(lambda c: injections.insert(
+                c, records, cutoff=now - retention, per_user=per_user))
+
+    async def get_injection(self, tenant: str, user: str, injection_id: str, *,
+                            since: datetime) -> InjectionRecord | None:
+        return await self._read(
+            lambda c: injections.get(c, tenant, user, injection_id, since=since))
 
     # management ------------------------------------------------------------
     async def get(self, tenant: str, user: str | None, memory_id: str) -> Memory | None:

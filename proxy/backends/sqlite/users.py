@@ -193,10 +193,10 @@ def tombstoned(conn: sqlite3.Connection, tenant: str, user: str,
 def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str | None,
                audit: AuditEvent) -> int:
     """Delete everything held about the user (memories with their keyword-index rows and
-    evidence, tombstones, profile, conversations, names, audit events, settings, their
-    ``memory_generations`` row) in the caller's transaction; leave only a content-free
-    settings row whose ``cleared_at`` is ``marker``, and ``audit``; mark a keyword-index
-    purge owed. Returns the memories removed."""
+    evidence, tombstones, profile, conversations, names, audit events, settings, injection
+    records, their ``memory_generations`` row) in the caller's transaction; leave only a
+    content-free settings row whose ``cleared_at`` is ``marker``, and ``audit``; mark a
+    keyword-index purge owed. Returns the memories removed."""
     owner = (tenant, user)
     # Keyword-index rows first (by rowid), then the memories: one transaction.
     conn.execute(
@@ -208,7 +208,7 @@ def erase_user(conn: sqlite3.Connection, tenant: str, user: str, *, marker: str 
     removed = conn.execute("DELETE FROM memories WHERE tenant = ? AND user_id = ?",
                            owner).rowcount
     for table in ("memory_tombstones", "profiles", "conversations", "user_names",
-                  "audit_log", "user_settings"):
+                  "audit_log", "user_settings", "injections"):
         conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND user_id = ?", owner)
     # The counters row goes too; the floor rises above it so a later write never brings
     # the user's generation back to a value some process's cache saw (migration 13).

@@ -1,0 +1,60 @@
+"""Injection records on Redis (docs/design.md#injection-records): each record a STRING
+``P:inj:{ns}:<id>`` (the API's JSON) expiring after the retention window, and the user's
+ZSET ``P:injs:{ns}`` of record ids by time, which enforces the per-user cap and lets
+erasure find every record. Errors are the caller's to translate."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import orjson
+from redis.asyncio import Redis
+
+from proxy.backends.redis.keys import KeyLayout, user_token
+from proxy.backends.redis.memories import as_text
+from proxy.memory.explain import InjectionRecord
+
+
+class InjectionRecords:
+    def __init__(self, client: Redis, layout: KeyLayout) -> None:
+        self._redis = client
+        self._keys = layout
+
+    async def write(self, records: Sequence[InjectionRecord], *, now: datetime,
+                    retention: timedelta, per_user: int) -> None:
+        """Store ``records``; per written user, drop ids older than ``now - retention``
+        and all but the newest ``per_user`` (their records with them)."""
+        seconds = max(1, math.ceil(retention.total_seconds()))
+        cutoff = (now - retention).timestamp()
+        by_ns: dict[str, list[InjectionRecord]] = defaultdict(list)
+        for record in records:
+            by_ns[user_token(record.tenant, record.user)].append(record)
+        for ns, mine in by_ns.items():
+            index = self._keys.injections(ns)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for r in mine:
+                    pipe.set(self._keys.injection(ns, r.id), orjson.dumps(r.to_api()),
+                             ex=seconds)
+                pipe.zadd(index, {r.id: r.created_at.timestamp() for r in mine})
+                pipe.zremrangebyscore(index, "-inf", f"({cutoff}")
+                pipe.zrange(index, 0, -(per_user + 1))
+                pipe.expire(index, seconds)
+                replies = await pipe.execute()
+            extra = [as_text(i) for i in replies[-2]]
+            if extra:
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.zrem(index, *extra)
+                    pipe.unlink(*(self._keys.injection(ns, i) for i in extra))
+                    await pipe.execute()
+
+    async def get(self, tenant: str, user: str, injection_id: str, *,
+                  since: datetime) -> InjectionRecord | None:
+        raw = await self._redis.get(self._keys.injection(user_token(tenant, user),
+                                                         injection_id))
+        if raw is None:
+            return None
+        record = InjectionRecord.from_api(tenant, user, orjson.loads(raw))
+        return record if record.created_at >= since else None

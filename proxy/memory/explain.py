@@ -1,0 +1,200 @@
+"""Injection records: which memories and profile fields went into one reply, and why
+(docs/design.md#injection-records).
+
+A record holds ids, profile field names, ranks, scores and reason words — never memory
+text and never the prompt. The request path builds one as a small tuple list and hands
+it to :class:`InjectionLog`, which the app flushes to the store in batches every second
+(like the access counters), so no request waits on a store write. ``GET
+/v1/memories/injections/{id}`` reads a record back; ``POST /v1/memories/preview`` shows the
+items recall would inject now, recording nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from proxy.memory.records import Memory, Profile, ScoredTag, from_iso, to_iso
+
+if TYPE_CHECKING:
+    from proxy.memory.recall import Ranked
+    from proxy.memory.store import MemoryStore
+
+log = structlog.get_logger("proxy.memory.explain")
+
+Reason = Literal["keyword", "vector", "resident", "date", "conversation"]
+# Profile tags shown per line of the block (proxy.memory.inject.MAX_PROFILE_TAGS).
+PROFILE_TAGS = 6
+# A date match (proxy.memory.when.time_match) decays exponentially and is never quite 0
+# once the query names a date: "date" is a reason from 1 % of a full match on (about 4.6
+# decay constants from the named period).
+DATE_REASON = 0.01
+# Records buffered while the store is away; past it the newest are dropped and counted.
+MAX_PENDING = 10_000
+
+# One item: (kind, memory id or profile field, score, reasons); its rank is its position.
+Item = tuple[Literal["memory", "profile"], str, float, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class InjectionRecord:
+    """One reply's injection: ``id`` (ULID), the (tenant, user) it belongs to, when,
+    the request's model, conversation id and channel, and its items best first."""
+
+    id: str
+    tenant: str
+    user: str
+    created_at: datetime
+    model: str
+    conversation_id: str | None
+    channel: str
+    items: tuple[Item, ...]
+
+    def to_api(self) -> dict[str, Any]:
+        """``{"id", "created_at", "request": {"model", "conversation_id", "channel"},
+        "items": [{"kind", "memory_id" | "field", "rank" (1 = first), "score",
+        "reasons"}]}``."""
+        return {
+            "id": self.id,
+            "created_at": to_iso(self.created_at),
+            "request": {"model": self.model, "conversation_id": self.conversation_id,
+                        "channel": self.channel},
+            "items": api_items(self.items),
+        }
+
+    @classmethod
+    def from_api(cls, tenant: str, user: str, data: dict[str, Any]) -> InjectionRecord:
+        """The record :meth:`to_api` wrote (the stored form)."""
+        request = data["request"]
+        items = tuple(
+            ("memory", i["memory_id"], float(i["score"]), tuple(i["reasons"]))
+            if i["kind"] == "memory"
+            else ("profile", i["field"], float(i["score"]), tuple(i["reasons"]))
+            for i in data["items"]
+        )
+        created = from_iso(data["created_at"])
+        assert created is not None
+        return cls(id=data["id"], tenant=tenant, user=user, created_at=created,
+                   model=request["model"], conversation_id=request["conversation_id"],
+                   channel=request["channel"], items=items)  # type: ignore[arg-type]
+
+
+def api_items(items: Sequence[Item]) -> list[dict[str, Any]]:
+    """The items as the API shows them (rank 1 = first in the block's order)."""
+    out = []
+    for rank, (kind, ref, score, reasons) in enumerate(items, start=1):
+        key = "memory_id" if kind == "memory" else "field"
+        out.append({"kind": kind, key: ref, "rank": rank, "score": round(score, 4),
+                    "reasons": list(reasons)})
+    return out
+
+
+def explain(memories: Sequence[Memory], ranked: Sequence[Ranked],
+            profile: Profile | None, profile_lines: int, now: datetime) -> tuple[Item, ...]:
+    """The items of one block: its profile fields (``style``, ``impression``,
+    ``traits[i]``, ``topics[i]`` — ``i`` the tag's index in the stored profile — score the
+    tag's effective score, 1.0 for style and impression; reason ``resident``), then its
+    ``memories`` in ranking order: a ranked one scored by its final score with the
+    reasons ranking computed (``keyword``/``vector`` search hit, ``date`` match ≥
+    :data:`DATE_REASON`, ``conversation`` context > 0); one from the resident layer
+    scored by its quality score, reason ``resident``. ``profile_lines``: how many profile
+    lines the block kept."""
+    items: list[Item] = []
+    if profile is not None and profile_lines > 0:
+        items.extend(_profile_items(profile, now)[:_items_within(profile, profile_lines)])
+    by_id = {r.memory.id: r for r in ranked}
+    for memory in memories:
+        r = by_id.get(memory.id)
+        if r is None:
+            items.append(("memory", memory.id, max(0.0, min(1.0, memory.score)),
+                          ("resident",)))
+            continue
+        reasons = tuple(word for word, on in (
+            ("keyword", r.keyword), ("vector", r.vector), ("date", r.when >= DATE_REASON),
+            ("conversation", r.context > 0)) if on)
+        items.append(("memory", memory.id, r.final, reasons))
+    return tuple(items)
+
+
+def _profile_items(profile: Profile, now: datetime) -> list[Item]:
+    items: list[Item] = []
+    if profile.style:
+        items.append(("profile", "style", 1.0, ("resident",)))
+    if profile.impression:
+        items.append(("profile", "impression", 1.0, ("resident",)))
+    for name, tags in (("traits", profile.traits), ("topics", profile.topics)):
+        items.extend(("profile", f"{name}[{i}]", score, ("resident",))
+                     for i, score in _top(tags, now))
+    return items
+
+
+def _items_within(profile: Profile, lines: int) -> int:
+    """How many profile items the first ``lines`` lines of the block hold (one each for
+    style and impression, up to :data:`PROFILE_TAGS` for traits and for topics)."""
+    sizes = [1] * bool(profile.style) + [1] * bool(profile.impression)
+    sizes += [n for n in (min(PROFILE_TAGS, len(profile.traits)),
+                          min(PROFILE_TAGS, len(profile.topics))) if n]
+    return sum(sizes[:lines])
+
+
+def _top(tags: Sequence[ScoredTag], now: datetime) -> list[tuple[int, float]]:
+    scored = sorted(((i, t.effective_score(now), t.text) for i, t in enumerate(tags)),
+                    key=lambda x: (-x[1], x[2]))
+    return [(i, score) for i, score, _ in scored[:PROFILE_TAGS]]
+
+
+@dataclass(frozen=True, slots=True)
+class Keeping:
+    """How long records are kept (``memory.injection_retention_days``, default 7) and
+    how many per user (``memory.injections_per_user``, default 1,000; oldest dropped)."""
+
+    retention: timedelta = timedelta(days=7)
+    per_user: int = 1000
+
+
+@dataclass(slots=True)
+class InjectionLog:
+    """Buffers records so the hot path never writes them; :meth:`flush` stores them in
+    one batch. A failed write keeps them for the next flush, within :data:`MAX_PENDING`
+    (newest dropped, counted in ``dropped``)."""
+
+    keeping: Keeping = field(default_factory=Keeping)
+    pending: list[InjectionRecord] = field(default_factory=list)
+    dropped: int = 0
+    on_drop: Callable[[int], None] | None = None
+
+    def add(self, record: InjectionRecord) -> None:
+        if len(self.pending) < MAX_PENDING:
+            self.pending.append(record)
+            return
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop(1)
+
+    def discard(self, injection_id: str) -> None:
+        """Drop a buffered record whose block was not sent after all (the retry without
+        memory after a context overflow); one already written stays."""
+        self.pending = [r for r in self.pending if r.id != injection_id]
+
+    def forget(self, tenant: str, user: str) -> None:
+        """Drop the user's buffered records (erasure)."""
+        self.pending = [r for r in self.pending if (r.tenant, r.user) != (tenant, user)]
+
+    async def flush(self, store: MemoryStore, now: datetime) -> None:
+        """Write the buffered records. Raises what the store raised (the records stay)."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        try:
+            await store.record_injections(pending, now=now,
+                                          retention=self.keeping.retention,
+                                          per_user=self.keeping.per_user)
+        except BaseException:
+            merged = pending + self.pending
+            self.pending = merged[:MAX_PENDING]
+            self.dropped += len(merged) - len(self.pending)
+            raise

@@ -1,0 +1,111 @@
+"""Injection items: the reasons ranking computed travel with each ranked memory, resident
+facts and profile fields are named as such, and the block's trims are honoured."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from proxy.memory.explain import InjectionLog, InjectionRecord, api_items, explain
+from proxy.memory.recall import QueryHits, RankWeights, rank
+from proxy.memory.records import Profile, ScoredTag
+from proxy.memory.store import StoreUnavailableError
+from proxy.memory.when import mentioned_periods
+from tests.memory.test_recall import NOW, kw, mem, vec
+
+WEIGHTS = RankWeights(feedback=0)
+
+
+def reasons(items: tuple[object, ...]) -> dict[str, tuple[str, ...]]:
+    return {item[1]: item[3] for item in items}  # type: ignore[index]
+
+
+def test_ranked_memories_carry_the_reasons_ranking_computed() -> None:
+    on_day = mem("day", created=datetime(2024, 6, 3, tzinfo=UTC),
+                 seen=datetime(2024, 6, 3, tzinfo=UTC), conv="c1")
+    long_before = datetime(2022, 1, 1, tzinfo=UTC)
+    sibling = mem("sib", conv="c1", created=long_before, seen=long_before)
+    dense = mem("dense", vec=(1.0, 0.0), created=long_before, seen=long_before)
+    hits = [QueryHits([kw(on_day, 1, 5.0), kw(sibling, 2, 1.0), vec(dense, 1)],
+                      vector=(1.0, 0.0))]
+    ranked = rank(hits, now=NOW, weights=WEIGHTS, limit=10,
+                  periods=mentioned_periods("on 3 June 2024"))
+    items = explain([r.memory for r in ranked], ranked, None, 0, NOW)
+    why = reasons(items)
+    assert why["day"] == ("keyword", "date", "conversation")
+    assert why["sib"] == ("keyword", "conversation")
+    assert why["dense"] == ("vector",)
+    # Each item's score is the final ranking score, best first.
+    assert [i[2] for i in items] == [r.final for r in ranked]
+    # Without a date in the query or a context weight, neither reason appears.
+    plain = rank(hits, now=NOW, weights=replace(WEIGHTS, context=0), limit=10)
+    assert reasons(explain([r.memory for r in plain], plain, None, 0, NOW))["day"] == \
+        ("keyword",)
+
+
+def test_resident_facts_and_profile_fields_are_named() -> None:
+    resident = mem("res", score=0.8)
+    tags = tuple(ScoredTag(f"t{i}", score=i / 10, hits=1, at=NOW) for i in range(8))
+    profile = Profile(tenant="t", user_id="u", style="terse", traits=tags,
+                      topics=(ScoredTag("tea", 0.5, 1, NOW),))
+    items = explain([resident], [], profile, 3, NOW)
+    fields = [i[1] for i in items if i[0] == "profile"]
+    # style, then the six strongest traits (by index in the profile), then the topic.
+    assert fields == ["style", *(f"traits[{i}]" for i in range(7, 1, -1)), "topics[0]"]
+    assert items[-1] == ("memory", "res", 0.8, ("resident",))
+    assert all(i[3] == ("resident",) for i in items)
+    # A block that kept only its first profile line names only that line's field.
+    assert [i[1] for i in explain([], [], profile, 1, NOW)] == ["style"]
+    assert explain([], [], profile, 0, NOW) == ()
+
+
+def test_the_stored_form_round_trips_without_text() -> None:
+    items = (("profile", "traits[1]", 0.5, ("resident",)),
+             ("memory", "m1", 0.91234, ("keyword", "vector")))
+    record = InjectionRecord(id="01ARZ3NDEKTSV4RRFFQ69G5FAV", tenant="t", user="u",
+                             created_at=NOW, model="m", conversation_id="c", channel="private",
+                             items=items)
+    data = record.to_api()
+    assert data["items"] == api_items(items)
+    assert data["items"][1] == {"kind": "memory", "memory_id": "m1", "rank": 2,
+                                "score": 0.9123, "reasons": ["keyword", "vector"]}
+    back = InjectionRecord.from_api("t", "u", data)
+    assert back.to_api() == data
+    assert back.created_at == NOW
+
+
+class FlakyStore:
+    """Records what it is asked to write; fails while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.written: list[str] = []
+
+    async def record_injections(self, records: Any, **_: Any) -> None:
+        if self.down:
+            raise StoreUnavailableError("down")
+        self.written += [r.id for r in records]
+
+
+def record(injection_id: str, user: str = "u") -> InjectionRecord:
+    return InjectionRecord(id=injection_id, tenant="t", user=user, created_at=NOW, model="m",
+                           conversation_id=None, channel="private", items=())
+
+
+async def test_the_buffer_keeps_records_until_a_write_succeeds_and_forgets_on_erasure() -> None:
+    log, store = InjectionLog(), FlakyStore()
+    log.add(record("a"))
+    log.add(record("b", user="erased"))
+    log.add(record("c"))
+    log.discard("c")  # its reply went out without memory
+    with pytest.raises(StoreUnavailableError):
+        await log.flush(store, NOW)  # type: ignore[arg-type]
+    assert [r.id for r in log.pending] == ["a", "b"]
+    log.forget("t", "erased")
+    store.down = False
+    await log.flush(store, NOW)  # type: ignore[arg-type]
+    assert store.written == ["a"]
+    assert log.pending == []
