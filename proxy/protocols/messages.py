@@ -205,7 +205,10 @@ def chat_body(body: dict[str, Any], *, keep_cache: bool) -> dict[str, Any]:
         if parallel is not None and body.get("tools"):
             out["parallel_tool_calls"] = parallel
     metadata = body.get("metadata")
-    if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
+    if isinstance(metadata, dict) and metadata.get("user_id") is not None:
+        if not isinstance(metadata["user_id"], str):  # never silently ignored
+            raise InvalidRequestError("metadata.user_id must be a string.",
+                                      param="metadata.user_id", code="invalid_type")
         out["user"] = metadata["user_id"]
     return out
 

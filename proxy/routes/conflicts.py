@@ -11,7 +11,8 @@ the memory API (:mod:`proxy.routes.owner`: an admin key acts for ``X-User-Id``).
   stands (an open conflict retires the old memory now).
 - ``POST /v1/memories/conflicts/{id}/reverse`` → the conflict, ``reversed``: the old memory
   is active again, the successor retired (audited ``retired`` like a supersede).
-  Both: 404 ``conflict_not_found`` (also another user's), 409 ``conflict_settled``.
+  Both: 404 ``conflict_not_found`` (also another user's), 409 ``conflict_settled``, or
+  ``conflict_stale`` when a later fact replaced one of the pair's facts.
 - ``GET /v1/admin/conflicts?user=&status=`` (tenant admin key) → the user's conflicts.
 - ``GET /v1/profile/history?since=&until=`` → ``{"object": "list", "data": [{"week",
   "traits": [{"text", "score"}], "topics": [...]}]}``, oldest first; the current week is
@@ -112,6 +113,10 @@ async def _settle(request: Request, *, reverse: bool) -> Response:
     if conflict.settled:
         raise ConflictError(f"The conflict is {conflict.status} already.",
                             param="conflict_id", code="conflict_settled")
+    if _overtaken(*pair):
+        raise ConflictError("A later fact has replaced one of this conflict's facts since; "
+                            "settle that newer conflict instead.", param="conflict_id",
+                            code="conflict_stale")
     done, (retired, successor) = settle(conflict, *pair, reverse=reverse, at=res.clock(),
                                         actor=me.actor)
     applied = await res.store.apply(ChangeSet(
@@ -122,6 +127,13 @@ async def _settle(request: Request, *, reverse: bool) -> Response:
         raise ConflictError("The conflict is settled already.", param="conflict_id",
                             code="conflict_settled")
     return json_response(done.to_api(retired, successor))
+
+
+def _overtaken(first: Memory, second: Memory) -> bool:
+    """Whether either memory of a pair was retired by a memory outside the pair (settling
+    it then would make two contradicting facts active at once)."""
+    return any(m.superseded_at is not None and m.superseded_by not in (first.id, second.id)
+               for m in (first, second))
 
 
 async def confirm_conflict(request: Request) -> Response:

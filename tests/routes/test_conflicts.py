@@ -171,3 +171,27 @@ async def test_profile_history_is_weekly_with_the_live_week_last(
     assert (await call(gw, "DELETE", "/v1/me", U1, params={"confirm": "true"})).status_code \
         == 200
     assert await gw.res.store.profile_history("tenant-a", "u1") == []
+
+
+async def test_a_conflict_overtaken_by_a_later_fact_is_not_settled(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """An open pair whose old fact a later fact then superseded: reversing (or confirming)
+    it is a 409 ``conflict_stale`` that changes nothing, so two contradicting facts never
+    end up active at once; the later supersede's own pair still settles."""
+    await learn(gw, upstream, "I live in Lisbon.", fact("Lives in Lisbon"))
+    await learn_with_ids(gw, upstream, "Porto maybe?", lambda ids: fact(
+        "Lives in Porto", contradicts=[ids["Lives in Lisbon"]]))
+    await learn_with_ids(gw, upstream, "I moved to Berlin.", lambda ids: fact(
+        "Lives in Berlin", supersedes=[ids["Lives in Lisbon"]]))
+    pairs = {c["successor"]["content"]: c for c in await conflicts(gw, status="all")}
+    stale = pairs["Lives in Porto"]
+    for action in ("reverse", "confirm"):
+        refused = await call(gw, "POST", f"/v1/memories/conflicts/{stale['id']}/{action}", U1)
+        assert error(refused, 409)["code"] == "conflict_stale"
+    listed = await call(gw, "GET", "/v1/memories", U1, params={"include_retired": "true"})
+    active = {m["content"] for m in listed.json()["data"] if m["superseded_at"] is None}
+    assert "Lives in Lisbon" not in active
+    assert "Lives in Berlin" in active
+    fresh = pairs["Lives in Berlin"]
+    settled = await call(gw, "POST", f"/v1/memories/conflicts/{fresh['id']}/confirm", U1)
+    assert settled.status_code == 200, settled.text

@@ -160,11 +160,16 @@ async def test_x_api_key_is_the_gateway_key_and_401_is_anthropic_shaped(
     ({"max_tokens": 8, "messages": []}, "invalid_request_error"),
     ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]},
      "invalid_request_error"),
+    ({"max_tokens": 8, "metadata": {"user_id": 5},
+      "messages": [{"role": "user", "content": "x"}]}, "invalid_request_error"),
+    ({"max_tokens": 8, "metadata": {"user_id": {"id": "alice"}},
+      "messages": [{"role": "user", "content": "x"}]}, "invalid_request_error"),
 ])
 async def test_bad_requests_are_anthropic_400s(gateway: Gateway, upstream: FakeUpstream,
                                                payload: dict[str, Any], kind: str) -> None:
-    """A missing ``max_tokens``, empty ``messages`` or a bad role is a 400 in Anthropic's
-    error shape; nothing reaches the upstream."""
+    """A missing ``max_tokens``, empty ``messages``, a bad role or a ``metadata.user_id``
+    that is not a string (never silently ignored) is a 400 in Anthropic's error shape;
+    nothing reaches the upstream."""
     async with gateway.client() as client:
         response = await client.post("/v1/messages", json={"model": "m", **payload})
     assert response.status_code == 400
