@@ -321,6 +321,10 @@ async def test_the_readme_curls_are_answered_with_their_keys(
         allowed = {200, 201, 202, 404} if PLACEHOLDER.search(curl.url) else {200, 201, 202}
         if "versions/2/restore" in curl.url:
             allowed = {200, 404}  # a prompt version the reader has not saved yet
+        if PLACEHOLDER.search(curl.url) and "after=" in curl.url and reply.status_code == 400:
+            # a placeholder is no memory id: the cursor's 400 names it
+            assert reply.json()["error"]["param"] == "after", reply.text
+            continue
         assert reply.status_code in allowed, (curl, reply.status_code, reply.text[:300])
     contents = [m["content"] for m in shared.json()["data"]]
     assert "Expense reports are due on Fridays" in contents
