@@ -171,9 +171,15 @@ def _old_sqlite_store(path: Path, memories: list[Memory]) -> None:
     for script in MIGRATIONS[:RETERM_MIGRATION - 1]:
         conn.executescript(script)
     conn.execute(f"PRAGMA user_version = {RETERM_MIGRATION - 1}")
-    insert = f"INSERT INTO memories ({COLUMNS}, norm) VALUES ({', '.join('?' * 27)})"  # noqa: S608
+    # Only the columns that schema had: later migrations add columns to memories.
+    had = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
+    names = [c.strip() for c in COLUMNS.split(",")] + ["norm"]
+    keep = [i for i, name in enumerate(names) if name in had]
+    insert = (f"INSERT INTO memories ({', '.join(names[i] for i in keep)}) "  # noqa: S608
+              f"VALUES ({', '.join('?' * len(keep))})")
     for memory in memories:
-        conn.execute(insert, row_values(memory))
+        values = row_values(memory)
+        conn.execute(insert, [values[i] for i in keep])
         rowid = conn.execute("SELECT rowid FROM memories WHERE id = ?",
                              (memory.id,)).fetchone()[0]
         conn.execute("INSERT INTO memories_fts (rowid, ns, terms) VALUES (?, ?, ?)",
