@@ -104,6 +104,7 @@ def _resources(ctx: Context) -> Resources:
 
 SearchLimit = Annotated[int, Field(
     description=f"most memories to return, {SEARCH_LIMIT_MIN} to {SEARCH_LIMIT_MAX}",
+    strict=True,  # JSON types as they are: "5" is not a number (as on the REST routes)
     # Declared for clients; enforced in search_memories with a message naming both bounds.
     json_schema_extra={"minimum": SEARCH_LIMIT_MIN, "maximum": SEARCH_LIMIT_MAX})]
 

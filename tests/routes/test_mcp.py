@@ -147,6 +147,19 @@ async def test_a_search_limit_out_of_bounds_is_a_tool_error(gateway: Gateway,
     assert "searched" not in {event.action for _, event in events}
 
 
+@pytest.mark.parametrize("limit", ["5", 5.5, True])
+async def test_a_search_limit_that_is_no_integer_is_a_tool_error(gateway: Gateway,
+                                                                 limit: object) -> None:
+    """A string, a fraction or a boolean limit is a tool error (JSON types as they are,
+    as on the REST routes), never read as a number; an integer limit beside it works."""
+    async with mcp_client(gateway, user="alice") as client:
+        await call(client, "add_memory", content="Enjoys hiking")
+        message = await failure(client, "search_memories", query="hiking", limit=limit)
+        found = await call(client, "search_memories", query="hiking", limit=5)
+    assert "limit" in message
+    assert [m["content"] for m in found["data"]] == ["Enjoys hiking"]
+
+
 async def test_search_limits_at_the_bounds_are_taken_and_declared(gateway: Gateway) -> None:
     """limit 1 returns one memory and 50 returns all; the tool's input schema declares
     the bounds."""
