@@ -141,6 +141,18 @@ def _comparable(candidates: list[Candidate], model: str | None) -> list[Candidat
         vector_rank=c.vector_rank, vector_score=c.vector_score) for c in candidates]
 
 
+def _settle_embedding(embedding: asyncio.Task[Embeddings] | None) -> None:
+    """End a query-embedding task a recall no longer waits for: cancelled while running,
+    its exception retrieved once done (an early store error leaves no "never retrieved"
+    noise)."""
+    if embedding is None:
+        return
+    if not embedding.done():
+        embedding.cancel()
+    elif not embedding.cancelled():
+        embedding.exception()
+
+
 class Retriever:
     """Runs a query plan against a store (and an embedder, when there is one)."""
 
@@ -250,11 +262,7 @@ class Retriever:
             if vectors is not None and len(vectors) != len(queries):
                 vectors, degraded = None, "embedder_unavailable"
         finally:
-            if embedding is not None:
-                if not embedding.done():
-                    embedding.cancel()
-                elif not embedding.cancelled():
-                    embedding.exception()  # retrieved: an early store error leaves no noise
+            _settle_embedding(embedding)
         vector_hits: list[list[Candidate]] = [[] for _ in queries]
         if vectors is not None:
             found = [index.search(search((), v)) for v in vectors] if index is not None \
@@ -303,11 +311,7 @@ class Retriever:
                 include_shared=include_shared))
             embedded, degraded = await self._vectors(embedding, embed_budget, started)
         finally:
-            if embedding is not None:
-                if not embedding.done():
-                    embedding.cancel()
-                elif not embedding.cancelled():
-                    embedding.exception()  # retrieved: an early store error leaves no noise
+            _settle_embedding(embedding)
         vector = None if embedded is None or len(embedded.vectors) != 1 \
             else embedded.vectors[0]
         found: list[Candidate] = []

@@ -469,7 +469,7 @@ async def test_personal_learning_switch_is_respected(
     assert await everything(learning_gateway) == []
 
 
-class _CrashAfterApply:
+class CrashAfterApply:
     """A queue whose first ``drop_batch`` fails, as if the worker died right after the store
     applied the batch."""
 
@@ -501,7 +501,7 @@ async def test_redelivered_batch_is_applied_once(
     async with running_gateway(settings, upstream) as gateway:
         worker = gateway.res.worker
         assert worker is not None
-        flaky = _CrashAfterApply(worker.queue)
+        flaky = CrashAfterApply(worker.queue)
         worker.queue = flaky  # type: ignore[assignment]
         upstream.extract = lambda body: extraction(fact("Runs a chess club"))
         await say(gateway, "I run a chess club.")

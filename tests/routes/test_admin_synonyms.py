@@ -15,30 +15,13 @@ import pytest
 from proxy.memory.synonyms import SynonymExample, candidate_id
 from proxy.settings import Settings
 from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from tests.learning.test_learning_e2e import CrashAfterApply
 
 ADMIN = {"Authorization": "Bearer acme-admin"}
 OTHER_ADMIN = {"Authorization": "Bearer globex-admin"}
 APP = {"Authorization": "Bearer acme-app"}
 CONFIGURED = [["话少", "潜水", "沉默"], ["quiet", "reserved", "taciturn"]]
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
-
-
-class CrashAfterApply:
-    """A queue whose first ``drop_batch`` fails, as if the worker died right after the
-    store applied the batch."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.crashed = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def drop_batch(self, key: str) -> None:
-        if not self.crashed:
-            self.crashed = True
-            raise RuntimeError("worker died")
-        await self._inner.drop_batch(key)
 
 
 def traits(*texts: str) -> Callable[[dict[str, Any]], Any]:

@@ -16,6 +16,7 @@ from redisvl.exceptions import RedisVLError
 
 from proxy.backends.redis.client import unavailable_on_redis_error
 from proxy.backends.redis.conflicts import ConflictRecords
+from proxy.backends.redis.index import IndexMismatchError
 from proxy.backends.redis.injections import InjectionRecords
 from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.memory.conflicts import Conflict, ProfileWeek
@@ -23,8 +24,12 @@ from proxy.memory.explain import InjectionRecord
 from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 
 
-def _unavailable(operation: str) -> contextlib.AbstractContextManager[None]:
-    return unavailable_on_redis_error(f"store {operation}", (RedisVLError,))
+def store_unavailable(operation: str) -> contextlib.AbstractContextManager[None]:
+    """The Redis store's error translation (its own methods and these parts):
+    :func:`~proxy.backends.redis.client.unavailable_on_redis_error` for redis, RedisVL and
+    index-mismatch errors, naming ``store <operation>``."""
+    return unavailable_on_redis_error(f"store {operation}", (RedisVLError, IndexMismatchError))
+
 
 
 class RecordParts:
@@ -36,43 +41,43 @@ class RecordParts:
 
     async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
                                 retention: timedelta, per_user: int) -> None:
-        with _unavailable("record_injections"):
+        with store_unavailable("record_injections"):
             await self._injections.write(records, now=now, retention=retention,
                                          per_user=per_user)
 
     async def get_injection(self, tenant: str, user: str, injection_id: str, *,
                             since: datetime) -> InjectionRecord | None:
-        with _unavailable("get_injection"):
+        with store_unavailable("get_injection"):
             return await self._injections.get(tenant, user, injection_id, since=since)
 
     # conflicts and the profile over time (proxy.backends.redis.conflicts) -------------
     async def list_conflicts(self, tenant: str, user: str, *, statuses: frozenset[str],
                              limit: int = 500) -> list[Conflict]:
-        with _unavailable("list_conflicts"):
+        with store_unavailable("list_conflicts"):
             return await self._conflicts.listed(tenant, user, statuses, limit)
 
     async def get_conflict(self, tenant: str, user: str,
                            conflict_id: str) -> Conflict | None:
-        with _unavailable("get_conflict"):
+        with store_unavailable("get_conflict"):
             return await self._conflicts.get(tenant, user, conflict_id)
 
     async def profile_history(self, tenant: str, user: str) -> list[ProfileWeek]:
-        with _unavailable("profile_history"):
+        with store_unavailable("profile_history"):
             return await self._conflicts.weeks(tenant, user)
 
     # candidate synonyms (proxy.backends.redis.synonyms) ------------------------------------
     async def count_synonyms(self, tenant: str, user: str,
                              examples: Sequence[SynonymExample]) -> None:
-        with _unavailable("count_synonyms"):
+        with store_unavailable("count_synonyms"):
             await self._synonyms.count(tenant, user, examples)
 
     async def synonym_candidates(self, tenant: str, *, status: SynonymStatus | None,
                                  limit: int) -> list[SynonymCandidate]:
-        with _unavailable("synonym_candidates"):
+        with store_unavailable("synonym_candidates"):
             return await self._synonyms.candidates(tenant, status=status, limit=limit)
 
     async def decide_synonym(self, tenant: str, candidate: str, *, status: SynonymStatus,
                              actor: str, at: datetime) -> SynonymCandidate | None:
-        with _unavailable("decide_synonym"):
+        with store_unavailable("decide_synonym"):
             return await self._synonyms.decide(tenant, candidate, status=status, actor=actor,
                                                at=at)

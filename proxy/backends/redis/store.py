@@ -37,7 +37,6 @@ while Redis is down and recovers when it is back.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -45,7 +44,6 @@ from datetime import datetime
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redisvl.exceptions import RedisVLError
 from redisvl.query.filter import FilterExpression, Num, Tag
 
 from proxy.backends.redis.apply import ChangeSetWriter
@@ -55,7 +53,6 @@ from proxy.backends.redis.client import (
     multi,
     require_resp2_bytes,
     transact,
-    unavailable_on_redis_error,
     within,
 )
 from proxy.backends.redis.codec import stored_norm
@@ -64,7 +61,6 @@ from proxy.backends.redis.erasure import AofPurge, Erasure
 from proxy.backends.redis.generations import Generations, recall_corpus
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
-    IndexMismatchError,
     MemoryIndex,
     active_filter,
     all_of,
@@ -84,6 +80,7 @@ from proxy.backends.redis.keys import (
 )
 from proxy.backends.redis.memories import MemoryHashes, as_text, terms_ready
 from proxy.backends.redis.parts import RecordParts
+from proxy.backends.redis.parts import store_unavailable as _unavailable
 from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.backends.redis.tenants import TenantRecords
 from proxy.backends.redis.users import UserRecords
@@ -116,10 +113,6 @@ log = structlog.get_logger("proxy.memory.redis")
 # a healthy Redis; a quarter second leaves room for a loaded one and bounds what a Redis
 # that stopped answering costs each chat.
 SETTINGS_READ_SECONDS = 0.25
-
-
-def _unavailable(operation: str) -> contextlib.AbstractContextManager[None]:
-    return unavailable_on_redis_error(f"store {operation}", (RedisVLError, IndexMismatchError))
 
 
 class RedisMemoryStore(RecordParts):
