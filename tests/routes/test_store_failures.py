@@ -39,7 +39,8 @@ class Failing:
 @contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Another process's write lock on the SQLite file at ``path`` while inside."""
-    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    # Waits for a write the gateway itself has in flight (startup, a flush), then holds.
+    other = sqlite3.connect(path, isolation_level=None, timeout=10)
     other.execute("BEGIN IMMEDIATE")
     try:
         yield
