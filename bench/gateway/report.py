@@ -262,6 +262,77 @@ def hot_path_targets(reports: Sequence[TargetReport],
     return out
 
 
+def recall_cost_targets(reports: Sequence[TargetReport],
+                        scenarios: Sequence[Scenario]) -> list[str]:
+    """The recall-cost targets, each figure against memory off in the same run, with
+    met / NOT met: keyword recall (``gw-on``) CPU per request ≤ 1.5× ``gw-off`` at c=1
+    json and stream, and its added TTFT p50 at c=1 json ≤ memory off's + 0.5 ms; static
+    embeddings (``gw-static``) ≤ 2× ``gw-off`` at c=1 json and, at c>1, no ``degraded``
+    reply in paced streams and ≤ 1 % in the saturated json and stream scenarios; paced
+    c>1 added TTFT p99 of keyword recall ≤ memory off's + 15 ms; and each variant's
+    memory-off column (``NAME-off``) against ours: ``gw-off`` no more than 3 % above it."""
+    by_key = {r.key: r for r in reports}
+    off, on, static, direct = (by_key.get(k) for k in ("gw-off", "gw-on", "gw-static", "direct"))
+    if off is None or on is None:
+        return ["(recall-cost targets need the gw-off and gw-on columns)"]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    def both(report: TargetReport | None, s: Scenario) -> tuple[Cell, Cell] | None:
+        if report is None or s not in report.cells or s not in off.cells:
+            return None
+        return report.cells[s], off.cells[s]
+
+    out: list[str] = []
+    for s in scenarios:
+        pair = both(on, s)
+        if pair is None:
+            continue
+        cell, base = pair
+        if s.concurrency == 1:
+            ratio = cell.cpu_ms / base.cpu_ms
+            out.append(f"mem-on CPU/request <= 1.5x mem-off, {s.name}: {cell.cpu_ms:.2f} vs "
+                       f"{base.cpu_ms:.2f} ms (x{ratio:.2f})  {verdict(ratio <= 1.5)}")
+            if s.kind == "json":
+                extra = 1000 * (percentile(cell.ttft, 50) - percentile(base.ttft, 50))
+                out.append(f"mem-on TTFT p50 <= mem-off + 0.5 ms, {s.name}: {extra:+.2f} ms  "
+                           f"{verdict(extra <= 0.5)}")
+        elif s.kind == "paced" and direct is not None and s in direct.cells:
+            gap = added(cell, direct.cells[s], 99) - added(base, direct.cells[s], 99)
+            out.append(f"mem-on added TTFT p99 <= mem-off's + 15 ms, {s.name}: {gap:+.2f} ms "
+                       f"({1000 * percentile(cell.ttft, 99):.1f} vs "
+                       f"{1000 * percentile(base.ttft, 99):.1f} ms)  {verdict(gap <= 15)}")
+    for s in scenarios:
+        pair = both(static, s)
+        if pair is None:
+            continue
+        cell, base = pair
+        if s.concurrency == 1 and s.kind == "json":
+            ratio = cell.cpu_ms / base.cpu_ms
+            out.append(f"static CPU/request <= 2x mem-off, {s.name}: {cell.cpu_ms:.2f} vs "
+                       f"{base.cpu_ms:.2f} ms (x{ratio:.2f})  {verdict(ratio <= 2)}")
+        elif s.concurrency > 1:
+            total = sum(cell.memory_status.values())
+            degraded = cell.memory_status.get("degraded", 0)
+            bound = 0.0 if s.kind == "paced" else 0.01
+            ok = total > 0 and degraded <= bound * total
+            out.append(f"static degraded <= {100 * bound:.0f} %, {s.name}: {degraded} of "
+                       f"{total}  {verdict(ok)}")
+    for key, report in by_key.items():
+        if not key.endswith("-off") or key == "gw-off":
+            continue
+        for s in scenarios:
+            pair = both(report, s)
+            if pair is None:
+                continue
+            theirs, ours = pair
+            change = ours.cpu_ms / theirs.cpu_ms - 1
+            out.append(f"mem-off within 3 % of {report.label}, {s.name}: {ours.cpu_ms:.2f} vs "
+                       f"{theirs.cpu_ms:.2f} ms ({100 * change:+.1f} %)  {verdict(change <= 0.03)}")
+    return out
+
+
 def embedding_cost(reports: Sequence[TargetReport],
                    scenarios: Sequence[Scenario]) -> list[str]:
     """What local-embedding recall adds over keyword recall, per scenario: added TTFT

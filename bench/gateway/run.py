@@ -393,6 +393,9 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
     print("hot-path targets (CPU figures: the server's process tree):")
     for line in report.hot_path_targets(reports, scenarios):
         print("  " + line)
+    print("recall-cost targets (each against memory off in this run):")
+    for line in report.recall_cost_targets(reports, scenarios):
+        print("  " + line)
     embedding = report.embedding_cost(reports, scenarios)
     if embedding:
         print("local-embedding recall (gw mem-on+emb) over keyword recall (gw mem-on):")
