@@ -465,6 +465,7 @@ async def memory_stats(request: Request) -> Response:
     return json_response({
         "object": "memory.stats", "total": len(memories),
         "enabled": sum(1 for m in live if m.enabled),
+        "disabled": sum(1 for m in live if not m.enabled),
         "retired": len(memories) - len(live),
         "by_category": dict(Counter(m.category for m in live)),
         "by_source": dict(Counter(m.source for m in live)),
