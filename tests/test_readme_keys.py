@@ -7,19 +7,24 @@ of the README is what is tested. The gateway is the one the snippet configures (
 ``api_base`` is turned to the fake upstream. The README's curl commands (quick start, "Your
 users' memory", the admin API) are replayed as curl would send them — method, headers, body
 and its form content type, with the README's shell variables — and each must be answered,
-not refused; the same command without its key is a 401.
+not refused; the same command without its key is a 401. The "Memory without a model"
+block also runs in open mode on the shipped ``config.yaml`` (what ``./scripts/serve`` reads),
+with no model reachable.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from proxy.settings import Settings, load_settings
 from tests.fakes import UPSTREAM_BASE, FakeUpstream, Gateway, running_gateway
@@ -81,7 +86,20 @@ class Curl:
 def _expand(line: str, variables: dict[str, str], arrays: dict[str, str]) -> str:
     for name, words in arrays.items():
         line = line.replace(f'"${{{name}[@]}}"', words)
+    # ${NAME:+words}: the words when NAME is set and not empty, else nothing (as bash)
+    line = re.sub(r"\$\{(\w+):\+([^}]*)\}",
+                  lambda m: m.group(2) if variables.get(m.group(1)) else "", line)
     return re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m.group(1), m.group(0)), line)
+
+
+def _filtered(reply: httpx.Response, words: list[str]) -> str | None:
+    """What ``curl … | python3 -c CODE`` prints: CODE run on the reply's body by this
+    interpreter; None when it fails (a refused call has no id to print)."""
+    if words[:2] != ["python3", "-c"] or len(words) != 3:
+        raise ValueError(f"a captured command pipes into python3 -c CODE, not {words}")
+    done = subprocess.run([sys.executable, "-c", words[2]], input=reply.content,
+                          capture_output=True, timeout=30, check=False)
+    return done.stdout.decode().strip() if done.returncode == 0 else None
 
 
 def _curl(words: list[str], files: dict[str, bytes]) -> Curl:
@@ -133,24 +151,38 @@ async def replay(
         if (array := re.match(r"^(\w+)=\((.*)\)\s*$", line)) is not None:
             arrays[array.group(1)] = array.group(2)
             continue
+        if (captured := re.match(r"^(\w+)=\$\((.*)\)\s*$", line)) is not None:
+            words = shlex.split(captured.group(2))
+            curl, reply = await _send(_curl(words, files), client, strip_key, add_key)
+            answered.append((curl, reply))
+            value = _filtered(reply, words[words.index("|") + 1:])
+            if value is not None:  # else left unset: later commands carry "$NAME" as is,
+                variables[captured.group(1)] = value  # so their routes still judge the key
+            continue
         if (scalar := re.match(r"^(\w+)=(\S.*)$", line)) is not None:
             variables[scalar.group(1)] = shlex.split(scalar.group(2))[0]
             continue
         words = shlex.split(line, comments=True)
         if words[:1] != ["curl"]:
             continue
-        curl = _curl(words, files)
-        if strip_key:
-            curl.headers = [h for h in curl.headers if h[0].lower() != "authorization"]
-        elif add_key is not None and not curl.has_key:
-            curl.headers.append(("Authorization", f"Bearer {add_key}"))
-        reply = await client.request(
-            curl.method, README_ORIGIN.sub("", curl.url), headers=curl.headers, content=curl.body
-        )
+        curl, reply = await _send(_curl(words, files), client, strip_key, add_key)
         if curl.save_to is not None:
             files[curl.save_to] = reply.content
         answered.append((curl, reply))
     return answered
+
+
+async def _send(
+    curl: Curl, client: httpx.AsyncClient, strip_key: bool, add_key: str | None
+) -> tuple[Curl, httpx.Response]:
+    if strip_key:
+        curl.headers = [h for h in curl.headers if h[0].lower() != "authorization"]
+    elif add_key is not None and not curl.has_key:
+        curl.headers.append(("Authorization", f"Bearer {add_key}"))
+    reply = await client.request(
+        curl.method, README_ORIGIN.sub("", curl.url), headers=curl.headers, content=curl.body
+    )
+    return curl, reply
 
 
 # ------------------------------------------------------------------------- fixtures
@@ -304,9 +336,11 @@ async def test_admin_routes_open_to_the_admin_keys_only(
 async def test_the_readme_curls_are_answered_with_their_keys(
     readme: str, trial: Gateway, trial_keys: dict[str, str]
 ) -> None:
-    """Every README curl against the gateway, with the snippet's keys (the quick start's,
-    which show open mode, with the app key as the README says): answered, never 401/403/5xx;
-    only a placeholder id (``01JB…``) may be a 404. Writes land where the README says."""
+    """Every README curl against the gateway, in README order on a fresh store, with the
+    snippet's keys (the quick start's, which show open mode, with the app key as the README
+    says): each answered 2xx, never 401/403/404/5xx — every id it uses was made by an
+    earlier command (``ID=$(curl … | python3 -c …)``), every prompt version it restores
+    saved before. Writes land where the README says."""
     blocks = readme_curls(readme, trial_keys)
     assert len(blocks) >= 3
     answered = []
@@ -316,18 +350,48 @@ async def test_the_readme_curls_are_answered_with_their_keys(
         shared = await http.get(
             "/v1/admin/memories?scope=shared", headers=bearer(trial_keys["ACME_ADMIN_KEY"])
         )
+        prompt = await http.get(
+            "/v1/admin/prompts/extraction", headers=bearer(trial_keys["ACME_ADMIN_KEY"])
+        )
     assert len(answered) >= 20
     for curl, reply in answered:
-        allowed = {200, 201, 202, 404} if PLACEHOLDER.search(curl.url) else {200, 201, 202}
-        if "versions/2/restore" in curl.url:
-            allowed = {200, 404}  # a prompt version the reader has not saved yet
-        if PLACEHOLDER.search(curl.url) and "after=" in curl.url and reply.status_code == 400:
-            # a placeholder is no memory id: the cursor's 400 names it
-            assert reply.json()["error"]["param"] == "after", reply.text
-            continue
-        assert reply.status_code in allowed, (curl, reply.status_code, reply.text[:300])
+        assert not PLACEHOLDER.search(curl.url), curl.url
+        assert reply.status_code in {200, 201, 202}, (curl, reply.status_code, reply.text[:300])
     contents = [m["content"] for m in shared.json()["data"]]
     assert "Expense reports are due on Fridays" in contents
+    assert "The VPN client is set up through the help desk portal" in contents  # promoted
+    versions = prompt.json()["versions"]
+    assert [v["version"] for v in versions] == [4, 3, 2, 1]
+    assert versions[1]["text"] == versions[3]["text"] != ""  # 3 restored 1
+    assert prompt.json()["source"].startswith("built-in")  # 4: back to the built-in
+
+
+async def test_a_placeholder_id_in_a_curl_is_caught(trial: Gateway) -> None:
+    """A README curl naming an id the reader would have to replace (``01JB…``) is what the
+    check above refuses, and it answers 404 on a fresh store."""
+    lines = ['curl -s -X PATCH localhost:8080/v1/memories/01JB… -H "X-User-Id: alice" '
+             "-d '{\"enabled\": false}'"]
+    async with trial.client() as http:
+        [(curl, reply)] = await replay(lines, http, {}, add_key="trial-app")
+    assert PLACEHOLDER.search(curl.url)
+    assert reply.status_code == 404
+
+
+async def test_a_captured_id_is_unset_when_the_command_failed(trial: Gateway) -> None:
+    """``ID=$(curl … | python3 -c …)`` holds what the filter printed; a refused call (no
+    key: 401) leaves it unset, and the next command, refused too, names no id."""
+    lines = ["ID=$(curl -s localhost:8080/v1/memories -H 'X-User-Id: alice' "
+             "-d '{\"content\": \"Likes tea\"}' "
+             "| python3 -c 'import json, sys; print(json.load(sys.stdin)[\"id\"])')",
+             "curl -s localhost:8080/v1/memories/$ID -H 'X-User-Id: alice'"]
+    async with trial.client() as http:
+        made = await replay(lines, http, {}, add_key="trial-app")
+        refused = await replay(lines, http, {}, strip_key=True)
+    assert made[0][1].status_code == 201
+    assert made[1][0].url.endswith(made[0][1].json()["id"])
+    assert made[1][1].json()["content"] == "Likes tea"
+    assert [reply.status_code for _, reply in refused] == [401, 401]
+    assert refused[1][0].url.endswith("/v1/memories/$ID")
 
 
 async def test_the_readme_curls_without_their_keys_are_refused(
@@ -343,3 +407,95 @@ async def test_the_readme_curls_without_their_keys_are_refused(
     assert all(
         set(reply.json()["error"]) >= {"message", "type", "param", "code"} for _, reply in answered
     )
+
+
+# ------------------------------------------------- memory without a model (offline)
+
+OFFLINE_MARK = "<!-- memory-without-a-model -->"
+SHIPPED_CONFIG = README.parent / "config.yaml"
+LISBON = "Lives in Lisbon since March"
+
+
+@pytest.fixture
+def offline_block(readme: str) -> list[str]:
+    return block_after(readme, OFFLINE_MARK, "bash").replace("\\\n", " ").splitlines()
+
+
+@pytest.fixture
+async def open_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                       ) -> AsyncIterator[Gateway]:
+    """The shipped config.yaml loaded from a fresh directory, no OPENAI_API_KEY, no keys:
+    ``./scripts/serve`` on a fresh checkout. No model answers (the fake is never named)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings: Settings = load_settings(SHIPPED_CONFIG)
+    assert not settings.auth.keys
+    async with running_gateway(settings, FakeUpstream()) as gw:
+        yield gw
+
+
+async def run_offline(lines: list[str], http: httpx.AsyncClient,
+                      variables: dict[str, str]) -> dict[str, httpx.Response]:
+    """The block's commands, each answered 2xx; the replies by what they called."""
+    answered = await replay(lines, http, variables)
+    assert len(answered) == 4
+    for curl, reply in answered:
+        assert reply.status_code in {200, 201}, (curl, reply.status_code, reply.text[:300])
+    adds, preview, search = answered[:2], answered[2], answered[3]
+    assert preview[0].url.endswith("/v1/memories/preview")
+    return {"lisbon": adds[0][1], "preview": preview[1], "search": search[1]}
+
+
+def lisbon_first(replies: dict[str, httpx.Response]) -> None:
+    """The preview would inject the Lisbon memory first; the search lists it first."""
+    lisbon = replies["lisbon"].json()
+    assert lisbon["content"] == LISBON
+    preview = replies["preview"].json()
+    assert (preview["object"], preview["status"]) == ("memory.preview", "injected")
+    memories = [i for i in preview["items"] if i["kind"] == "memory"]
+    assert memories[0]["memory_id"] == lisbon["id"]
+    assert replies["search"].json()["data"][0]["id"] == lisbon["id"]
+
+
+async def test_open_mode_adds_previews_and_searches_without_a_model(
+    open_gateway: Gateway, offline_block: list[str]
+) -> None:
+    """Open mode: no key is sent (APP_KEY unset), every command is answered, the preview
+    names the Lisbon memory first; the upstream was never called."""
+    async with open_gateway.client() as http:
+        replies = await run_offline(offline_block, http, {})
+        me = await http.get("/v1/me", headers=bearer("any text"))
+        console = await http.get("/console/")
+    lisbon_first(replies)
+    assert open_gateway.upstream.requests == []
+    # the console's sign-in with any key is an app key: it asks which user to open
+    assert (me.status_code, me.json()["role"], me.json()["user"]) == (200, "app", None)
+    assert console.status_code == 200
+    assert "text/html" in console.headers["content-type"]
+
+
+async def test_trial_keys_send_the_app_key_and_alice_sees_her_memories(
+    trial: Gateway, offline_block: list[str], trial_keys: dict[str, str]
+) -> None:
+    """With the trial keys exported the block sends ``$APP_KEY``; what it added is what
+    alice's own key (the console's user view) lists. Without APP_KEY set it is refused."""
+    async with trial.client() as http:
+        keyless = await replay(offline_block, http, {})
+        replies = await run_offline(offline_block, http, trial_keys)
+        mine = await http.get("/v1/memories", headers=bearer(trial_keys["ALICE_KEY"]))
+    assert {reply.status_code for _, reply in keyless} == {401}
+    lisbon_first(replies)
+    assert {m["content"] for m in mine.json()["data"]} == {LISBON, "Prefers short answers"}
+
+
+def test_the_local_server_example_is_a_model_list_entry(readme: str, tmp_path: Path) -> None:
+    """The section's YAML for a server elsewhere is a valid ``model_list`` entry named
+    ``local`` whose model the relay sends to that server."""
+    section = readme[readme.index(OFFLINE_MARK):]
+    entry = yaml.safe_load(block_after(section, "A chat needs a model", "yaml"))
+    settings = load_settings(use_file=False, model_list=entry,
+                             storage={"path": str(tmp_path / "m.db")})
+    [local] = settings.model_list
+    assert local.model_name == "local"
+    assert local.litellm_params.api_base == "http://127.0.0.1:11434/v1"
+    assert local.litellm_params.model.startswith("openai/")

@@ -55,6 +55,7 @@ from proxy.memory.store import (
 )
 from proxy.memory.synonyms import SynonymExample
 from proxy.memory.text import has_cjk, load_segmenter_for, normalize
+from proxy.memory.titles import short_title
 from proxy.memory.vectors import MemoryVectors, vector_similarity
 from proxy.settings import LearningSettings
 
@@ -428,7 +429,7 @@ def image_facts(batch: Batch, strategy: OwnerStrategy, extraction: ExtractionRes
             continue
         person = verdict.tier == "person"
         out.setdefault(owner, []).append(CandidateFact(
-            title=verdict.memory[:30], content=verdict.memory,
+            title=short_title(verdict.memory), content=verdict.memory,
             category="user_preference" if person else "domain",
             subcategory="appearance" if person else "image", tags=("image",),
             subject="user", supersedes=(), duplicate_of=None, source_turns=(),

@@ -28,6 +28,7 @@ from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ListQuery
+from proxy.memory.titles import short_title
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
 from proxy.routes.admin_scope import caller
@@ -114,7 +115,7 @@ async def create_admin_memory(request: Request) -> Response:
     now = res.clock()
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=None, content=content,
-        title=title or content[:30], scope=scope,  # type: ignore[arg-type]
+        title=title or short_title(content), scope=scope,  # type: ignore[arg-type]
         category=new.category, subcategory=subcategory,
         tags=tuple(dict.fromkeys(t for t in tags if t)),
         source="system" if scope == "system" else "manual",

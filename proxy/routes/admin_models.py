@@ -202,9 +202,14 @@ class LearningState(BaseModel):
 
 class StatsTotals(BaseModel):
     users: int
-    memories: dict[str, dict[str, int]] = Field(description="scope → {total (active), "
+    memories: dict[str, dict[str, int]] = Field(description="scope → {total (active: "
+                                                            "enabled and not retired), "
                                                             "retired, disabled, <category>}")
     retired: int
+    stored: dict[str, int] = Field(description="scope → every stored memory, retired and "
+                                               "disabled included (total + retired + "
+                                               "disabled): what GET /v1/memories/stats "
+                                               "calls total, summed over the users")
 
 
 class StatsDay(BaseModel):

@@ -258,7 +258,9 @@ async def stats(request: Request) -> Response:
     return ok(m.Stats(
         tenant=tenant,
         totals=m.StatsTotals(users=user_count, memories=memories,
-                             retired=sum(c["retired"] for c in memories.values())),
+                             retired=sum(c["retired"] for c in memories.values()),
+                             stored={scope: c["total"] + c["retired"] + c["disabled"]
+                                     for scope, c in memories.items()}),
         learning=m.LearningState(enabled=enabled,
                                  budget=m.BudgetState.model_validate(budget.to_api())),
         daily=rows))

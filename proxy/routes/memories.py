@@ -52,6 +52,7 @@ from proxy.memory.records import Memory, new_id, to_iso
 from proxy.memory.search import is_page_token, search
 from proxy.memory.store import ChangeSet, ListQuery
 from proxy.memory.text import strip_invisible
+from proxy.memory.titles import short_title
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.conflicts import release_partner
@@ -214,7 +215,7 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
-        title=title or content[:30], category=new.category,
+        title=title or short_title(content), category=new.category,
         subcategory=subcategory, tags=tuple(dict.fromkeys(t for t in tags if t)),
         subject=subject, source="manual", score=1.0, source_conversation_id=conversation,
         created_at=created, updated_at=now, last_seen_at=created,
@@ -378,7 +379,7 @@ def _text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
             changes["content"] = content
     title = None if patch.title is None else clean_text(patch.title, "title")
     if title is not None and title != memory.title:
-        changes["title"] = title or changes.get("content", memory.content)[:30]
+        changes["title"] = title or short_title(changes.get("content", memory.content))
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     subcategory = None if patch.subcategory is None else clean_text(patch.subcategory,
@@ -464,6 +465,7 @@ async def memory_stats(request: Request) -> Response:
     return json_response({
         "object": "memory.stats", "total": len(memories),
         "enabled": sum(1 for m in live if m.enabled),
+        "disabled": sum(1 for m in live if not m.enabled),
         "retired": len(memories) - len(live),
         "by_category": dict(Counter(m.category for m in live)),
         "by_source": dict(Counter(m.source for m in live)),

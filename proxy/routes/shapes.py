@@ -264,12 +264,16 @@ class LearningState(BaseModel):
 
 
 class MemoryStats(BaseModel):
-    """``total``: every stored memory of the user (retired and disabled included);
-    ``enabled``: active ones; ``by_category``/``by_source`` count non-retired ones."""
+    """``total``: every stored memory of the user, ``enabled + disabled + retired``;
+    ``enabled``: active ones (what ``GET /v1/admin/stats`` counts as a scope's ``total``);
+    ``by_category``/``by_source`` count non-retired ones."""
 
     object: Literal["memory.stats"]
-    total: int
-    enabled: int
+    total: int = Field(description="every stored memory: enabled + disabled + retired "
+                                   "(GET /v1/admin/stats: totals.stored)")
+    enabled: int = Field(description="active: enabled and not retired (GET /v1/admin/stats: "
+                                     "memories.<scope>.total)")
+    disabled: int = Field(description="switched off by the user, not retired")
     retired: int
     by_category: dict[str, int]
     by_source: dict[str, int]

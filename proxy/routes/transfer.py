@@ -49,6 +49,7 @@ from proxy.memory.categories import CATEGORIES
 from proxy.memory.records import Memory, new_id, to_iso
 from proxy.memory.store import AuditEvent, ChangeSet
 from proxy.memory.text import normalize
+from proxy.memory.titles import short_title
 from proxy.resources import Resources
 from proxy.routes.json import json_response
 from proxy.routes.memories import (
@@ -274,7 +275,7 @@ def _accept(me: Owner, raw: Any, now: datetime,
         (t for t in given.values() if t is not None), default=now)
     return Memory(
         id=new_id(), tenant=me.tenant, user_id=me.user, content=content,
-        title=title or content[:30], category=item.category,
+        title=title or short_title(content), category=item.category,
         subcategory=subcategory, tags=tuple(dict.fromkeys(t for t in tags if t)),
         subject=subject, source="auto" if item.source == "auto" else "manual",
         source_conversation_id=item.source_conversation_id or conversation,

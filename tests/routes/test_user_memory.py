@@ -241,7 +241,7 @@ async def test_stats_count_memories_and_report_learning(gw: Gateway) -> None:
     await add(gw, "Likes jazz", headers=U2)
     stats = (await call(gw, "GET", "/v1/memories/stats", U1)).json()
     assert stats == {
-        "object": "memory.stats", "total": 2, "enabled": 1, "retired": 0,
+        "object": "memory.stats", "total": 2, "enabled": 1, "disabled": 1, "retired": 0,
         "by_category": {"domain": 1, "user_preference": 1}, "by_source": {"manual": 2},
         "last_learned_at": None,
         "learning": {"global": True, "personal": True, "effective": True},

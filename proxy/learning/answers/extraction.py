@@ -96,7 +96,8 @@ def parse_extraction(output: ModelOutput) -> ExtractionResult:
 
     * ``content`` (aliases ``fact``, ``text``, ``memory``): a non-empty string, else the item
       is dropped. A plain string item is the content, about the user.
-    * ``title``: stripped, cut to 30 characters; missing -> the content's first 30.
+    * ``title``: stripped (missing -> the content), cut to 30 characters at a word boundary
+      with an ellipsis (:func:`proxy.memory.titles.short_title`).
     * ``subject``: ``"user"`` for missing/empty/``"user"``/``"the user"``/``"me"``/``"用户"``/
       ``"我"`` (and similar), else the stripped name.
     * ``category``: one of :data:`proxy.memory.categories.CATEGORIES`; aliases such as

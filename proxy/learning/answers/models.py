@@ -33,7 +33,7 @@ from proxy.learning.answers.results import (
     ProfileUpdate,
 )
 from proxy.memory.categories import Category
-from proxy.memory.records import TITLE_MAX_CHARS
+from proxy.memory.titles import short_title
 
 __all__ = ["ExtractionAnswer", "ImageAnswer", "MemoryItem", "ProfileAnswer", "SpeakerProfile"]
 
@@ -137,7 +137,7 @@ class MemoryItem(BaseModel):
             supersedes.extend(i for i in fields.ids(item.get(key)) if i not in supersedes)
         return {
             **item,
-            "title": (raw_title or content)[:TITLE_MAX_CHARS].rstrip(),
+            "title": short_title(raw_title or content),
             "content": content,
             "category": fields.category(item.get("category"), about),
             "subject": about,

@@ -89,7 +89,7 @@ def test_plain_string_fact_defaults() -> None:
     text = json.dumps({"facts": ["  Works night shifts at the central hospital downtown  "]})
     (fact,) = parse_extraction(ModelOutput(text)).facts
     assert fact == CandidateFact(
-        title="Works night shifts at the cent",
+        title="Works night shifts at the…",  # cut between words, with an ellipsis
         content="Works night shifts at the central hospital downtown",
         category="user_preference",
         subcategory="",
@@ -117,7 +117,7 @@ def test_full_memory_object_is_normalised() -> None:
         "evidence": [2, "3", True, -1, 2, 5],
     }
     (fact,) = parse_extraction(ModelOutput(json.dumps({"memories": [item]}))).facts
-    assert fact.title == "A very long title that goes pa"
+    assert fact.title == "A very long title that goes…"  # cut between words
     assert len(fact.title) <= 30
     assert fact.content == "Manages the Berlin office"
     assert fact.category == "organizational"

@@ -1,0 +1,40 @@
+"""A memory's title when none was given, or when the given one is too long to list.
+
+:func:`short_title` keeps a text that fits; a longer one is cut at the last word boundary
+that fits (a space, or any edge of a Chinese, Japanese or Korean character, which are
+written without spaces) and marked with an ellipsis, as injected lines are
+(:func:`proxy.memory.inject.sanitize`): the result, ellipsis included, is at most the
+limit. A single word longer than the limit — or a boundary so early that less than half
+of the room would be kept — is cut inside the word.
+"""
+
+from __future__ import annotations
+
+from proxy.memory.records import TITLE_MAX_CHARS
+from proxy.memory.text import has_cjk
+
+ELLIPSIS = "…"
+# Left off before the ellipsis, so a title never ends "Lives in Lisbon,…".
+_TRAILING = " \t,;:.-–—、，；：。"
+
+
+def _breaks_at(text: str, at: int) -> bool:
+    """Whether ``text`` may be cut between ``text[at - 1]`` and ``text[at]``."""
+    before, after = text[at - 1], text[at]
+    return before == " " or after == " " or has_cjk(before) or has_cjk(after)
+
+
+def short_title(text: str, *, limit: int = TITLE_MAX_CHARS) -> str:
+    """``text`` with its whitespace runs made single spaces, cut to at most ``limit``
+    characters (default :data:`~proxy.memory.records.TITLE_MAX_CHARS`, 30) at a word
+    boundary with a trailing ``…``; ``""`` for a blank text. Raises ValueError for a
+    ``limit`` below 2 (no room for a character and the ellipsis)."""
+    if limit < 2:
+        raise ValueError("a title needs room for a character and the ellipsis")
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    room = limit - 1
+    cut = next((at for at in range(room, room // 2, -1) if _breaks_at(flat, at)), room)
+    head = flat[:cut].rstrip(_TRAILING) or flat[:room]
+    return head + ELLIPSIS
