@@ -347,8 +347,10 @@ async def _learning_state(res: Resources, identity: Identity) -> str | None:
 
 def _learn(call: _Call, reply: str) -> None:
     identity = call.identity
+    if identity.user is None:  # nobody to learn for (memory off): no switches to read
+        return
     switches = Switches(config=call.res.learning_enabled, request=identity.can_write)
-    if not switches.learns() or identity.user is None:
+    if not switches.learns():
         return
     call.res.sink.submit(Turn(
         tenant=identity.tenant, user=identity.user, conversation=identity.conversation,
