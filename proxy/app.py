@@ -64,6 +64,14 @@ FLUSH_INTERVAL_SECONDS = 1.0
 # an owed purge runs at most this long after its period ends.
 PURGE_CHECK_SECONDS = 60.0
 WORKER_STOP_SECONDS = 5.0  # the worker's time to hand its job back on shutdown
+# Shutdown is bounded step by step (``_stop_tasks``, ``_bounded``): the background tasks
+# get this long to end once cancelled, cancelled again every RECANCEL_SECONDS meanwhile;
+# each final write (the sink's turns, access counts and usage, injection records) gets
+# STOP_STEP_SECONDS — one Redis command's socket timeout. What runs out is logged and
+# left: a hung dependency never holds the process open (README.md "Shutdown").
+TASK_STOP_SECONDS = 5.0
+RECANCEL_SECONDS = 0.1
+STOP_STEP_SECONDS = 5.0
 # Between backfill batches (vector-backfill task): leaves the CPU to requests.
 BACKFILL_PAUSE_SECONDS = 0.05
 
@@ -141,14 +149,19 @@ class _AnswerUnexpected:
 
 
 async def _every(seconds: float, action: Callable[[], Awaitable[None]], name: str,
-                 *, first: float | None = None) -> None:
+                 *, stop: asyncio.Event, first: float | None = None) -> None:
     """Run ``action`` every ``seconds`` (the first time after ``first`` seconds, default
-    ``seconds``), logging its failures; until cancelled. A failure our error tree says
-    needs no traceback (a store outage: the usage flush fails every second while it
-    lasts) is a warning without one — rendering a traceback each second held the event
-    loop, and so every chat, for seconds."""
+    ``seconds``), logging its failures; until cancelled or ``stop`` is set. A failure our
+    error tree says needs no traceback (a store outage: the usage flush fails every second
+    while it lasts) is a warning without one — rendering a traceback each second held the
+    event loop, and so every chat, for seconds.
+
+    ``stop`` is checked before each sleep because a cancellation can be lost: on Python
+    3.11 ``asyncio.wait_for`` (which redis-py awaits for every command it sends) returns
+    the finished send's result instead of raising when the cancel lands in the same loop
+    turn, so an action cancelled mid-command may return normally."""
     delay = seconds if first is None else first
-    while True:
+    while not stop.is_set():
         await asyncio.sleep(delay)
         delay = seconds
         try:
@@ -226,6 +239,43 @@ async def _report_reserved_users(res: Resources) -> None:
                                "their stored data is kept untouched")
 
 
+async def _stop_tasks(tasks: list[asyncio.Task[None]], *, seconds: float) -> None:
+    """Cancel ``tasks`` (the last started first) and wait up to ``seconds`` for them to
+    end, cancelling again every :data:`RECANCEL_SECONDS` those still running (a lost
+    cancellation, see :func:`_every`). Tasks still running then are logged
+    (``background_tasks_not_stopped``) and left to the event loop; never raises."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    running = [task for task in reversed(tasks) if not task.done()]
+    while running:
+        left = deadline - loop.time()
+        if left <= 0:
+            log.error("background_tasks_not_stopped", seconds=seconds,
+                      tasks=[task.get_name() for task in running])
+            break
+        for task in running:
+            task.cancel()
+        await asyncio.wait(running, timeout=min(RECANCEL_SECONDS, left))
+        running = [task for task in running if not task.done()]
+    for task in tasks:  # retrieved: an ended task's error is no "never retrieved" warning
+        if task.done() and not task.cancelled():
+            task.exception()
+
+
+async def _bounded(step: Callable[[], Awaitable[None]], name: str,
+                   seconds: float = STOP_STEP_SECONDS) -> None:
+    """Run one shutdown ``step`` for at most ``seconds``; its failure, or running out
+    (``shutdown_step_timed_out``), is logged and shutdown goes on."""
+    try:
+        async with asyncio.timeout(seconds):
+            await step()
+    except TimeoutError:
+        log.warning("shutdown_step_timed_out", step=name, seconds=seconds)
+    except Exception as exc:
+        log.warning("shutdown_step_failed", step=name,
+                    error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 @contextlib.asynccontextmanager
 async def _running(res: Resources) -> AsyncIterator[None]:
     stop = asyncio.Event()
@@ -239,21 +289,21 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         await res.memory.injections.flush(res.store, res.clock())
 
     tasks.append(asyncio.create_task(res.sink.run(), name="learning-sink"))
-    tasks.append(asyncio.create_task(_every(FLUSH_INTERVAL_SECONDS, flush, "flush"),
-                                     name="flush"))
     tasks.append(asyncio.create_task(
-        _every(FLUSH_INTERVAL_SECONDS, record_injections, "injection_records"),
+        _every(FLUSH_INTERVAL_SECONDS, flush, "flush", stop=stop), name="flush"))
+    tasks.append(asyncio.create_task(
+        _every(FLUSH_INTERVAL_SECONDS, record_injections, "injection_records", stop=stop),
         name="injection-records"))
     tasks.append(asyncio.create_task(
         _every(res.settings.storage.index_maintenance_seconds, res.store.maintain,
-               "index_maintenance", first=0.0),
+               "index_maintenance", stop=stop, first=0.0),
         name="index-maintenance"))
     purge_every = min(PURGE_CHECK_SECONDS, res.settings.storage.erasure_purge_seconds)
 
     async def purge() -> None:
         await res.store.purge_erased()
 
-    tasks.append(asyncio.create_task(_every(purge_every, purge, "erasure_purge"),
+    tasks.append(asyncio.create_task(_every(purge_every, purge, "erasure_purge", stop=stop),
                                      name="erasure-purge"))
     if res.embedder is not None and res.settings.memory.embedder.reindex_on_start:
         tasks.append(asyncio.create_task(_backfill(res), name="vector-backfill"))
@@ -284,16 +334,11 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         stop.set()
         if res.worker_task is not None:  # let it release its job before cancelling
             await asyncio.wait({res.worker_task}, timeout=WORKER_STOP_SECONDS)
-        for task in reversed(tasks):
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _stop_tasks(tasks, seconds=TASK_STOP_SECONDS)
         res.worker_task = None
-        with contextlib.suppress(Exception):
-            await res.sink.aclose()
-        with contextlib.suppress(Exception):
-            await flush()
-        with contextlib.suppress(Exception):
-            await record_injections()
+        await _bounded(res.sink.aclose, "learning_sink_close")
+        await _bounded(flush, "flush")
+        await _bounded(record_injections, "injection_records")
 
 
 def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:

@@ -264,8 +264,16 @@ def cand(content: str, **extra: object) -> CandidateFact:
     return CandidateFact(**base)  # type: ignore[arg-type]
 
 
+# The recall deadline of test settings (memory.recall_timeout_ms): the shipped 150 ms is
+# a production bound a loaded CI machine misses now and then (the first recall of a fresh
+# gateway, a test whose neighbour hogs the CPU), turning "the memory is injected" into a
+# flake. A test of the deadline itself sets its own.
+TEST_RECALL_TIMEOUT_MS = 5_000
+
+
 def make_settings(tmp_path: Any, **overrides: Any) -> Settings:
-    """Test settings: one relayed model ``m`` at the fake upstream, a temp database."""
+    """Test settings: one relayed model ``m`` at the fake upstream, a temp database, the
+    recall deadline :data:`TEST_RECALL_TIMEOUT_MS`."""
     from proxy.settings import load_settings
 
     base: dict[str, Any] = {
@@ -276,6 +284,7 @@ def make_settings(tmp_path: Any, **overrides: Any) -> Settings:
             "model_info": {"max_input_tokens": 16000},
         }],
         "storage": {"path": str(tmp_path / "memory.db")},
+        "memory": {"recall_timeout_ms": TEST_RECALL_TIMEOUT_MS},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -418,6 +427,24 @@ async def relay_to(fake: FakeUpstream, settings: Settings) -> AsyncIterator[Rela
             await relay.aclose()
 
 
+# Bounds on a test gateway's start and stop (seconds), far above what either takes on a
+# loaded machine: past one the test fails saying which, instead of hanging until
+# pytest-timeout. Requests still open at stop get GATEWAY_REQUESTS_STOP_SECONDS, then
+# uvicorn cancels them; the lifespan's own shutdown steps are bounded (proxy.app).
+GATEWAY_START_SECONDS = 60.0
+GATEWAY_STOP_SECONDS = 60.0
+GATEWAY_REQUESTS_STOP_SECONDS = 10
+
+
+@contextlib.asynccontextmanager
+async def _bound(seconds: float, what: str) -> AsyncIterator[None]:
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise AssertionError(f"the test gateway did not {what} within {seconds} s") from None
+
+
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings, upstream: FakeUpstream | None = None,
                           *, resources: Resources | None = None,
@@ -452,19 +479,24 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on",
-                                               access_log=False))
+        server = uvicorn.Server(uvicorn.Config(
+            app, log_config=None, lifespan="on", access_log=False,
+            timeout_graceful_shutdown=GATEWAY_REQUESTS_STOP_SECONDS))
         task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
         try:
+            async with _bound(GATEWAY_START_SECONDS, "start"):
+                while not server.started:
+                    if task.done():
+                        task.result()
+                    await asyncio.sleep(0.01)
             yield Gateway(f"http://127.0.0.1:{port}", res, fake)
         finally:
             server.should_exit = True
-            await task
-            sock.close()
+            try:
+                async with _bound(GATEWAY_STOP_SECONDS, "stop"):
+                    await task
+            finally:
+                sock.close()
 
 
 class FlakyQueue:

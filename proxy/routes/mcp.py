@@ -31,6 +31,8 @@ from proxy.resources import Resources
 
 log = structlog.get_logger("proxy.mcp")
 READY_TIMEOUT_SECONDS = 30.0  # longest wait for the SDK's import on a request to /mcp
+# The session manager's time to end its sessions at shutdown, then again once cancelled.
+STOP_SECONDS = 5.0
 
 
 class McpEndpoint:
@@ -49,7 +51,11 @@ class McpEndpoint:
             yield
         finally:
             stop.set()
-            await asyncio.gather(task, return_exceptions=True)
+            _, running = await asyncio.wait({task}, timeout=STOP_SECONDS)
+            if running:  # a session the SDK does not end: cancelled, still bounded
+                log.warning("mcp_stop_timed_out", seconds=STOP_SECONDS)
+                task.cancel()
+                await asyncio.wait({task}, timeout=STOP_SECONDS)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         try:

@@ -1,13 +1,14 @@
 """Browser fixtures for the console: Debian's chromium driven by Playwright for Python.
 
 The browser is the system one (``/usr/bin/chromium``, installed with apt by ``.ci/run``),
-never a Playwright download. When it is missing the browser tests fail with the install
-command, unless ``MEMORY_PROXY_SKIP_BROWSER=1`` asks to skip them. axe-core (vendored from
-npm in ``vendor/axe-core``) is added to every page through an init script, which the page's
+never a Playwright download, launched once per session (a fresh context per test). When
+it is missing the browser tests fail with the install command, unless
+``MEMORY_PROXY_SKIP_BROWSER=1`` asks to skip them. axe-core (vendored from npm in
+``vendor/axe-core``) is added to every page through an init script, which the page's
 Content-Security-Policy does not govern, so the policy under test stays exactly the one
-the gateway sends. Screenshots go to ``test-artifacts/console/`` (``MEMORY_PROXY_TEST_ARTIFACTS``
-moves them); with ``MEMORY_PROXY_UPDATE_SCREENSHOTS=1`` the README's copies in
-``docs/console/`` are rewritten too.
+the gateway sends. Screenshots go to ``test-artifacts/console/``
+(``MEMORY_PROXY_TEST_ARTIFACTS`` moves them); with ``MEMORY_PROXY_UPDATE_SCREENSHOTS=1``
+the README's copies in ``docs/console/`` are rewritten too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from proxy.settings import Settings
 from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
@@ -37,6 +39,11 @@ VIEWPORT = {"width": 390, "height": 844}
 ARTIFACTS = Path(os.environ.get("MEMORY_PROXY_TEST_ARTIFACTS",
                                 ROOT / "test-artifacts")) / "console"
 README_SHOTS = ROOT / "docs" / "console"
+
+# The event loop of the console's tests and of their async fixtures (each module's
+# ``pytestmark``): the session's, where the one shared browser (``browser``) runs —
+# Playwright's objects belong to the loop that started them.
+SESSION_LOOP = pytest.mark.asyncio(loop_scope="session")
 
 USER_KEY = "sk-console-alice"
 OTHER_KEY = "sk-console-bob"
@@ -68,7 +75,7 @@ def console_settings(tmp_path: Path, *, jwt: dict[str, Any] | None = None,
                  "retry_base_seconds": 0.01}, **overrides)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def console_gateway(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[Gateway]:
     async with running_gateway(console_settings(tmp_path), upstream) as gw:
         yield gw
@@ -94,8 +101,10 @@ def chromium_path() -> str:
     return CHROMIUM
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def browser(chromium_path: str) -> AsyncIterator[Any]:
+    """One Chromium for the whole session (launching one costs a second or two; each test
+    gets a fresh context in :func:`page`, so no cookie or storage crosses tests)."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
@@ -107,7 +116,7 @@ async def browser(chromium_path: str) -> AsyncIterator[Any]:
             await chromium.close()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def page(browser: Any, console_gateway: Gateway) -> AsyncIterator[Any]:
     """A fresh en-US page at 390 px with axe-core loaded; fails the test on any page error."""
     context = await browser.new_context(

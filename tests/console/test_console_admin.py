@@ -12,6 +12,7 @@ from proxy.memory.store import ListQuery
 from tests.console.conftest import (
     ADMIN_KEY,
     GLOBAL_KEY,
+    SESSION_LOOP,
     TENANT,
     USER_KEY,
     axe_violations,
@@ -22,6 +23,8 @@ from tests.console.conftest import (
     sign_in,
 )
 from tests.fakes import Gateway
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 

@@ -14,6 +14,7 @@ from playwright.async_api import expect
 from tests.console.conftest import (
     ADMIN_KEY,
     OTHER_KEY,
+    SESSION_LOOP,
     USER_KEY,
     axe_violations,
     fact,
@@ -24,6 +25,8 @@ from tests.console.conftest import (
 )
 from tests.console.test_console_admin import ADMIN, admin_get, dead_jobs
 from tests.fakes import Gateway
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 
 async def one_line_headers(page: Any, table: Any) -> list[str]:

@@ -14,6 +14,7 @@ from proxy.memory.conflicts import ProfileWeek, WeightedTag, iso_week
 from proxy.memory.store import ChangeSet
 from tests.console.conftest import (
     ADMIN_KEY,
+    SESSION_LOOP,
     TENANT,
     USER_KEY,
     axe_violations,
@@ -26,6 +27,8 @@ from tests.console.conftest import (
 from tests.console.test_console_user import memories
 from tests.fakes import Gateway
 from tests.learning.test_learning_e2e import known_ids
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 
 async def both_kinds(gateway: Gateway) -> None:

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import expect
 
 from tests.console.conftest import (
     OTHER_KEY,
+    SESSION_LOOP,
     USER_KEY,
     axe_violations,
     console_settings,
@@ -20,11 +22,14 @@ from tests.console.conftest import (
 )
 from tests.fakes import FakeUpstream, Gateway, backend_overrides, running_gateway
 
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
+
 ALICE = {"Authorization": f"Bearer {USER_KEY}"}
 BOB = {"Authorization": f"Bearer {OTHER_KEY}"}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest_asyncio.fixture(loop_scope="session",
+                        params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def console_gateway(request: pytest.FixtureRequest, tmp_path: Path,
                           upstream: FakeUpstream) -> AsyncIterator[Gateway]:
     settings = console_settings(tmp_path, **backend_overrides(request, tmp_path))

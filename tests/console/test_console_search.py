@@ -9,17 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import expect
 
-from tests.console.conftest import USER_KEY, axe_violations, console_settings, sign_in
+from tests.console.conftest import SESSION_LOOP, USER_KEY, axe_violations, console_settings, sign_in
 from tests.fakes import FakeUpstream, Gateway, backend_overrides, running_gateway
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 ALICE = {"Authorization": f"Bearer {USER_KEY}"}
 ORDERS = 51  # with the allergy memory, two more than the console's page of 50
 ORDER = "Bought hazelnuts for the bakery order {}"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest_asyncio.fixture(loop_scope="session",
+                        params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def console_gateway(request: pytest.FixtureRequest, tmp_path: Path,
                           upstream: FakeUpstream) -> AsyncIterator[Gateway]:
     """The console's gateway (see ``tests/console/conftest.py``) on each backend."""

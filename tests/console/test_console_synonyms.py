@@ -11,6 +11,7 @@ from playwright.async_api import expect
 from proxy.memory.synonyms import SynonymExample
 from tests.console.conftest import (
     ADMIN_KEY,
+    SESSION_LOOP,
     TENANT,
     axe_violations,
     fits_width,
@@ -19,6 +20,8 @@ from tests.console.conftest import (
 )
 from tests.console.test_console_admin import admin_get
 from tests.fakes import Gateway
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 

@@ -14,6 +14,7 @@ from proxy.memory.store import ListQuery
 from tests.console.conftest import (
     APP_KEY,
     OTHER_KEY,
+    SESSION_LOOP,
     TENANT,
     USER_KEY,
     axe_violations,
@@ -26,6 +27,8 @@ from tests.console.conftest import (
 )
 from tests.fakes import FakeUpstream, Gateway, running_gateway
 from tests.learning.test_learning_e2e import known_ids
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 
 def read_text(path: Path) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from playwright.async_api import expect
 
 from tests.console.conftest import (
+    SESSION_LOOP,
     USER_KEY,
     axe_violations,
     fact,
@@ -22,6 +23,8 @@ from tests.console.conftest import (
 from tests.console.test_console_user import memories
 from tests.fakes import Gateway
 from tests.learning.test_learning_e2e import known_ids
+
+pytestmark = SESSION_LOOP  # one Chromium for all (tests/console/conftest.py)
 
 USER = {"Authorization": f"Bearer {USER_KEY}"}
 

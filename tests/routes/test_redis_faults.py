@@ -23,6 +23,7 @@ pytestmark = pytest.mark.redis
 # A chat with a user while Redis is frozen: recall deadline (150 ms) + two settings reads
 # (250 ms each) + the fake upstream, with room for a loaded 2-core CI machine.
 FROZEN_CHAT_SECONDS = 1.5
+RECALL_TIMEOUT_MS = 150  # the shipped deadline (test settings default to a generous one)
 READY_SECONDS = 1.0
 
 
@@ -54,6 +55,7 @@ def frozen(server: RedisServer) -> Iterator[None]:
 async def gateway_on(tmp_path: Path, own_redis: RedisServer,
                      upstream: FakeUpstream) -> AsyncIterator[Gateway]:
     settings = make_settings(tmp_path, learning={"enabled": True},
+                             memory={"recall_timeout_ms": RECALL_TIMEOUT_MS},
                              storage=redis_storage(tmp_path, own_redis.url, "faults"))
     async with running_gateway(settings, upstream) as gw:
         yield gw
