@@ -367,9 +367,10 @@ class MemoryStore(SynonymStore, Protocol):
         ...
 
     async def clear(self, tenant: str, user: str, *, audit: AuditEvent | None = None) -> int:
-        """Delete every personal memory and the profile of (tenant, user); records
-        ``cleared_at`` so that learning queued before now is discarded
-        (docs/design.md#deletion)."""
+        """Delete every personal memory and the profile of (tenant, user) with what was
+        derived from them — the user's conflicts and weekly profile snapshots; records
+        ``cleared_at`` so that learning queued before now is discarded. Returns the number
+        of memories deleted (docs/design.md#deletion)."""
         ...
 
     # learning --------------------------------------------------------------

@@ -32,6 +32,7 @@ from proxy.memory.conflicts import (
     STATUS_FILTERS,
     Conflict,
     history,
+    mark_pair,
     parse_week,
     settle,
     snapshot,
@@ -157,6 +158,26 @@ async def release_partner(res: Resources, memory: Memory) -> None:
             await res.store.update(unmarked(partner))
         except KeyError:  # deleted meanwhile
             return
+
+
+async def remark_partner(res: Resources, memory: Memory) -> Memory:
+    """Before ``memory`` (switched on or off by a person) is written: the marks of its
+    open conflict chosen again (:func:`~proxy.memory.conflicts.mark_pair`: an enabled
+    memory before a disabled one), so disabling the memory recall kept releases the other
+    and enabling it again restores the choice. Writes the other memory when its mark
+    changes; returns ``memory`` with its own mark (unchanged without an open conflict)."""
+    if memory.conflict_with is None or memory.user_id is None:
+        return memory
+    partner = await res.store.get(memory.tenant, memory.user_id, memory.conflict_with)
+    if partner is None or partner.conflict_with != memory.id:
+        return memory
+    mine, theirs = mark_pair(memory, partner)
+    if theirs != partner:
+        try:
+            await res.store.update(theirs)
+        except KeyError:  # deleted meanwhile: nothing holds this memory back
+            return unmarked(memory)
+    return mine
 
 
 def _week(value: str | None, param: str) -> str | None:

@@ -54,7 +54,7 @@ from proxy.memory.store import ChangeSet, ListQuery
 from proxy.memory.text import strip_invisible
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
-from proxy.routes.conflicts import release_partner
+from proxy.routes.conflicts import release_partner, remark_partner
 from proxy.routes.json import json_response
 from proxy.routes.owner import Owner, learning_state, owner
 from proxy.routes.params import check_memory_cursor, check_text
@@ -423,6 +423,8 @@ async def patch_memory(request: Request) -> Response:
     if switched:
         changes["enabled"] = patch.enabled
     updated = memory.with_changes(updated_at=res.clock(), **changes)
+    if switched:  # the other memory of its open conflict: held back by it, or no more
+        updated = await remark_partner(res, updated)
     events = []
     if edited:
         events.append(me.audit(res, "edited", memory_id, detail={"fields": edited}))

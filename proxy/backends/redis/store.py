@@ -382,6 +382,8 @@ class RedisMemoryStore(RecordParts):
             multi(pipe)
             doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
                       self._keys.facts(ns)]
+            # Derived from the memories and the profile (docs/design.md#deletion).
+            doomed += [self._keys.conflicts(ns), self._keys.profile_history(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]

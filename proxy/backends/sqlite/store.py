@@ -265,6 +265,9 @@ class SqliteMemoryStore:
             conn.execute("DELETE FROM profiles WHERE tenant = ? AND user_id = ?", (tenant, user))
             conn.execute("DELETE FROM conversations WHERE tenant = ? AND user_id = ?",
                          (tenant, user))
+            # What was derived from the memories and the profile goes with them
+            # (docs/design.md#deletion): their conflicts and the weekly profile snapshots.
+            conflicts.erase(conn, tenant, user)
             conn.execute(
                 "INSERT INTO user_settings (tenant, user_id, cleared_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(tenant, user_id) DO UPDATE SET cleared_at = excluded.cleared_at",
