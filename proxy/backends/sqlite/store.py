@@ -401,6 +401,19 @@ class SqliteMemoryStore:
         stamp = to_iso(utcnow())
         await self._write(lambda c: users.put_tenant_settings(c, tenant, overrides, stamp))
 
+    async def change_tenant_settings(
+        self, tenant: str, change: Callable[[dict[str, object]], dict[str, object]]
+    ) -> tuple[dict[str, object], dict[str, object]]:
+        stamp = to_iso(utcnow())
+
+        def run(conn: sqlite3.Connection) -> tuple[dict[str, object], dict[str, object]]:
+            before = users.get_tenant_settings(conn, tenant)
+            after = change(dict(before))
+            users.put_tenant_settings(conn, tenant, after, stamp)
+            return before, after
+
+        return await self._write(run)
+
     # candidate synonyms (proxy.backends.sqlite.synonyms) -----------------------------------
     async def count_synonyms(self, tenant: str, user: str,
                              examples: Sequence[SynonymExample]) -> None:
