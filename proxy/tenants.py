@@ -153,6 +153,44 @@ class TenantSettings:
         :class:`InvalidRequestError` (400, ``param`` = the dotted name) for an unknown name
         or an invalid value, and :class:`ConflictError` (409) for ``learning.enabled:
         true`` while ``config.yaml`` has learning off (no learning sink is built)."""
+        self._check(patch)
+        return await self.change(tenant, lambda _stored: patch)
+
+    async def change(self, tenant: str,
+                     make_patch: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+                     ) -> tuple[TenantConfig, dict[str, Any]]:
+        """As :meth:`update`, the patch made by ``make_patch`` from the tenant's stored
+        overrides inside the store's atomic change
+        (:meth:`~proxy.memory.store.MemoryStore.change_tenant_settings`), so a change
+        computed from the current value (a synonym group added) never loses a concurrent
+        one. ``make_patch`` must be pure (it may run more than once); what it raises
+        propagates with nothing stored."""
+        made: list[TenantConfig] = []
+
+        def apply(before: dict[str, object]) -> dict[str, object]:
+            patch = make_patch(before)
+            self._check(patch)
+            merged = {**before, **patch}
+            overrides = {k: v for k, v in merged.items() if v is not None and k in OVERRIDABLE}
+            config = self._merge(tenant, overrides)
+            made[:] = [config]
+            # Stored as validated (e.g. batch_messages as the full mapping); an extending
+            # one as the tenant's part alone.
+            return {name: overrides[name] if name in EXTENDING else config.value(name)
+                    for name in overrides}
+
+        before, stored = await self._store.change_tenant_settings(tenant, apply)
+        old = self._merge(tenant, {k: v for k, v in before.items() if k in OVERRIDABLE})
+        config = TenantConfig(tenant=tenant, learning=made[-1].learning,
+                              memory=made[-1].memory, overrides=stored)
+        self._remember(tenant, config, self._clock())
+        changed = {name: {"from": old.value(name), "to": config.value(name)}
+                   for name in OVERRIDABLE if old.value(name) != config.value(name)}
+        return config, changed
+
+    def _check(self, patch: Mapping[str, Any]) -> None:
+        """Raise for a name that is not a run-time setting, or for switching learning on
+        while ``config.yaml`` has it off (:meth:`update`)."""
         for name, value in patch.items():
             if name not in OVERRIDABLE:
                 raise InvalidRequestError(
@@ -164,22 +202,6 @@ class TenantSettings:
                     "gateway builds no learning pipeline; a tenant override cannot switch "
                     "it on. Enable it in the config and restart.",
                     code="learning_unavailable")
-        before = await self._store.get_tenant_settings(tenant)
-        merged = {**before, **patch}
-        overrides = {k: v for k, v in merged.items() if v is not None and k in OVERRIDABLE}
-        config = self._merge(tenant, overrides)
-        # Stored as validated (e.g. batch_messages as the full mapping); an extending one
-        # as the tenant's part alone.
-        stored = {name: overrides[name] if name in EXTENDING else config.value(name)
-                  for name in overrides}
-        old = self._merge(tenant, {k: v for k, v in before.items() if k in OVERRIDABLE})
-        await self._store.put_tenant_settings(tenant, stored)
-        config = TenantConfig(tenant=tenant, learning=config.learning, memory=config.memory,
-                              overrides=stored)
-        self._remember(tenant, config, self._clock())
-        changed = {name: {"from": old.value(name), "to": config.value(name)}
-                   for name in OVERRIDABLE if old.value(name) != config.value(name)}
-        return config, changed
 
     def _merge(self, tenant: str, overrides: Mapping[str, Any]) -> TenantConfig:
         sections: dict[str, dict[str, Any]] = {"learning": {}, "memory": {}}

@@ -50,6 +50,23 @@ async def test_a_change_reaches_another_process_within_five_seconds(
     assert (await b.get("globex")).learning.score_threshold == 0.6
 
 
+async def test_two_processes_patching_different_settings_at_once_both_keep_theirs(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """Two processes each patching another setting of one tenant at the same moment: both
+    overrides are stored (neither writes back the value it read before the other's
+    write), and each reports only its own change."""
+    settings = make_settings(tmp_path, learning={"enabled": True})
+    a, b = TenantSettings(settings, store), TenantSettings(settings, store)
+    (_, changed_a), (_, changed_b) = await asyncio.gather(
+        a.update("acme", {"learning.score_threshold": 0.8}),
+        b.update("acme", {"memory.injection_count": 3}))
+    assert await store.get_tenant_settings("acme") == {
+        "learning.score_threshold": 0.8, "memory.injection_count": 3}
+    assert set(changed_a) == {"learning.score_threshold"}
+    assert set(changed_b) == {"memory.injection_count"}
+
+
 async def test_validation_names_the_setting(store: MemoryStore, tmp_path: Path) -> None:
     """Bad values are 400s naming the dotted path of the bad value (inside a nested
     setting too); nothing is stored; learning cannot be switched on over a config that has

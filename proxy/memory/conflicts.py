@@ -9,10 +9,11 @@ successor. Two kinds:
   the old fact is active again, the new one retired).
 - ``contradicts``: the learning model was unsure and named the memory in the extraction
   answer's ``contradicts`` field; nothing is retired, status ``open``. Until a person
-  settles it, recall injects only the one of the pair with more evidence, then the newer
-  (:func:`mark_pair` sets ``conflict_yields`` on the other, a flag recall reads from the
-  record it already holds). ``confirmed``: the successor stands and the old one is
-  retired; ``reversed``: the old one stands and the successor is retired.
+  settles it, recall injects only the one of the pair with more evidence, then the newer,
+  an enabled one always before a disabled one (:func:`mark_pair` sets ``conflict_yields``
+  on the other, a flag recall reads from the record it already holds). ``confirmed``:
+  the successor stands and the old one is retired; ``reversed``: the old one stands and
+  the successor is retired.
 
 **Profile over time** (docs/design.md#profile-over-time). One :class:`ProfileWeek` per
 user and ISO week (``2026-W48``): the traits and topics with their effective scores when
@@ -111,9 +112,12 @@ def overflow(stored: Iterable[tuple[str, str]], *, keep: int = MAX_CONFLICTS) ->
 
 
 def stronger(a: Memory, b: Memory) -> Memory:
-    """The memory of a pair recall keeps: more evidence (``hits``), then the newer
-    (``created_at``, then the larger id — ids are time-ordered)."""
-    return max((a, b), key=lambda m: (m.hits, m.created_at, m.id))
+    """The memory of a pair recall keeps: an active one (enabled, not retired) over one a
+    person disabled, then more evidence (``hits``), then the newer (``created_at``, then
+    the larger id — ids are time-ordered). docs/design.md#conflicts: disabling the
+    stronger releases the weaker, as deleting it does; enabling it again restores the
+    choice."""
+    return max((a, b), key=lambda m: (m.active, m.hits, m.created_at, m.id))
 
 
 def mark_pair(a: Memory, b: Memory) -> tuple[Memory, Memory]:

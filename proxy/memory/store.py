@@ -9,7 +9,7 @@ or file fails, so callers can degrade memory without breaking chat.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -367,9 +367,10 @@ class MemoryStore(SynonymStore, Protocol):
         ...
 
     async def clear(self, tenant: str, user: str, *, audit: AuditEvent | None = None) -> int:
-        """Delete every personal memory and the profile of (tenant, user); records
-        ``cleared_at`` so that learning queued before now is discarded
-        (docs/design.md#deletion)."""
+        """Delete every personal memory and the profile of (tenant, user) with what was
+        derived from them — the user's conflicts and weekly profile snapshots; records
+        ``cleared_at`` so that learning queued before now is discarded. Returns the number
+        of memories deleted (docs/design.md#deletion)."""
         ...
 
     # learning --------------------------------------------------------------
@@ -491,6 +492,18 @@ class MemoryStore(SynonymStore, Protocol):
     async def put_tenant_settings(self, tenant: str, overrides: Mapping[str, object]
                                   ) -> None:
         """Replace the tenant's run-time settings overrides."""
+        ...
+
+    async def change_tenant_settings(
+        self, tenant: str, change: Callable[[dict[str, object]], dict[str, object]]
+    ) -> tuple[dict[str, object], dict[str, object]]:
+        """Replace the tenant's overrides with ``change(current)`` atomically: no other
+        write of them lands between the read and the write, so two concurrent changes
+        (two accepted synonyms, two settings patches) both stay. SQLite: one write
+        transaction; Redis: ``WATCH``/``MULTI``, ``change`` called again on the new value
+        when another writer came first. ``change`` must be pure (it may run more than
+        once); what it raises propagates and nothing is written. Returns ``(before,
+        after)``."""
         ...
 
     async def delete_shared(self, tenant: str, memory_id: str, *,

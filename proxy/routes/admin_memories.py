@@ -11,7 +11,11 @@
 - ``POST /v1/admin/memories/{id}/promote`` with ``X-User-Id: <owner>`` — the owner's
   personal memory becomes shared: a shared copy (tag ``promoted-from:<id>``, same source,
   evidence and conversation) is stored, the personal one is retired with reason
-  ``promoted`` (``superseded_by`` = the copy), so it is never injected twice.
+  ``promoted`` (``superseded_by`` = the copy), so it is never injected twice. A memory
+  that reads as a fact about its owner ("Is allergic to hazelnuts", "My manager is
+  Dana": :func:`~proxy.memory.sharing.about_owner`) is refused, 400 ``memory_about_user``
+  (``param`` ``memory_id``), and stays personal: shared, it would be injected for every
+  user as if about them (docs/design.md#promotion).
 
 Every text meets the manual-memory rules (no instructions or links, no personal data or
 secrets: 400 ``instruction_not_allowed`` / ``pii_not_allowed``), promoted ones too; new
@@ -27,6 +31,7 @@ from starlette.responses import Response
 from proxy import openapi
 from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
 from proxy.memory.records import Memory, new_id
+from proxy.memory.sharing import about_owner
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.titles import short_title
 from proxy.resources import Resources
@@ -196,8 +201,9 @@ async def delete_admin_memory(request: Request) -> Response:
 
 async def promote(request: Request) -> Response:
     """``POST /v1/admin/memories/{id}/promote`` (``X-User-Id``: the owner) → 201 with the
-    shared copy. 400 without the owner or when the text breaks the manual-memory rules,
-    404 when the owner has no such active memory, 403 for a global admin key."""
+    shared copy. 400 without the owner, when the text breaks the manual-memory rules or
+    reads as a fact about its owner (``memory_about_user``), 404 when the owner has no
+    such active memory, 403 for a global admin key."""
     res, tenant, _, actor = _space(request, "shared")
     owner = request.headers.get(res.settings.identity.user_header) or \
         query(m.PromoteQuery, request).user
@@ -211,8 +217,10 @@ async def promote(request: Request) -> Response:
         raise NotFoundError("The user has no active memory with that id.",
                             param="memory_id", code="memory_not_found")
     # The personal memory passed the learning filters for its owner; shared, it reaches
-    # every user of the tenant, so personal data is checked again.
+    # every user of the tenant, so personal data is checked again, and it must not read
+    # as a fact about whoever is asking (docs/design.md#promotion).
     check_manual(f"{personal.title}\n{personal.content}", res.scrubbers.for_tenant(tenant))
+    _general(personal)
     now = res.clock()
     # The shared copy names no owner, conversation or personal memory id (every user of
     # the tenant reads it); the link is kept in the two ``promoted`` audit events only.
@@ -238,6 +246,20 @@ async def promote(request: Request) -> Response:
     return json_response(shared.to_api(), status_code=201)
 
 
+def _general(personal: Memory) -> None:
+    """Raise 400 ``memory_about_user`` (``param`` ``memory_id``) when ``personal`` reads
+    as a fact about its owner (:func:`proxy.memory.sharing.about_owner`)."""
+    why = about_owner(content=personal.content, title=personal.title,
+                      subject=personal.subject)
+    if why is not None:
+        raise InvalidRequestError(
+            f"This memory reads as a fact about its owner ({why}): shared, every user's "
+            "prompt would present it as a fact about them. Only general knowledge is "
+            "promoted; to share what it says, create a shared memory in general words "
+            "with POST /v1/admin/memories (e.g. 'The office is closed on Fridays').",
+            param="memory_id", code="memory_about_user")
+
+
 openapi.register(
     openapi.Operation("GET", "/v1/admin/memories", "Shared or system memories",
                       auth="admin", query=m.AdminMemoriesQuery,
@@ -255,5 +277,5 @@ openapi.register(
     openapi.Operation("POST", "/v1/admin/memories/{memory_id}/promote", "Promote a user's "
                       "memory (X-User-Id or ?user=: the owner) to shared", auth="admin",
                       query=m.PromoteQuery, response=m.AdminMemory, status=201,
-                      errors=(404,), tags=("admin",)),
+                      errors=(400, 404), tags=("admin",)),
 )

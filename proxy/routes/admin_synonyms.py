@@ -15,8 +15,9 @@ An unknown id, or one of another tenant, answers 404 ``synonym_candidate_not_fou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -126,32 +127,36 @@ async def accept(request: Request) -> Response:
     """``POST /v1/admin/synonyms/candidates/{id}/accept`` (module docstring)."""
     admin = caller(request)
     candidate = await _candidate(admin, request)
-    stored = await admin.res.store.get_tenant_settings(admin.tenant)
-    mine = stored.get(SYNONYMS)
-    tenant_groups = [list(g) for g in mine] if isinstance(mine, list) else []
-    groups = accept_group(
-        candidate.words, configured=admin.res.settings.learning.synonyms, tenant=tenant_groups
-    )
-    if groups != tenant_groups:
-        _, changed = await admin.res.tenants.update(admin.tenant, {SYNONYMS: groups})
-        if changed:
-            await admin.res.store.audit(
-                [
-                    AuditEvent(
-                        tenant=admin.tenant,
-                        user_id=None,
-                        action="settings_changed",
-                        actor="admin",
-                        at=admin.res.clock(),
-                        reason=SYNONYMS,
-                        detail={
-                            "by": admin.actor,
-                            "changed": changed,
-                            "synonym_candidate": candidate.id,
-                        },
-                    )
-                ]
-            )
+    configured = admin.res.settings.learning.synonyms
+
+    def add_group(stored: Mapping[str, Any]) -> dict[str, Any]:
+        """The patch adding the candidate's words to the stored groups (none when they
+        are joined already); run inside the store's atomic change, so two accepts made at
+        once both stay."""
+        mine = stored.get(SYNONYMS)
+        tenant_groups = [list(g) for g in mine] if isinstance(mine, list) else []
+        groups = accept_group(candidate.words, configured=configured, tenant=tenant_groups)
+        return {} if groups == tenant_groups else {SYNONYMS: groups}
+
+    _, changed = await admin.res.tenants.change(admin.tenant, add_group)
+    if changed:
+        await admin.res.store.audit(
+            [
+                AuditEvent(
+                    tenant=admin.tenant,
+                    user_id=None,
+                    action="settings_changed",
+                    actor="admin",
+                    at=admin.res.clock(),
+                    reason=SYNONYMS,
+                    detail={
+                        "by": admin.actor,
+                        "changed": changed,
+                        "synonym_candidate": candidate.id,
+                    },
+                )
+            ]
+        )
     return await _decide(admin, candidate, "accepted")
 
 

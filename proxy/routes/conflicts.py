@@ -21,6 +21,7 @@ the memory API (:mod:`proxy.routes.owner`: an admin key acts for ``X-User-Id``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -32,6 +33,7 @@ from proxy.memory.conflicts import (
     STATUS_FILTERS,
     Conflict,
     history,
+    mark_pair,
     parse_week,
     settle,
     snapshot,
@@ -157,6 +159,44 @@ async def release_partner(res: Resources, memory: Memory) -> None:
             await res.store.update(unmarked(partner))
         except KeyError:  # deleted meanwhile
             return
+
+
+async def switch_in_pair(res: Resources, memory: Memory,
+                         write: Callable[[Memory], Awaitable[None]]) -> Memory:
+    """Write ``memory``, switched on or off by a person, with ``write``, and choose the
+    marks of its open conflict again (:func:`~proxy.memory.conflicts.mark_pair`: an
+    enabled memory before a disabled one): disabling the memory recall kept releases the
+    other, enabling it again restores the choice. The other memory is written before
+    ``memory`` when it is to yield and after it when it is released, so a failure
+    between the two writes never leaves both injected. Raises what ``write`` raises
+    (:class:`NotFoundError` for a memory deleted meanwhile: the other one is then
+    released). Returns ``memory`` as written."""
+    partner = None
+    if memory.conflict_with is not None and memory.user_id is not None:
+        partner = await res.store.get(memory.tenant, memory.user_id, memory.conflict_with)
+    if partner is None or partner.conflict_with != memory.id:
+        await write(memory)
+        return memory
+    mine, theirs = mark_pair(memory, partner)
+    changed = theirs != partner
+    if changed and theirs.conflict_yields:
+        await _update_partner(res, theirs)
+    try:
+        await write(mine)
+    except NotFoundError:  # deleted meanwhile: nothing holds the other memory back
+        if changed and theirs.conflict_yields:
+            await _update_partner(res, unmarked(theirs))
+        raise
+    if changed and not theirs.conflict_yields:
+        await _update_partner(res, theirs)
+    return mine
+
+
+async def _update_partner(res: Resources, partner: Memory) -> None:
+    try:
+        await res.store.update(partner)
+    except KeyError:  # deleted meanwhile: nothing to hold back
+        return
 
 
 def _week(value: str | None, param: str) -> str | None:

@@ -55,7 +55,7 @@ from proxy.memory.text import strip_invisible
 from proxy.memory.titles import short_title
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
-from proxy.routes.conflicts import release_partner
+from proxy.routes.conflicts import release_partner, switch_in_pair
 from proxy.routes.json import json_response
 from proxy.routes.owner import Owner, learning_state, owner
 from proxy.routes.params import check_memory_cursor, check_text
@@ -429,11 +429,18 @@ async def patch_memory(request: Request) -> Response:
         events.append(me.audit(res, "edited", memory_id, detail={"fields": edited}))
     if switched:
         events.append(me.audit(res, "enabled" if patch.enabled else "disabled", memory_id))
-    try:
-        await res.store.update(updated, audit=events[0])
-    except KeyError as exc:  # deleted between the read and the write
-        raise NotFoundError("No such memory.", param="memory_id",
-                            code="memory_not_found") from exc
+
+    async def write(record: Memory) -> None:
+        try:
+            await res.store.update(record, audit=events[0])
+        except KeyError as exc:  # deleted between the read and the write
+            raise NotFoundError("No such memory.", param="memory_id",
+                                code="memory_not_found") from exc
+
+    if switched:  # the other memory of an open conflict: held back by it, or no more
+        updated = await switch_in_pair(res, updated, write)
+    else:
+        await write(updated)
     if len(events) > 1:
         await res.store.audit(events[1:])
     return json_response(updated.to_api())

@@ -139,6 +139,32 @@ async def test_erasure_removes_conflicts_and_snapshots_of_that_user_only(
     assert len(await store.profile_history("t1", "u2")) == 1
 
 
+async def test_clearing_removes_conflicts_and_snapshots_of_that_user_only(
+        store: MemoryStore) -> None:
+    """clear (the "clear all" of the memory API) deletes the user's conflicts and weekly
+    snapshots with their memories; another user's stay."""
+    for user in ("u1", "u2"):
+        a, b = mem(f"Likes jazz {user}", user=user), mem(f"Likes rock {user}", user=user)
+        await store.apply(ChangeSet(tenant="t1", user_id=user, batch_key=f"c-{user}",
+                                    upserts=(a, b), conflicts=(conflict(a, b, user=user),),
+                                    snapshot=week(1, user=user)))
+    assert await store.clear("t1", "u1") == 2
+    assert await store.list_conflicts("t1", "u1", statuses=STATUS_FILTERS["all"]) == []
+    assert await store.profile_history("t1", "u1") == []
+    assert len(await store.list_conflicts("t1", "u2", statuses=STATUS_FILTERS["all"])) == 1
+    assert len(await store.profile_history("t1", "u2")) == 1
+
+
+def test_a_disabled_memory_yields_to_the_enabled_one_whatever_its_evidence() -> None:
+    """mark_pair keeps the enabled memory of a pair even when the disabled one has more
+    evidence; with both enabled, evidence decides again."""
+    strong, weak = mem("Works at the harbour office", hits=5), mem("Works in town")
+    off_strong, kept_weak = mark_pair(strong.with_changes(enabled=False), weak)
+    assert (off_strong.conflict_yields, kept_weak.conflict_yields) == (True, False)
+    on_strong, held_weak = mark_pair(strong, weak)
+    assert (on_strong.conflict_yields, held_weak.conflict_yields) == (False, True)
+
+
 async def test_conflicts_are_bounded_per_user_oldest_dropped(store: MemoryStore) -> None:
     """Past MAX_CONFLICTS a user's oldest conflicts are dropped; the newest stay; another
     user's are not touched."""

@@ -6,7 +6,11 @@ Uses the shared ``store`` fixture of :mod:`tests.memory.test_store_contract`.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from datetime import timedelta
+
+import pytest
 
 from proxy.memory.store import AuditEvent, AuditFilter, MemoryStore, SearchQuery
 from proxy.settings import GLOBAL_NAMESPACE
@@ -137,3 +141,43 @@ async def test_delete_shared_removes_only_that_tenants_memory(store: MemoryStore
     assert not await store.delete_shared("t1", shared.id)
     log = await store.audit_search("t1", AuditFilter(action="deleted"))
     assert [e.user_id for _, e in log] == [None]
+
+
+async def test_concurrent_changes_of_tenant_settings_all_stay(store: MemoryStore) -> None:
+    """Six changes made at once, each adding its own group to what it reads, all stay (none
+    reads a value another overwrites); each returns what it read and what it wrote; other
+    overrides and other tenants are untouched."""
+    await store.put_tenant_settings("t1", {"memory.injection_count": 3})
+    await store.put_tenant_settings("t2", {"memory.injection_count": 4})
+
+    def adding(word: str) -> Callable[[dict[str, object]], dict[str, object]]:
+        def change(current: dict[str, object]) -> dict[str, object]:
+            groups = current.get("learning.synonyms")
+            held = list(groups) if isinstance(groups, list) else []
+            return {**current, "learning.synonyms": [*held, [word, word + "s"]]}
+        return change
+
+    words = [f"word{i}" for i in range(6)]
+    results = await asyncio.gather(*(store.change_tenant_settings("t1", adding(w))
+                                     for w in words))
+    stored = await store.get_tenant_settings("t1")
+    groups = stored["learning.synonyms"]
+    assert isinstance(groups, list)
+    assert sorted(g[0] for g in groups) == words
+    assert stored["memory.injection_count"] == 3
+    assert await store.get_tenant_settings("t2") == {"memory.injection_count": 4}
+    assert sorted(len(after["learning.synonyms"]) for _, after in results) == \
+        list(range(1, 7))  # type: ignore[arg-type]
+    assert all(before.get("memory.injection_count") == 3 for before, _ in results)
+
+
+async def test_a_change_that_raises_writes_nothing(store: MemoryStore) -> None:
+    """What the change raises reaches the caller, and the overrides stay as they were."""
+    await store.put_tenant_settings("t1", {"memory.injection_count": 3})
+
+    def refuse(current: dict[str, object]) -> dict[str, object]:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        await store.change_tenant_settings("t1", refuse)
+    assert await store.get_tenant_settings("t1") == {"memory.injection_count": 3}

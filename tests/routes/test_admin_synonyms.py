@@ -176,6 +176,34 @@ async def test_an_accepted_pair_joins_the_tenant_synonyms_for_the_next_batch(
     assert audit[0]["detail"]["synonym_candidate"] == cid
 
 
+async def test_accepts_made_at_once_all_join_the_tenant_synonyms(gw: Gateway) -> None:
+    """Three candidates accepted by concurrent requests: every group is in the tenant's
+    learning.synonyms (no accept overwrites another's), and every one is accepted."""
+    pairs = [("introverted", "shy"), ("outgoing", "sociable"), ("curious", "inquisitive")]
+    ids = [await seed(gw, kept, said) for kept, said in pairs]
+    answers = await asyncio.gather(*(
+        admin(gw, "POST", f"/v1/admin/synonyms/candidates/{cid}/accept") for cid in ids))
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    view = (await admin(gw, "GET", "/v1/admin/settings")).json()
+    assert sorted(view["overrides"]["learning.synonyms"]) == sorted(
+        [list(p) for p in pairs])
+    assert sorted(c["id"] for c in await listed(gw, status="accepted")) == sorted(ids)
+
+
+async def test_accepting_a_candidate_again_changes_no_setting(gw: Gateway) -> None:
+    """A candidate whose words a tenant group joins already is accepted again without a
+    settings change (no second group, one settings_changed event)."""
+    cid = await seed(gw, "introverted", "shy")
+    for _ in range(2):
+        accepted = await admin(gw, "POST", f"/v1/admin/synonyms/candidates/{cid}/accept")
+        assert accepted.status_code == 200, accepted.text
+    view = (await admin(gw, "GET", "/v1/admin/settings")).json()
+    assert view["overrides"]["learning.synonyms"] == [["introverted", "shy"]]
+    audit = (await admin(gw, "GET", "/v1/admin/audit",
+                         params={"action": "settings_changed"})).json()["data"]
+    assert len(audit) == 1
+
+
 async def test_a_rejected_candidate_leaves_the_settings_alone(gw: Gateway) -> None:
     cid = await seed(gw, "introverted", "shy")
     rejected = await admin(gw, "POST", f"/v1/admin/synonyms/candidates/{cid}/reject")

@@ -134,6 +134,90 @@ async def test_deleting_one_memory_of_an_open_conflict_releases_the_other(
     assert "central office" in block(upstream)
 
 
+async def open_pair(gw: Gateway, upstream: FakeUpstream) -> dict[str, Any]:
+    """An open conflict of u1: "harbour office" (two sightings, the one recall keeps)
+    against "central office" (one sighting, yields)."""
+    for text in ("I work at the harbour office.", "Still at the harbour office."):
+        await learn(gw, upstream, text, fact("Works at the harbour office"))
+    await learn_with_ids(gw, upstream, "Central office now?", lambda ids: fact(
+        "Works at the central office", contradicts=[ids["Works at the harbour office"]]))
+    (pair,) = await conflicts(gw)
+    return pair
+
+
+async def switch(gw: Gateway, memory_id: str, enabled: bool) -> dict[str, Any]:
+    response = await call(gw, "PATCH", f"/v1/memories/{memory_id}", U1,
+                          json={"enabled": enabled})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def test_disabling_the_stronger_memory_of_an_open_conflict_releases_the_other(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """The stronger memory disabled: the one that yielded to it is injected (the pair is
+    still open and listed); enabled again, the stronger is injected alone once more."""
+    pair = await open_pair(gw, upstream)
+    strong, weak = pair["retired"]["id"], pair["successor"]["id"]
+    await switch(gw, strong, False)
+    await chat(gw, "Which office do I work at?")
+    assert "central office" in block(upstream)
+    assert "harbour office" not in block(upstream)
+    (listed,) = await conflicts(gw)
+    assert listed["status"] == "open"
+    assert listed["successor"]["conflict_yields"] is False
+    await switch(gw, strong, True)
+    await chat(gw, "Which office do I work at?")
+    assert "harbour office" in block(upstream)
+    assert "central office" not in block(upstream)
+    (again,) = await conflicts(gw)
+    assert again["successor"]["conflict_yields"] is True
+    assert again["retired"]["conflict_yields"] is False
+    assert weak == again["successor"]["id"]
+
+
+async def test_disabling_the_weaker_memory_of_an_open_conflict_changes_nothing_injected(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """The memory that yields disabled, then enabled again: the stronger stays the one
+    injected, the weaker is never injected beside it."""
+    pair = await open_pair(gw, upstream)
+    weak = pair["successor"]["id"]
+    for enabled in (False, True):
+        await switch(gw, weak, enabled)
+        await chat(gw, "Which office do I work at?")
+        assert "harbour office" in block(upstream)
+        assert "central office" not in block(upstream)
+    (listed,) = await conflicts(gw)
+    assert listed["successor"]["conflict_yields"] is True
+
+
+async def test_clearing_all_memories_removes_their_conflicts_and_profile_history(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """"Clear all" (DELETE /v1/memories?confirm=true, the console's clear button): the
+    user's conflicts and weekly profile snapshots go with the memories — none is stored
+    any more, the history shows only the empty live week; another user's stay; without
+    confirmation nothing is cleared."""
+    await open_pair(gw, upstream)
+    await learn(gw, upstream, "I love long hikes.", fact("Loves long hikes"),
+                profile={"traits": ["outdoorsy"], "topics": ["hiking"]})
+    a_week = iso_week(datetime.now(UTC) - timedelta(weeks=3))
+    for user in ("u1", "u2"):
+        await gw.res.store.apply(ChangeSet(
+            tenant="tenant-a", user_id=user, batch_key=f"week-{user}", snapshot=ProfileWeek(
+                tenant="tenant-a", user_id=user, week=a_week, topics=(WeightedTag("x", 1),))))
+    refused = await call(gw, "DELETE", "/v1/memories", U1)
+    assert error(refused, 400)["code"] == "confirmation_required"
+    assert len(await conflicts(gw)) == 1
+    cleared = await call(gw, "DELETE", "/v1/memories", U1, params={"confirm": "true"})
+    assert cleared.status_code == 200, cleared.text
+    assert await conflicts(gw, status="all") == []
+    everything = frozenset({"open", "unconfirmed", "confirmed", "reversed"})
+    assert await gw.res.store.list_conflicts("tenant-a", "u1", statuses=everything) == []
+    assert await gw.res.store.profile_history("tenant-a", "u1") == []
+    weeks = (await call(gw, "GET", "/v1/profile/history", U1)).json()["data"]
+    assert weeks == [{"week": iso_week(datetime.now(UTC)), "traits": [], "topics": []}]
+    assert [w.week for w in await gw.res.store.profile_history("tenant-a", "u2")] == [a_week]
+
+
 async def test_profile_history_is_weekly_with_the_live_week_last(
         gw: Gateway, upstream: FakeUpstream) -> None:
     """A new user gets the current week with empty lists; learned traits show in the

@@ -103,10 +103,11 @@ async def call(
 
 
 async def prepared(gw: Gateway) -> dict[str, str]:
-    """A personal memory to edit and one to delete, a shared memory (their ids), and a
-    first version of the scoring prompt to restore."""
+    """A personal memory to edit, one to delete and one to promote, a shared memory (their
+    ids), and a first version of the scoring prompt to restore."""
     ids = {}
-    for name, content in (("edit", "Likes green tea"), ("drop", "Plays the cello")):
+    for name, content in (("edit", "Likes green tea"), ("drop", "Plays the cello"),
+                          ("share", "The canteen serves lunch at noon")):
         response = await call(gw, "POST", "/v1/memories", APP, json={"content": content})
         assert response.status_code == 201, response.text
         ids[name] = response.json()["id"]
@@ -150,7 +151,7 @@ def write_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str], di
         ("POST", "/v1/admin/memories", ADMIN, {"json": {"content": "The office opens at 9"}}),
         ("PATCH", f"/v1/admin/memories/{ids['shared']}", ADMIN, {"json": {"enabled": False}}),
         ("DELETE", f"/v1/admin/memories/{ids['shared']}", ADMIN, {}),
-        ("POST", f"/v1/admin/memories/{ids['edit']}/promote", {**ADMIN, "X-User-Id": "u1"}, {}),
+        ("POST", f"/v1/admin/memories/{ids['share']}/promote", {**ADMIN, "X-User-Id": "u1"}, {}),
         # The usage views write the buffered usage rows first.
         ("GET", "/v1/admin/usage", ADMIN, {}),
         ("GET", "/v1/admin/users", ADMIN, {}),
@@ -221,6 +222,7 @@ async def test_the_same_routes_work_once_the_storage_is_back(failing: Failing) -
         "Keeps bees",
         "Likes oolong",
         "Plays the cello",
+        "The canteen serves lunch at noon",
     ]
 
 

@@ -38,7 +38,7 @@ while Redis is down and recovers when it is back.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 import structlog
@@ -382,6 +382,8 @@ class RedisMemoryStore(RecordParts):
             multi(pipe)
             doomed = [self._keys.profile(ns), ids_key, convs_key, self._keys.summaries(ns),
                       self._keys.facts(ns)]
+            # Derived from the memories and the profile (docs/design.md#deletion).
+            doomed += [self._keys.conflicts(ns), self._keys.profile_history(ns)]
             doomed += [self._keys.memory(ns, i) for i in ids]
             doomed += [self._keys.evidence(ns, i) for i in ids]
             doomed += [self._keys.conversation(ns, c) for c in conversations]
@@ -517,6 +519,12 @@ class RedisMemoryStore(RecordParts):
                                   ) -> None:
         with _unavailable("put_tenant_settings"):
             await self._tenants.put_settings(tenant, overrides)
+
+    async def change_tenant_settings(
+        self, tenant: str, change: Callable[[dict[str, object]], dict[str, object]]
+    ) -> tuple[dict[str, object], dict[str, object]]:
+        with _unavailable("change_tenant_settings"):
+            return await self._tenants.change_settings(tenant, change)
 
     # erasure -----------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, audit: AuditEvent) -> int:

@@ -6,12 +6,14 @@ Errors are the caller's to translate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
+from proxy.backends.redis.client import multi, transact
 from proxy.backends.redis.keys import KeyLayout, tenant_token
 from proxy.memory.records import from_iso, to_iso
 from proxy.memory.store import PromptVersion
@@ -31,6 +33,25 @@ class TenantRecords:
     async def put_settings(self, tenant: str, overrides: Mapping[str, object]) -> None:
         await self._redis.set(self._keys.tenant_settings(tenant_token(tenant)),
                               orjson.dumps(dict(overrides)))
+
+    async def change_settings(
+        self, tenant: str, change: Callable[[dict[str, object]], dict[str, object]]
+    ) -> tuple[dict[str, object], dict[str, object]]:
+        """``change`` applied to the stored overrides under ``WATCH`` (run again when
+        another writer changed them first, see :func:`~proxy.backends.redis.client.transact`);
+        returns ``(before, after)``."""
+        key = self._keys.tenant_settings(tenant_token(tenant))
+
+        async def body(pipe: Pipeline) -> tuple[dict[str, object], dict[str, object]]:
+            raw = await pipe.get(key)
+            before: dict[str, object] = {} if raw is None else dict(orjson.loads(raw))
+            after = change(dict(before))
+            multi(pipe)
+            pipe.set(key, orjson.dumps(dict(after)))
+            await pipe.execute()
+            return before, after
+
+        return await transact(self._redis, [key], body)
 
     async def save_prompt(self, tenant: str, kind: str, *, text: str, actor: str,
                           at: datetime) -> PromptVersion:

@@ -265,6 +265,9 @@ class SqliteMemoryStore:
             conn.execute("DELETE FROM profiles WHERE tenant = ? AND user_id = ?", (tenant, user))
             conn.execute("DELETE FROM conversations WHERE tenant = ? AND user_id = ?",
                          (tenant, user))
+            # What was derived from the memories and the profile goes with them
+            # (docs/design.md#deletion): their conflicts and the weekly profile snapshots.
+            conflicts.erase(conn, tenant, user)
             conn.execute(
                 "INSERT INTO user_settings (tenant, user_id, cleared_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(tenant, user_id) DO UPDATE SET cleared_at = excluded.cleared_at",
@@ -397,6 +400,19 @@ class SqliteMemoryStore:
                                   ) -> None:
         stamp = to_iso(utcnow())
         await self._write(lambda c: users.put_tenant_settings(c, tenant, overrides, stamp))
+
+    async def change_tenant_settings(
+        self, tenant: str, change: Callable[[dict[str, object]], dict[str, object]]
+    ) -> tuple[dict[str, object], dict[str, object]]:
+        stamp = to_iso(utcnow())
+
+        def run(conn: sqlite3.Connection) -> tuple[dict[str, object], dict[str, object]]:
+            before = users.get_tenant_settings(conn, tenant)
+            after = change(dict(before))
+            users.put_tenant_settings(conn, tenant, after, stamp)
+            return before, after
+
+        return await self._write(run)
 
     # candidate synonyms (proxy.backends.sqlite.synonyms) -----------------------------------
     async def count_synonyms(self, tenant: str, user: str,
