@@ -1,7 +1,9 @@
 """Injection records on Redis (docs/design.md#injection-records): each record a STRING
-``P:inj:{ns}:<id>`` (the API's JSON) expiring after the retention window, and the user's
-ZSET ``P:injs:{ns}`` of record ids by time, which enforces the per-user cap and lets
-erasure find every record. Errors are the caller's to translate."""
+``P:inj:{ns}:<id>`` (the compact form of :func:`~proxy.memory.explain.stored`, with its
+time; one written before that form holds the API's JSON and reads back alike) expiring
+after the retention window, and the user's ZSET ``P:injs:{ns}`` of record ids by time,
+which enforces the per-user cap and lets erasure find every record. Errors are the
+caller's to translate."""
 
 from __future__ import annotations
 
@@ -10,12 +12,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-import orjson
 from redis.asyncio import Redis
 
 from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.redis.memories import as_text
-from proxy.memory.explain import InjectionRecord
+from proxy.memory.explain import InjectionRecord, from_stored, stored
 
 
 class InjectionRecords:
@@ -36,7 +37,7 @@ class InjectionRecords:
             index = self._keys.injections(ns)
             async with self._redis.pipeline(transaction=True) as pipe:
                 for r in mine:
-                    pipe.set(self._keys.injection(ns, r.id), orjson.dumps(r.to_api()),
+                    pipe.set(self._keys.injection(ns, r.id), stored(r, timed=True),
                              ex=seconds)
                 pipe.zadd(index, {r.id: r.created_at.timestamp() for r in mine})
                 pipe.zremrangebyscore(index, "-inf", f"({cutoff}")
@@ -56,5 +57,5 @@ class InjectionRecords:
                                                          injection_id))
         if raw is None:
             return None
-        record = InjectionRecord.from_api(tenant, user, orjson.loads(raw))
+        record = from_stored(tenant, user, injection_id, raw)
         return record if record.created_at >= since else None
