@@ -15,8 +15,14 @@ What it measures, in a child process per tree (``PYTHONPATH`` = that tree first,
                       drops the oldest — CPU of the whole process (the writer thread
                       included) ÷ records; "ms/flush" the same per call. Batches: one
                       per second at 1, 30 and 300 requests/s.
-Each figure is the minimum over ``--repeats`` timed loops (CPU time, ``time.process_time``),
-so other load on the machine inflates it less; compare within one run.
+    flush of 200 users  the same for batches of one record from each of 200 users who
+                      hold 300 records each (under the cap): many users chatting at once.
+Each timed figure is the minimum over ``--repeats`` loops (CPU time, ``time.process_time``),
+so other load on the machine inflates it less; compare within one run. Two figures do not
+depend on the load at all: "explain Python calls" (function calls of one ``explain()``,
+counted by ``cProfile``) and "flush of N: SQL steps/record" (SQLite virtual-machine
+instructions the writer connection ran per record, counted by a progress handler every
+10 instructions, so ±10 per flush).
 
     .venv/bin/python bench/injection_cost.py --baseline /tmp/before
     (the baseline tree: ``git archive <commit> proxy | tar -x -C /tmp/before``)
@@ -26,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
+import pstats
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -39,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BATCHES = (1, 30, 300)
 PER_USER = 1000
+CROWD, CROWD_HOLDS = 200, 300  # many users, each under the cap, one record each a flush
 
 
 def _best(fn: Callable[[], object], *, loops: int, repeats: int) -> float:
@@ -70,14 +80,22 @@ def child(repeats: int) -> dict[str, float]:
     profile, now = build_profile(), utcnow()
     out = {"explain µs": _best(lambda: explain(block, ranked, profile, 4, now),
                                loops=2000, repeats=repeats)}
+    profiler = cProfile.Profile()
+    profiler.runcall(explain, block, ranked, profile, 4, now)
+    out["explain Python calls"] = pstats.Stats(profiler).total_calls  # type: ignore[attr-defined]
     items = explain(block, ranked, profile, 4, now)
 
-    def record() -> InjectionRecord:
-        return InjectionRecord(id=new_id(), tenant=TENANT, user=USER, created_at=utcnow(),
+    def record(user: str = USER) -> InjectionRecord:
+        return InjectionRecord(id=new_id(), tenant=TENANT, user=user, created_at=utcnow(),
                                model="bench-model", conversation_id=None, channel="private",
                                items=items)
 
     out["record µs"] = _best(record, loops=2000, repeats=repeats)
+    crowd = [f"user-{i}" for i in range(CROWD)]
+    scenarios: list[tuple[str, Callable[[], list[InjectionRecord]], int]] = [
+        (f"flush of {size}", lambda size=size: [record() for _ in range(size)],  # type: ignore[misc]
+         max(3, 600 // size)) for size in BATCHES]
+    scenarios.append((f"flush of {CROWD} users", lambda: [record(u) for u in crowd], 3))
 
     async def flushes() -> None:
         with tempfile.TemporaryDirectory() as folder:
@@ -87,17 +105,36 @@ def child(repeats: int) -> dict[str, float]:
                 for _ in range(PER_USER // 100 + 1):  # past the cap
                     await store.record_injections([record() for _ in range(100)],
                                                   now=utcnow(), **keep)
-                for size in BATCHES:
-                    calls = max(3, 600 // size)
+                for _ in range(CROWD_HOLDS // 100):  # the crowd: under the cap
+                    await store.record_injections(
+                        [record(u) for u in crowd for _ in range(100)], now=utcnow(), **keep)
+                steps = [0]
+
+                def count(conn: sqlite3.Connection) -> None:
+                    def tick() -> int:
+                        steps[0] += 10
+                        return 0
+                    conn.set_progress_handler(tick, 10)
+
+                for label, batch_of, calls in scenarios:
+                    await db.write(count)
+                    steps[0] = 0
+                    written = 0
+                    for _ in range(calls):
+                        batch = batch_of()
+                        written += len(batch)
+                        await store.record_injections(batch, now=utcnow(), **keep)
+                    await db.write(lambda c: c.set_progress_handler(None, 0))
+                    out[f"{label}: SQL steps/record"] = steps[0] / written
                     best = float("inf")
                     for _ in range(repeats):
-                        batches = [[record() for _ in range(size)] for _ in range(calls)]
+                        batches = [batch_of() for _ in range(calls)]
                         started = time.process_time()
                         for batch in batches:
                             await store.record_injections(batch, now=utcnow(), **keep)
                         best = min(best, time.process_time() - started)
-                    out[f"flush of {size}: µs/record"] = best / (calls * size) * 1e6
-                    out[f"flush of {size}: ms/flush"] = best / calls * 1e3
+                    out[f"{label}: µs/record"] = best / written * 1e6
+                    out[f"{label}: ms/flush"] = best / calls * 1e3
 
     asyncio.run(flushes())
     return out
