@@ -11,11 +11,13 @@ items recall would inject now, recording nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
 import structlog
 
 from proxy.memory.records import Memory, Profile, ScoredTag, from_iso, to_iso
@@ -38,6 +40,14 @@ MAX_PENDING = 10_000
 
 # One item: (kind, memory id or profile field, score, reasons); its rank is its position.
 Item = tuple[Literal["memory", "profile"], str, float, tuple[str, ...]]
+_RESIDENT = ("resident",)
+# A ranked memory's reasons by (keyword hit, vector hit, date match, context), in this
+# order: one shared tuple per combination, so no request builds them.
+_REASONS: dict[tuple[bool, ...], tuple[str, ...]] = {
+    flags: tuple(word for word, on in zip(
+        ("keyword", "vector", "date", "conversation"), flags, strict=True) if on)
+    for flags in itertools.product((False, True), repeat=4)
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +93,38 @@ class InjectionRecord:
                    channel=request["channel"], items=items)  # type: ignore[arg-type]
 
 
+def stored(record: InjectionRecord, *, timed: bool = False) -> str:
+    """The compact form a store keeps beside the record's id and owner: JSON
+    ``[model, conversation_id, channel, [[kind, memory id or field, score, [reason…]]…]]``
+    (items best first), with ``timed`` preceded by ``created_at`` (ISO 8601) for a store
+    that keeps no time column. Writing it is one ``orjson`` call over the record's tuples,
+    a fraction of the CPU of the API's JSON, whose dicts are built only when a record is
+    read (``bench/injection_cost.py``)."""
+    body = (record.model, record.conversation_id, record.channel, record.items)
+    return orjson.dumps((to_iso(record.created_at), *body) if timed else body).decode()
+
+
+def from_stored(tenant: str, user: str, injection_id: str, raw: str | bytes, *,
+                created_at: datetime | None = None) -> InjectionRecord:
+    """The record :func:`stored` wrote (``created_at``: its time, unless it was
+    ``timed``) — or, for a record written before the compact form, the API's JSON
+    (:meth:`InjectionRecord.to_api`). Raises ``orjson.JSONDecodeError``, ``KeyError`` or
+    ``ValueError`` on a value neither wrote."""
+    data = orjson.loads(raw)
+    if isinstance(data, dict):
+        return InjectionRecord.from_api(tenant, user, data)
+    if len(data) == 5:
+        created_at = from_iso(data.pop(0))
+    if created_at is None:
+        raise ValueError("an injection record stored without its time")
+    model, conversation_id, channel, rows = data
+    items = tuple((kind, ref, float(score), tuple(reasons))
+                  for kind, ref, score, reasons in rows)
+    return InjectionRecord(id=injection_id, tenant=tenant, user=user, created_at=created_at,
+                           model=model, conversation_id=conversation_id, channel=channel,
+                           items=items)
+
+
 def api_items(items: Sequence[Item]) -> list[dict[str, Any]]:
     """The items as the API shows them (rank 1 = first in the block's order)."""
     out = []
@@ -106,28 +148,27 @@ def explain(memories: Sequence[Memory], ranked: Sequence[Ranked],
     items: list[Item] = []
     if profile is not None and profile_lines > 0:
         items.extend(_profile_items(profile, now)[:_items_within(profile, profile_lines)])
+    if not memories:
+        return tuple(items)
     by_id = {r.memory.id: r for r in ranked}
     for memory in memories:
         r = by_id.get(memory.id)
         if r is None:
-            items.append(("memory", memory.id, max(0.0, min(1.0, memory.score)),
-                          ("resident",)))
-            continue
-        reasons = tuple(word for word, on in (
-            ("keyword", r.keyword), ("vector", r.vector), ("date", r.when >= DATE_REASON),
-            ("conversation", r.context > 0)) if on)
-        items.append(("memory", memory.id, r.final, reasons))
+            items.append(("memory", memory.id, max(0.0, min(1.0, memory.score)), _RESIDENT))
+        else:
+            items.append(("memory", memory.id, r.final, _REASONS[
+                r.keyword, r.vector, r.when >= DATE_REASON, r.context > 0]))
     return tuple(items)
 
 
 def _profile_items(profile: Profile, now: datetime) -> list[Item]:
     items: list[Item] = []
     if profile.style:
-        items.append(("profile", "style", 1.0, ("resident",)))
+        items.append(("profile", "style", 1.0, _RESIDENT))
     if profile.impression:
-        items.append(("profile", "impression", 1.0, ("resident",)))
+        items.append(("profile", "impression", 1.0, _RESIDENT))
     for name, tags in (("traits", profile.traits), ("topics", profile.topics)):
-        items.extend(("profile", f"{name}[{i}]", score, ("resident",))
+        items.extend(("profile", f"{name}[{i}]", score, _RESIDENT)
                      for i, score in _top(tags, now))
     return items
 
@@ -142,9 +183,8 @@ def _items_within(profile: Profile, lines: int) -> int:
 
 
 def _top(tags: Sequence[ScoredTag], now: datetime) -> list[tuple[int, float]]:
-    scored = sorted(((i, t.effective_score(now), t.text) for i, t in enumerate(tags)),
-                    key=lambda x: (-x[1], x[2]))
-    return [(i, score) for i, score, _ in scored[:PROFILE_TAGS]]
+    scored = sorted([(-t.effective_score(now), t.text, i) for i, t in enumerate(tags)])
+    return [(i, -negative) for negative, _, i in scored[:PROFILE_TAGS]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
-from ulid import ULID
 
 from proxy.memory.categories import Category
 
@@ -29,13 +30,24 @@ MAX_TITLE_CHARS = 200
 PROFILE_CACHE_SIZE = 4096  # decoded profiles kept (a few KB each): the active users
 
 
+# Crockford's base-32 (ULID's alphabet: no I, L, O or U) two characters at a time; a
+# ULID's 128 bits are 130 bits in 26 characters, the first two bits zero.
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ID_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+_ID_SHIFTS = tuple(range(120, -1, -10))
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 def new_id() -> str:
-    """A sortable unique id (ULID, 26 characters, time-ordered)."""
-    return str(ULID())
+    """A sortable unique id: a ULID (26 Crockford base-32 characters: 48 bits of Unix
+    milliseconds, then 80 random bits from ``os.urandom``), the string
+    ``str(ulid.ULID())`` writes, encoded ten bits at a time from a table (about two thirds
+    of that call's CPU; every reply that injects memory takes one for its record)."""
+    value = time.time_ns() // 1_000_000 << 80 | int.from_bytes(os.urandom(10))
+    return "".join([_ID_PAIRS[value >> shift & 1023] for shift in _ID_SHIFTS])
 
 
 def to_iso(value: datetime | None) -> str | None:

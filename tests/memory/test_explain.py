@@ -3,15 +3,26 @@ facts and profile fields are named as such, and the block's trims are honoured."
 
 from __future__ import annotations
 
+import re
+import time
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
+from ulid import ULID
 
-from proxy.memory.explain import InjectionLog, InjectionRecord, api_items, explain
+from proxy.memory.explain import (
+    InjectionLog,
+    InjectionRecord,
+    api_items,
+    explain,
+    from_stored,
+    stored,
+)
 from proxy.memory.recall import QueryHits, RankWeights, rank
-from proxy.memory.records import Profile, ScoredTag
+from proxy.memory.records import Profile, ScoredTag, new_id
 from proxy.memory.store import StoreUnavailableError
 from proxy.memory.when import mentioned_periods
 from tests.memory.test_recall import NOW, kw, mem, vec
@@ -109,3 +120,39 @@ async def test_the_buffer_keeps_records_until_a_write_succeeds_and_forgets_on_er
     await log.flush(store, NOW)  # type: ignore[arg-type]
     assert store.written == ["a"]
     assert log.pending == []
+
+
+def test_the_compact_stored_form_round_trips_and_the_api_form_still_reads() -> None:
+    items = (("profile", "style", 1.0, ("resident",)),
+             ("memory", "m1", 0.91234, ("keyword", "date")),
+             ("memory", "m2", 0.5, ("resident",)))
+    original = InjectionRecord(id="01ARZ3NDEKTSV4RRFFQ69G5FAV", tenant="t", user="u",
+                               created_at=NOW, model="m", conversation_id="c",
+                               channel="private", items=items)
+    kept = stored(original)
+    assert kept == ('["m","c","private",[["profile","style",1.0,["resident"]],'
+                    '["memory","m1",0.91234,["keyword","date"]],'
+                    '["memory","m2",0.5,["resident"]]]]')
+    assert from_stored("t", "u", original.id, kept, created_at=NOW) == original
+    assert from_stored("t", "u", original.id, stored(original, timed=True)) == original
+    # A record written as the API's JSON (before the compact form) reads back alike.
+    legacy = orjson.dumps(original.to_api())
+    assert from_stored("t", "u", original.id, legacy).to_api() == original.to_api()
+    with pytest.raises(ValueError, match="without its time"):
+        from_stored("t", "u", original.id, kept)
+    with pytest.raises(orjson.JSONDecodeError):
+        from_stored("t", "u", original.id, "not json", created_at=NOW)
+
+
+def test_record_ids_are_ulids_unique_and_in_time_order() -> None:
+    before = datetime.now(UTC)
+    ids = [new_id() for _ in range(2000)]
+    after = datetime.now(UTC)
+    assert len(set(ids)) == len(ids)
+    for value in ids[:50]:
+        parsed = ULID.from_str(value)
+        assert str(parsed) == value  # the canonical 26-character form
+        assert before - timedelta(milliseconds=1) <= parsed.datetime <= after
+    time.sleep(0.002)
+    assert new_id()[:10] > max(ids)[:10]  # a later millisecond sorts after
+    assert all(re.fullmatch(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", value) for value in ids)

@@ -1,7 +1,9 @@
 """Injection records on Redis (docs/design.md#injection-records): each record a STRING
-``P:inj:{ns}:<id>`` (the API's JSON) expiring after the retention window, and the user's
-ZSET ``P:injs:{ns}`` of record ids by time, which enforces the per-user cap and lets
-erasure find every record. Errors are the caller's to translate."""
+``P:inj:{ns}:<id>`` (the compact form of :func:`~proxy.memory.explain.stored`, with its
+time; one written before that form holds the API's JSON and reads back alike) expiring
+after the retention window, and the user's ZSET ``P:injs:{ns}`` of record ids by time,
+which enforces the per-user cap and lets erasure find every record. Errors are the
+caller's to translate."""
 
 from __future__ import annotations
 
@@ -10,12 +12,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-import orjson
 from redis.asyncio import Redis
 
 from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.redis.memories import as_text
-from proxy.memory.explain import InjectionRecord
+from proxy.memory.explain import InjectionRecord, from_stored, stored
 
 
 class InjectionRecords:
@@ -26,29 +27,42 @@ class InjectionRecords:
     async def write(self, records: Sequence[InjectionRecord], *, now: datetime,
                     retention: timedelta, per_user: int) -> None:
         """Store ``records``; per written user, drop ids older than ``now - retention``
-        and all but the newest ``per_user`` (their records with them)."""
+        and all but the newest ``per_user`` (their records with them). Two round trips
+        for the whole batch, whatever the number of users: one pipeline writes every
+        user's records and reads each user's ids beyond the cap, a second drops those.
+        Each user's commands run in order; another writer's interleaved between them can
+        only add ids, so what is dropped was beyond the cap either way."""
         seconds = max(1, math.ceil(retention.total_seconds()))
         cutoff = (now - retention).timestamp()
         by_ns: dict[str, list[InjectionRecord]] = defaultdict(list)
         for record in records:
             by_ns[user_token(record.tenant, record.user)].append(record)
-        for ns, mine in by_ns.items():
-            index = self._keys.injections(ns)
-            async with self._redis.pipeline(transaction=True) as pipe:
+        if not by_ns:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for ns, mine in by_ns.items():
+                index = self._keys.injections(ns)
                 for r in mine:
-                    pipe.set(self._keys.injection(ns, r.id), orjson.dumps(r.to_api()),
+                    pipe.set(self._keys.injection(ns, r.id), stored(r, timed=True),
                              ex=seconds)
                 pipe.zadd(index, {r.id: r.created_at.timestamp() for r in mine})
                 pipe.zremrangebyscore(index, "-inf", f"({cutoff}")
                 pipe.zrange(index, 0, -(per_user + 1))
                 pipe.expire(index, seconds)
-                replies = await pipe.execute()
-            extra = [as_text(i) for i in replies[-2]]
+            replies = await pipe.execute()
+        extras: list[tuple[str, list[str]]] = []
+        at = 0
+        for ns, mine in by_ns.items():
+            at += len(mine) + 4  # its SETs, ZADD, ZREMRANGEBYSCORE, ZRANGE, EXPIRE
+            extra = [as_text(i) for i in replies[at - 2]]
             if extra:
-                async with self._redis.pipeline(transaction=True) as pipe:
-                    pipe.zrem(index, *extra)
+                extras.append((ns, extra))
+        if extras:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for ns, extra in extras:
+                    pipe.zrem(self._keys.injections(ns), *extra)
                     pipe.unlink(*(self._keys.injection(ns, i) for i in extra))
-                    await pipe.execute()
+                await pipe.execute()
 
     async def get(self, tenant: str, user: str, injection_id: str, *,
                   since: datetime) -> InjectionRecord | None:
@@ -56,5 +70,5 @@ class InjectionRecords:
                                                          injection_id))
         if raw is None:
             return None
-        record = InjectionRecord.from_api(tenant, user, orjson.loads(raw))
+        record = from_stored(tenant, user, injection_id, raw)
         return record if record.created_at >= since else None

@@ -70,6 +70,7 @@ class SqliteMemoryStore:
         self._db = db
         self._recall = Recall()
         self._purge_seconds = purge_seconds
+        self._injection_counts = injections.Counts()  # per-user bounds (the cap's walks)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -141,7 +142,8 @@ class SqliteMemoryStore:
                                 retention: timedelta, per_user: int) -> None:
         if records:
             await self._write(lambda c: injections.insert(
-                c, records, cutoff=now - retention, per_user=per_user))
+                c, records, cutoff=now - retention, per_user=per_user,
+                counts=self._injection_counts))
 
     async def get_injection(self, tenant: str, user: str, injection_id: str, *,
                             since: datetime) -> InjectionRecord | None:
