@@ -121,8 +121,10 @@ class Ranked:
     context: float = 0.0
 
 
+@lru_cache(maxsize=1024)
 def evidence_strength(hits: int) -> float:
-    """0 for one mention, ~0.41 for two, ~0.62 for five, → 1 as hits grow."""
+    """0 for one mention, ~0.41 for two, ~0.62 for five, → 1 as hits grow (memoised:
+    hit counts are small integers)."""
     return 0.0 if hits <= 1 else 1.0 - 1.0 / (1.0 + math.log(hits))
 
 
@@ -417,16 +419,24 @@ def _distinct(memories: Iterator[Memory], *, limit: int,
     picked: list[int] = []
     if limit <= 0:
         return picked
-    keys = [dedup_key(m.content) for m in chosen]
+    kept = [m.content for m in chosen]
     for index, memory in enumerate(memories):
-        norm, terms = dedup_key(memory.content)
-        if any(_near(norm, terms, other_norm, other_terms) for other_norm, other_terms in keys):
+        content = memory.content
+        if any(near_duplicate(content, other) for other in kept):
             continue
         picked.append(index)
         if len(picked) >= limit:
             break
-        keys.append((norm, terms))
+        kept.append(content)
     return picked
+
+
+@lru_cache(maxsize=16_384)
+def near_duplicate(a: str, b: str) -> bool:
+    """Whether memory texts ``a`` and ``b`` are near-duplicates (step 5 of the module
+    docstring). Memoised per pair: a user's resident memories are checked against their
+    recalled ones on every request (~150 bytes an entry, ~2.5 MB when full)."""
+    return _near(*dedup_key(a), *dedup_key(b))
 
 
 def _near(a: str, a_terms: frozenset[str], b: str, b_terms: frozenset[str]) -> bool:
@@ -439,7 +449,9 @@ def _near(a: str, a_terms: frozenset[str], b: str, b_terms: frozenset[str]) -> b
         return a == b
     if a == b or a in b or b in a:
         return True
-    small, large = sorted((len(a_terms), len(b_terms)))
+    small, large = len(a_terms), len(b_terms)
+    if small > large:
+        small, large = large, small
     if not large or small / large < NEAR_DUPLICATE_JACCARD:
         return False
     shared = len(a_terms & b_terms)
