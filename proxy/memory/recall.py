@@ -354,23 +354,25 @@ def rank(
     relevance = _relevance(hits, memories, weights)
     context = _context(pool, dict(zip(pool, relevance, strict=True))) \
         if weights.context > 0 else {}
-    w = weights
-    now_us = _micros(now)
+    w_rel, w_when, w_ctx, w_q, w_e, w_r = (weights.relevance, weights.when, weights.context,
+                                           weights.quality, weights.evidence, weights.recency)
+    half_life, now_us, micros, strength = weights.half_life_days, _micros(now), _micros, \
+        evidence_strength
     # (−final, id, position, when, context): sorted as rank's order (−final, id); ids are
     # unique in the pool, so the position is never compared.
     scored: list[tuple[float, str, int, float, float]] = []
     for position, m in enumerate(memories):
         when = time_match((m.created_at, m.last_seen_at), periods) if periods else 0.0
         near = context.get(m.id, 0.0)
-        days = max(0.0, (now_us - _micros(m.last_seen_at)) / 1_000_000 / 86400)
+        # recency(): (now − last_seen).total_seconds() is this quotient, exactly
+        days = max(0.0, (now_us - micros(m.last_seen_at)) / 1_000_000 / 86400)
         final = (
-            w.relevance * relevance[position]
-            + w.when * when
-            + w.context * near
-            + w.quality * max(0.0, min(1.0, m.score))
-            + w.evidence * evidence_strength(m.hits)
-            + w.recency * (math.pow(0.5, days / w.half_life_days)
-                           if w.half_life_days > 0 else 1.0)
+            w_rel * relevance[position]
+            + w_when * when
+            + w_ctx * near
+            + w_q * max(0.0, min(1.0, m.score))
+            + w_e * strength(m.hits)
+            + w_r * (math.pow(0.5, days / half_life) if half_life > 0 else 1.0)
         )
         scored.append((-final, m.id, position, when, near))
     scored.sort()
