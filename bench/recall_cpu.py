@@ -3,7 +3,8 @@
 What it does
     1. Seeds a temporary SQLite store with bench/gateway's user: 500 memories and a profile
        (:mod:`bench.gateway.seed`), and opens a :class:`~proxy.memory.service.MemoryService`
-       on it with the default settings (recall index on, no embedder).
+       on it with the default settings (recall index on, no embedder; ``--embedder
+       static|local``: each memory with its vector and that embedder, query cache off).
     2. Sends bench/gateway's 48 conversations through
        :meth:`~proxy.memory.service.MemoryService.prepare` (``count_access=False``: no
        writes), ``--warmup`` rounds first (the index built, memos warm), then times
@@ -52,6 +53,7 @@ from proxy.backends.sqlite.database import SqliteDatabase  # noqa: E402
 from proxy.backends.sqlite.store import SqliteMemoryStore  # noqa: E402
 from proxy.identity import Identity  # noqa: E402
 from proxy.memory import recall, retrieve  # noqa: E402
+from proxy.memory.embedders import build_embedder  # noqa: E402
 from proxy.memory.service import MemoryService  # noqa: E402
 from proxy.models import ModelRegistry  # noqa: E402
 from proxy.request.chat import parse_chat_body  # noqa: E402
@@ -64,19 +66,25 @@ Call = tuple[tuple[Any, ...], dict[str, Any]]
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "memory.db"
-        await seed_store(path)
+        await seed_store(path, embed=args.embedder, cache_dir=args.embedder_cache)
+        memory: dict[str, Any] = {} if args.embedder is None else {"embedder": {
+            "provider": args.embedder, "model": "all-MiniLM-L6-v2", "cache_size": 0,
+            "cache_dir": str(args.embedder_cache), "reindex_on_start": False}}
         settings = load_settings(use_file=False, model_list=[{
             "model_name": "m", "litellm_params": {
                 "model": "openai/up-model", "api_base": "http://127.0.0.1:9/v1",
                 "api_key": "sk-x"}, "model_info": {"max_input_tokens": 128000}}],
-            storage={"path": str(path)}, learning={"enabled": False})
+            storage={"path": str(path)}, learning={"enabled": False}, memory=memory)
+        embedder = build_embedder(settings.memory.embedder)
+        if embedder is not None:
+            await embedder.start()
         route = ModelRegistry(settings).route("m")
         requests = [parse_chat_body(orjson.loads(chat_body(q, stream=False, model="m")))
                     for q in questions()]
         identity = Identity(tenant=TENANT, user=USER, conversation="bench")
         async with SqliteDatabase(path) as db:
             service = MemoryService(store=SqliteMemoryStore(db), settings=settings.memory,
-                                    counter=TokenCounter())
+                                    counter=TokenCounter(), embedder=embedder)
 
             async def one_round() -> list[tuple[str, int]]:
                 out = []
@@ -103,6 +111,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 text = io.StringIO()
                 pstats.Stats(profiler, stream=text).sort_stats(args.sort).print_stats(35)
                 profile = text.getvalue()
+        if embedder is not None:
+            await embedder.aclose()
     digest = hashlib.sha256(json.dumps(blocks).encode()).hexdigest()[:16]
     return {"us": best / len(requests) * 1e6, "digest": digest,
             "injected": sum(1 for b, _ in blocks if b), "profile": profile,
@@ -160,6 +170,8 @@ def variant(name: str, tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--root", str(tree), "--rounds", str(args.rounds),
          "--warmup", str(args.warmup), "--json",
+         *(["--embedder", args.embedder, "--embedder-cache", str(args.embedder_cache)]
+           if args.embedder else []),
          *(["--count-access"] if args.count_access else [])],
         check=True, capture_output=True, text=True, cwd=tree).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -176,6 +188,11 @@ def main() -> None:
                         help="as the chat route: access counted, injection recorded")
     parser.add_argument("--sort", default="cumulative", help="cProfile order (tottime, ...)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR")
+    parser.add_argument("--embedder", choices=("static", "local"),
+                        help="hybrid recall with this embedder (query cache off), as "
+                             "bench.gateway's gw-static / gw-emb")
+    parser.add_argument("--embedder-cache", type=Path, default=ROOT / ".bench" / "embedders",
+                        help="where the static model is distilled (as bench.gateway)")
     parser.add_argument("--rank-repeats", type=int, default=200)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
