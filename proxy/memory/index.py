@@ -177,7 +177,7 @@ class UserIndex:
         if not len(rows):
             return []
         order = rows[np.argsort(-scores[rows], kind="stable")[:limit]]
-        return [(int(r), float(scores[r])) for r in order]
+        return list(zip(order.tolist(), scores[order].tolist(), strict=True))
 
     def _of_model(self, dimension: int, found: _Vectors, model: str
                   ) -> npt.NDArray[np.bool_]:
@@ -208,7 +208,7 @@ class UserIndex:
         sims = (found.matrix @ query) / np.where(norms == 0, 1.0, norms)
         candidates = np.flatnonzero(keep)
         order = candidates[np.argsort(-sims[candidates], kind="stable")[:limit]]
-        return [(int(found.rows[i]), float(sims[i])) for i in order]
+        return list(zip(found.rows[order].tolist(), sims[order].tolist(), strict=True))
 
     def resident(self, *, limit: int, channels: tuple[str | None, ...] | None
                  ) -> list[Memory]:
@@ -225,12 +225,11 @@ class UserIndex:
     def search(self, query: SearchQuery) -> list[Candidate]:
         """What :meth:`~proxy.memory.store.MemoryStore.search` returns for ``query``
         (``include_shared`` queries only: the corpus holds shared memories)."""
-        found: dict[int, Candidate] = {}
-        for rank, (row, score) in enumerate(
+        memories = self.memories
+        found: dict[int, Candidate] = {
+            row: Candidate(memories[row], rank, score) for rank, (row, score) in enumerate(
                 self.keyword(query.terms, limit=query.limit, channels=query.channels),
-                start=1):
-            found[row] = Candidate(self.memories[row], keyword_rank=rank,
-                                   keyword_score=score)
+                start=1)}
         if query.embedding is not None:
             hits = self.nearest(query.embedding, limit=query.limit,
                                 model=query.embedding_model, channels=query.channels)

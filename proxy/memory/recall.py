@@ -52,9 +52,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Literal
 
@@ -69,6 +69,9 @@ from proxy.memory.when import Period, time_match
 RRF_K = 60  # Cormack et al. 2009
 NEAR_DUPLICATE_JACCARD = 0.8
 _EPSILON = 1e-9
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)  # the epoch of naive timestamps
+_MICROSECOND = timedelta(microseconds=1)
 
 Fusion = Literal["convex", "rrf"]
 Matrix = npt.NDArray[np.float64]
@@ -118,8 +121,10 @@ class Ranked:
     context: float = 0.0
 
 
+@lru_cache(maxsize=1024)
 def evidence_strength(hits: int) -> float:
-    """0 for one mention, ~0.41 for two, ~0.62 for five, → 1 as hits grow."""
+    """0 for one mention, ~0.41 for two, ~0.62 for five, → 1 as hits grow (memoised:
+    hit counts are small integers)."""
     return 0.0 if hits <= 1 else 1.0 - 1.0 / (1.0 + math.log(hits))
 
 
@@ -134,6 +139,24 @@ def _pool(hits: Sequence[QueryHits]) -> dict[str, Memory]:
         for c in query.candidates:
             pool.setdefault(c.memory.id, c.memory)
     return pool
+
+
+def _gather(hits: Sequence[QueryHits]) -> tuple[dict[str, Memory], set[str], set[str]]:
+    """The pool (first memory object per id, in order of appearance) and the ids a
+    keyword / a vector search found, in one pass over the candidates."""
+    pool: dict[str, Memory] = {}
+    by_keyword: set[str] = set()
+    by_vector: set[str] = set()
+    for query in hits:
+        for c in query.candidates:
+            memory_id = c.memory.id
+            if memory_id not in pool:
+                pool[memory_id] = c.memory
+            if c.keyword_rank is not None:
+                by_keyword.add(memory_id)
+            if c.vector_rank is not None:
+                by_vector.add(memory_id)
+    return pool, by_keyword, by_vector
 
 
 def _unit_rows(matrix: Matrix) -> Matrix:
@@ -238,14 +261,14 @@ class _Dense:
 
 
 def _keyword(query: QueryHits, index: dict[str, int], size: int) -> Matrix:
-    out = np.zeros(size)
+    out = [0.0] * size
     scores = [(c.memory.id, c.keyword_score) for c in query.candidates
               if c.keyword_score is not None and c.keyword_rank is not None]
     best = max((s for _, s in scores), default=0.0)
     if best > 0:
         for memory_id, score in scores:
             out[index[memory_id]] = max(0.0, score) / best
-    return out
+    return np.array(out, dtype=np.float64)
 
 
 def _rrf(query: QueryHits, index: dict[str, int], size: int, k: int) -> Matrix:
@@ -259,8 +282,15 @@ def _rrf(query: QueryHits, index: dict[str, int], size: int, k: int) -> Matrix:
 
 def fused_relevance(hits: Sequence[QueryHits], weights: RankWeights) -> dict[str, float]:
     """Relevance in [0, 1] per memory id of the pool (steps 1–3 of the module docstring)."""
-    pool = _pool(hits)
-    memories = list(pool.values())
+    memories = list(_pool(hits).values())
+    return dict(zip((m.id for m in memories), _relevance(hits, memories, weights),
+                    strict=True))
+
+
+def _relevance(hits: Sequence[QueryHits], memories: list[Memory],
+               weights: RankWeights) -> list[float]:
+    """:func:`fused_relevance` of the pool ``memories`` (as :func:`_pool` gives them),
+    one value per memory in that order."""
     index = {m.id: i for i, m in enumerate(memories)}
     size = len(memories)
     combined = np.zeros(size)
@@ -287,7 +317,7 @@ def fused_relevance(hits: Sequence[QueryHits], weights: RankWeights) -> dict[str
         combined = np.maximum(combined, query.weight * relevance)
     best = float(combined.max()) if size else 0.0
     scale = best if best > _EPSILON else 1.0
-    return {m.id: max(0.0, float(combined[i])) / scale for i, m in enumerate(memories)}
+    return [max(0.0, value) / scale for value in combined.tolist()]
 
 
 def _context(pool: dict[str, Memory], relevance: dict[str, float]) -> dict[str, float]:
@@ -313,30 +343,55 @@ def rank(
 ) -> list[Ranked]:
     """The best ``limit`` memories by final score, near-duplicates removed, best first.
     ``periods``: dates the query names (:func:`proxy.memory.when.mentioned_periods`);
-    ``distinct_only=False`` keeps near-duplicates (a search lists every match)."""
-    pool = _pool(hits)
+    ``distinct_only=False`` keeps near-duplicates (a search lists every match).
+
+    Only the final score is computed for every candidate; a :class:`Ranked` is built
+    for the memories returned alone, and the near-duplicate check stops at ``limit``."""
+    pool, by_keyword, by_vector = _gather(hits)
     if limit <= 0 or not pool:
         return []
-    relevance = fused_relevance(hits, weights)
-    context = _context(pool, relevance) if weights.context > 0 else {}
-    by_keyword = {c.memory.id for q in hits for c in q.candidates if c.keyword_rank is not None}
-    by_vector = {c.memory.id for q in hits for c in q.candidates if c.vector_rank is not None}
-    scored = []
-    for m in pool.values():
-        rel = relevance[m.id]
+    memories = list(pool.values())
+    relevance = _relevance(hits, memories, weights)
+    context = _context(pool, dict(zip(pool, relevance, strict=True))) \
+        if weights.context > 0 else {}
+    w_rel, w_when, w_ctx, w_q, w_e, w_r = (weights.relevance, weights.when, weights.context,
+                                           weights.quality, weights.evidence, weights.recency)
+    half_life, now_us, micros, strength = weights.half_life_days, _micros(now), _micros, \
+        evidence_strength
+    # (−final, id, position, when, context): sorted as rank's order (−final, id); ids are
+    # unique in the pool, so the position is never compared.
+    scored: list[tuple[float, str, int, float, float]] = []
+    for position, m in enumerate(memories):
         when = time_match((m.created_at, m.last_seen_at), periods) if periods else 0.0
         near = context.get(m.id, 0.0)
+        # recency(): (now − last_seen).total_seconds() is this quotient, exactly
+        days = max(0.0, (now_us - micros(m.last_seen_at)) / 1_000_000 / 86400)
         final = (
-            weights.relevance * rel
-            + weights.when * when
-            + weights.context * near
-            + weights.quality * max(0.0, min(1.0, m.score))
-            + weights.evidence * evidence_strength(m.hits)
-            + weights.recency * recency(m.last_seen_at, now, weights.half_life_days)
+            w_rel * relevance[position]
+            + w_when * when
+            + w_ctx * near
+            + w_q * max(0.0, min(1.0, m.score))
+            + w_e * strength(m.hits)
+            + w_r * (math.pow(0.5, days / half_life) if half_life > 0 else 1.0)
         )
-        scored.append(Ranked(m, rel, final, m.id in by_keyword, m.id in by_vector, when, near))
-    scored.sort(key=lambda r: (-r.final, r.memory.id))
-    return diverse(scored, limit=limit) if distinct_only else scored[:limit]
+        scored.append((-final, m.id, position, when, near))
+    scored.sort()
+    if distinct_only:
+        chosen = [scored[i] for i in _distinct((memories[s[2]] for s in scored), limit=limit)]
+    else:
+        chosen = scored[:limit]
+    return [Ranked(memories[position], relevance[position], -negative, memory_id in by_keyword,
+                   memory_id in by_vector, when, near)
+            for negative, memory_id, position, when, near in chosen]
+
+
+@lru_cache(maxsize=8192)
+def _micros(moment: datetime) -> int:
+    """Microseconds of ``moment`` since the Unix epoch (naive: as naive UTC), so that
+    ``(_micros(a) − _micros(b)) / 1e6`` is exactly ``(a − b).total_seconds()`` for two
+    aware or two naive datetimes; memoised, a memory's ``last_seen_at`` recurs."""
+    epoch = _EPOCH if moment.tzinfo is not None else _NAIVE_EPOCH
+    return (moment - epoch) // _MICROSECOND
 
 
 def diverse(ranked: Sequence[Ranked], *, limit: int) -> list[Ranked]:
@@ -357,23 +412,49 @@ def distinct(
 ) -> list[int]:
     """Indices of ``memories`` picked greedily in order, at most ``limit``, skipping any that
     is a near-duplicate of one in ``chosen`` or of one picked before it."""
+    return _distinct(iter(memories), limit=limit, chosen=chosen)
+
+
+def _distinct(memories: Iterator[Memory], *, limit: int,
+              chosen: Sequence[Memory] = ()) -> list[int]:
+    """:func:`distinct` over an iterator, read no further than the ``limit``-th pick."""
     picked: list[int] = []
-    keys = [dedup_key(m.content) for m in chosen]
+    if limit <= 0:
+        return picked
+    kept = [m.content for m in chosen]
     for index, memory in enumerate(memories):
-        if len(picked) >= limit:
-            break
-        norm, terms = dedup_key(memory.content)
-        if any(_near(norm, terms, other_norm, other_terms) for other_norm, other_terms in keys):
+        content = memory.content
+        if any(near_duplicate(content, other) for other in kept):
             continue
         picked.append(index)
-        keys.append((norm, terms))
+        if len(picked) >= limit:
+            break
+        kept.append(content)
     return picked
 
 
+@lru_cache(maxsize=16_384)
+def near_duplicate(a: str, b: str) -> bool:
+    """Whether memory texts ``a`` and ``b`` are near-duplicates (step 5 of the module
+    docstring). Memoised per pair: a user's resident memories are checked against their
+    recalled ones on every request (~150 bytes an entry, ~2.5 MB when full)."""
+    return _near(*dedup_key(a), *dedup_key(b))
+
+
 def _near(a: str, a_terms: frozenset[str], b: str, b_terms: frozenset[str]) -> bool:
+    """Whether two normalised texts (and their content terms) are near-duplicates: equal,
+    one inside the other, or a Jaccard similarity of their terms ≥
+    :data:`NEAR_DUPLICATE_JACCARD`. The similarity is at most the ratio of the smaller
+    term count to the larger, so pairs whose sizes differ too much skip the intersection
+    (the same answer: division rounds monotonically)."""
     if not a or not b:
         return a == b
     if a == b or a in b or b in a:
         return True
-    union = a_terms | b_terms
-    return bool(union) and len(a_terms & b_terms) / len(union) >= NEAR_DUPLICATE_JACCARD
+    small, large = len(a_terms), len(b_terms)
+    if small > large:
+        small, large = large, small
+    if not large or small / large < NEAR_DUPLICATE_JACCARD:
+        return False
+    shared = len(a_terms & b_terms)
+    return shared / (small + large - shared) >= NEAR_DUPLICATE_JACCARD

@@ -7,7 +7,8 @@ turn plus ``context_turns`` earlier ones — and, without any model call, up to
 earlier turn on another topic cannot drown the question) and each sentence of a latest
 turn that asks several things. :class:`Retriever` runs them:
 
-1. the keyword searches start at once, and the query embeddings (one batch) alongside;
+1. the query embeddings (one batch) start first — handed to the embedder before the
+   keyword searches take the event loop — and the keyword searches run meanwhile;
 2. the embeddings get ``embed_budget`` seconds — past it, or when the embedder fails,
    recall goes on keyword-only and says why (``degraded``), so a slow or broken embedder
    costs recall quality, never the request;
@@ -153,6 +154,14 @@ def _settle_embedding(embedding: asyncio.Task[Embeddings] | None) -> None:
         embedding.exception()
 
 
+async def _let_start() -> None:
+    """One turn of the event loop, so that a query-embedding task just created hands its
+    batch to the embedder's worker thread (local model) or sends it (remote) before this
+    recall's keyword searches, index reads and ranking hold the loop: the embedding then
+    runs beside them instead of after them (step 1 of the module docstring)."""
+    await asyncio.sleep(0)
+
+
 class Retriever:
     """Runs a query plan against a store (and an embedder, when there is one)."""
 
@@ -246,6 +255,8 @@ class Retriever:
             embedding = asyncio.create_task(self._embedder.embed_queries(
                 [q.text[-MAX_EMBED_CHARS:] for q in queries]))
         try:
+            if embedding is not None:
+                await _let_start()
             await load_segmenter_for(*(q.text for q in queries))
             index = await self._current(tenant, user)
             terms = [tuple(query_terms(q.text)) for q in queries]
@@ -304,6 +315,8 @@ class Retriever:
             embedding = asyncio.create_task(
                 self._embedder.embed_queries([text[-MAX_EMBED_CHARS:]]))
         try:
+            if embedding is not None:
+                await _let_start()
             await load_segmenter_for(text)
             terms = tuple(query_terms(text))
             keyword = [] if not terms else await self._store.search(SearchQuery(

@@ -92,7 +92,8 @@ async def load_segmenter_for(*texts: str) -> None:
 
 
 def has_cjk(text: str) -> bool:
-    return _HAS_CJK.search(text) is not None
+    """Whether ``text`` holds a CJK character (ASCII text answered without the regex)."""
+    return not text.isascii() and _HAS_CJK.search(text) is not None
 
 
 # Characters that render as nothing: every format character (category Cf: soft hyphen,

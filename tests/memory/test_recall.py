@@ -5,10 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from proxy.memory.recall import QueryHits, RankWeights, fused_relevance, rank
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.memory.recall import (
+    QueryHits,
+    RankWeights,
+    evidence_strength,
+    fused_relevance,
+    rank,
+    recency,
+)
 from proxy.memory.records import Memory
 from proxy.memory.store import Candidate
-from proxy.memory.when import Period, mentioned_periods
+from proxy.memory.text import content_terms, normalize
+from proxy.memory.when import Period, mentioned_periods, time_match
 
 NOW = datetime(2024, 6, 30, tzinfo=UTC)
 ONLY_RELEVANCE = RankWeights(quality=0, evidence=0, recency=0, when=0, context=0, feedback=0)
@@ -191,3 +202,120 @@ def test_a_memory_whose_vector_changed_is_ranked_by_the_new_one() -> None:
     again = replace(far, embedding=(0.0, 1.0, 0.2))  # equal values, a new tuple
     assert order([QueryHits([vec(near, 1), vec(again, 2)], vector=(1.0, 0.0, 0.0))]) == \
         ["a", "b"]
+
+
+# The final score and the near-duplicate pick written out plainly (the module docstring's
+# formula, steps 4 and 5), to hold the optimised rank() to it.
+def plain_rank(hits: list[QueryHits], *, now: datetime, weights: RankWeights, limit: int,
+               periods: tuple[Period, ...], distinct_only: bool) -> list[tuple[object, ...]]:
+    pool: dict[str, Memory] = {}
+    for query in hits:
+        for c in query.candidates:
+            pool.setdefault(c.memory.id, c.memory)
+    if limit <= 0 or not pool:
+        return []
+    relevance = fused_relevance(hits, weights)
+    groups: dict[str, list[str]] = {}
+    for m in pool.values():
+        if m.source_conversation_id:
+            groups.setdefault(m.source_conversation_id, []).append(m.id)
+    context: dict[str, float] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            ordered = sorted(members, key=lambda i: -relevance[i])
+            for i in members:
+                context[i] = relevance[ordered[1]] if i == ordered[0] else relevance[ordered[0]]
+    rows = []
+    for m in pool.values():
+        when = time_match((m.created_at, m.last_seen_at), periods) if periods else 0.0
+        near = context.get(m.id, 0.0) if weights.context > 0 else 0.0
+        final = (weights.relevance * relevance[m.id] + weights.when * when
+                 + weights.context * near + weights.quality * max(0.0, min(1.0, m.score))
+                 + weights.evidence * evidence_strength(m.hits)
+                 + weights.recency * recency(m.last_seen_at, now, weights.half_life_days))
+        keyword = any(c.memory.id == m.id and c.keyword_rank is not None
+                      for q in hits for c in q.candidates)
+        vector = any(c.memory.id == m.id and c.vector_rank is not None
+                     for q in hits for c in q.candidates)
+        rows.append((m, relevance[m.id], final, keyword, vector, when, near))
+    rows.sort(key=lambda r: (-r[2], r[0].id))  # type: ignore[operator, attr-defined]
+    if not distinct_only:
+        return [(r[0].id, *r[1:]) for r in rows[:limit]]  # type: ignore[attr-defined]
+    picked: list[tuple[object, ...]] = []
+    keys: list[tuple[str, set[str]]] = []
+    for row in rows:
+        if len(picked) >= limit:
+            break
+        text = normalize(row[0].content)  # type: ignore[attr-defined]
+        terms = set(content_terms(row[0].content))  # type: ignore[attr-defined]
+        if any(text == other if not text or not other else (
+                text == other or text in other or other in text or (
+                    bool(terms | other_terms)
+                    and len(terms & other_terms) / len(terms | other_terms) >= 0.8))
+               for other, other_terms in keys):
+            continue
+        picked.append((row[0].id, *row[1:]))  # type: ignore[attr-defined]
+        keys.append((text, terms))
+    return picked
+
+
+_WORDS = ("tea", "green", "hiking", "Lisbon", "rust", "code", "review", "sister", "Ana",
+          "weekends", "likes", "prefers")
+
+
+@st.composite
+def ranking_case(draw: st.DrawFn) -> tuple[list[QueryHits], RankWeights, int,
+                                           tuple[Period, ...], bool]:
+    size = draw(st.integers(1, 14))
+    with_vectors = draw(st.booleans())
+    memories = []
+    for n in range(size):
+        words = draw(st.lists(st.sampled_from(_WORDS), min_size=0, max_size=6))
+        memories.append(mem(
+            f"m{n:02d}", " ".join(words) or draw(st.sampled_from(("", "x", "tea"))),
+            vec=tuple(draw(st.floats(-1, 1)) for _ in range(3)) if with_vectors else None,
+            hits=draw(st.integers(0, 9)), score=draw(st.floats(-0.5, 1.5)),
+            seen=NOW - timedelta(microseconds=draw(st.integers(-10**11, 10**13))),
+            conv=draw(st.sampled_from((None, "c1", "c2"))),
+            created=NOW - timedelta(days=draw(st.integers(0, 400)))))
+    hits = []
+    for _ in range(draw(st.integers(1, 3))):
+        chosen = draw(st.lists(st.sampled_from(memories), max_size=size, unique_by=id))
+        hits.append(QueryHits(
+            [Candidate(m, keyword_rank=i + 1, keyword_score=draw(st.floats(-1, 20)))
+             if draw(st.booleans()) else Candidate(m, vector_rank=i + 1, vector_score=0.3)
+             for i, m in enumerate(chosen)],
+            vector=(1.0, 0.5, -0.2) if with_vectors else None,
+            weight=draw(st.sampled_from((1.0, 0.8)))))
+    weights = RankWeights(half_life_days=draw(st.sampled_from((90.0, 0.0, 7.5))),
+                          context=draw(st.sampled_from((0.2, 0.0))),
+                          fusion=draw(st.sampled_from(("convex", "rrf"))))
+    periods = draw(st.sampled_from(((), tuple(mentioned_periods("on 3 June 2024")))))
+    return hits, weights, draw(st.integers(-1, 8)), periods, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranking_case())
+def test_rank_gives_the_plain_formulas_ranking(
+        case: tuple[list[QueryHits], RankWeights, int, tuple[Period, ...], bool]) -> None:
+    """On random pools (near-duplicate texts, scores outside 0–1, future sightings, shared
+    conversations, dates, both fusions), rank() returns exactly the memories, scores and
+    flags of the final-score formula and near-duplicate pick written out plainly."""
+    hits, weights, limit, periods, distinct_only = case
+    got = [(r.memory.id, r.relevance, r.final, r.keyword, r.vector, r.when, r.context)
+           for r in rank(hits, now=NOW, weights=weights, limit=limit, periods=periods,
+                         distinct_only=distinct_only)]
+    assert got == plain_rank(hits, now=NOW, weights=weights, limit=limit, periods=periods,
+                             distinct_only=distinct_only)
+
+
+def test_plain_formula_differs_when_a_weight_differs() -> None:
+    """The comparison above can fail: a different recency weight changes the scores."""
+    a, b = mem("a", "tea in Lisbon", seen=NOW - timedelta(days=30)), mem("b", "rust code")
+    hits = [QueryHits([kw(a, 1, 2.0), kw(b, 2, 2.0)])]
+    plain = plain_rank(hits, now=NOW, weights=RankWeights(recency=0.3), limit=5, periods=(),
+                       distinct_only=True)
+    got = [(r.memory.id, r.relevance, r.final, r.keyword, r.vector, r.when, r.context)
+           for r in rank(hits, now=NOW, weights=RankWeights(), limit=5)]
+    assert [row[0] for row in got] == ["b", "a"]
+    assert got != plain

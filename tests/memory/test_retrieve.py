@@ -11,11 +11,12 @@ import pytest
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.store import SqliteMemoryStore
-from proxy.memory.embed import CachedEmbedder
+from proxy.memory.embed import CachedEmbedder, RawEmbeddings
+from proxy.memory.index import RecallIndexes
 from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory
 from proxy.memory.retrieve import Retriever, SubQuery, plan_queries, sentences
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import Candidate, SearchQuery
 from tests.fakes import ConceptBackend, concept_embedder
 
 NOW = datetime(2024, 6, 30, tzinfo=UTC)
@@ -196,3 +197,59 @@ async def test_vectors_of_another_model_are_not_compared(store: SqliteMemoryStor
     await store.update((await store.get("t", "u", "m1")).with_changes(  # type: ignore[union-attr]
         embedding_model=embedder.model))
     assert (await contents(store, embedder, paraphrase))[0] == ["Owns a puppy called Rex"]
+
+
+class _RecordingStore(SqliteMemoryStore):
+    """The SQLite store, noting each generation read and keyword search in ``events``."""
+
+    def __init__(self, db: SqliteDatabase, events: list[str]) -> None:
+        super().__init__(db)
+        self.events = events
+
+    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
+        self.events.append("store")
+        return await super().recall_generations(tenant, user)
+
+    async def search(self, query: SearchQuery) -> list[Candidate]:
+        self.events.append("store")
+        return await super().search(query)
+
+
+class _RecordingBackend(ConceptBackend):
+    """A concept model noting in ``events`` when a batch reaches it."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__(CONCEPTS)
+        self.events = events
+
+    async def embed(self, texts: Any, *, urgent: bool = False) -> RawEmbeddings:
+        self.events.append("embed")
+        return await super().embed(texts, urgent=urgent)
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+async def test_the_query_embedding_starts_before_the_keyword_searches(
+        tmp_path: Path, indexed: bool) -> None:
+    """The query batch reaches the embedder before recall reads or searches the store
+    (index current or not), so a model in a worker thread or behind the network embeds
+    while the keyword searches run; without an embedder the store is read as before."""
+    events: list[str] = []
+    async with SqliteDatabase(tmp_path / "m.db") as db:
+        store = _RecordingStore(db, events)
+        embedder = CachedEmbedder(_RecordingBackend(events), dimension=len(CONCEPTS) + 16)
+        await add(store, embedder, "Owns a puppy called Rex", "Drives a blue car")
+        indexes = RecallIndexes() if indexed else None
+        found = Retriever(store=store, embedder=embedder, weights=RankWeights(),
+                          candidate_pool=30, indexes=indexes)
+        plain = Retriever(store=store, embedder=None, weights=RankWeights(),
+                          candidate_pool=30, indexes=indexes)
+        if indexes is not None:
+            await found.index("t", "u")
+        for retriever_, first in ((found, "embed"), (plain, "store")):
+            events.clear()
+            recalled = await retriever_.recall(
+                tenant="t", user="u", queries=[SubQuery("my hound and its puppy")],
+                limit=2, now=NOW)
+            assert recalled.ranked[0].memory.content == "Owns a puppy called Rex"
+            assert events[0] == first
+            assert "store" in events
