@@ -215,13 +215,23 @@ async def test_erasure_leaves_no_job_key_or_row_holding_the_users_id(
         gw: Gateway) -> None:
     """After the user is erased, no queued job (exchange, flush, learn), Redis key or
     SQLite row holds their id but the documented tombstone (the ``cleared_at`` marker and
-    the ``erased`` audit event); the other user's pending work is all still there."""
+    the ``erased`` audit event) — on Redis only the tombstone keys and the generation
+    counter carry the user's token; the other user's pending work is all still there."""
     await _pending_work(gw, TRACED, OTHER)
     assert await _traces(gw, TRACED)
     async with gw.client(headers={**APP, "X-User-Id": TRACED}) as client:
         assert (await client.delete("/v1/me", params={"confirm": "true"})).status_code == 200
     left = await _traces(gw, TRACED)
-    assert left == [], '\n'.join(left)
+    assert left == [], "\n".join(left)
+    storage = gw.res.settings.storage
+    if storage.backend == "redis":  # under the user's token: the tombstone and the counter
+        from proxy.backends.redis.client import connect
+        from proxy.backends.redis.keys import user_token
+
+        async with connect(storage.url.get_secret_value()) as client:
+            tagged = {k.decode() async for k in client.scan_iter(
+                match=f"{storage.key_prefix}:*{{{user_token('t', TRACED)}}}*")}
+        assert {k.split(":")[1] for k in tagged} == {"gen", "settings", "audit", "auditrefs"}
     assert gw.res.queue is not None
     depth = await gw.res.queue.depth_by_kind()
     assert {kind: depth[(kind, "ready")] for kind in ("exchange", "flush", "learn")} == {
