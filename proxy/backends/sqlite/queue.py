@@ -377,13 +377,14 @@ class SqliteLearningQueue:
 
         def run(conn: sqlite3.Connection) -> int:
             owner = (tenant, user)
-            batches = {f"learn:{r[0]}" for r in conn.execute(
+            learn = [(f"learn:{r[0]}",) for r in conn.execute(
                 "SELECT DISTINCT batch_key FROM buffered_messages WHERE tenant = ? AND "
-                "user_id = ? AND batch_key IS NOT NULL", owner)}
-            jobs = conn.execute("SELECT id, kind, payload FROM jobs").fetchall()
+                "user_id = ? AND batch_key IS NOT NULL", owner)]
+            jobs = conn.execute("SELECT id, kind, payload FROM jobs WHERE kind IN "
+                                "('exchange', 'flush')").fetchall()
             conn.executemany("DELETE FROM jobs WHERE id = ?", [
-                (job_id,) for job_id, kind, payload in jobs
-                if job_id in batches or names_user(kind, payload, tenant, user)])
+                *learn, *((job_id,) for job_id, kind, payload in jobs
+                          if names_user(kind, payload, tenant, user))])
             conn.execute("DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?",
                          owner)
             conn.execute("DELETE FROM seen_messages WHERE tenant = ? AND user_id = ?", owner)
