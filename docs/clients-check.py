@@ -8,11 +8,13 @@ Each ``<!-- client: NAME -->`` marker of README.md is followed by the snippet (a
 block; for ``llm`` a ```bash block, its model file a ```yaml block after ``llm-models``). The script
 starts a fake OpenAI-compatible upstream on 127.0.0.1 (chat completions, streamed or not;
 a tool call or JSON built from the request's schema when it asks for one), then
-``memory-proxy serve`` from this checkout on a free port with one model, ``local``, at the
-fake, an app key, learning off and the access log's user in plain text, and gives alice one
-memory ("Lives in Lisbon"). Every snippet runs unchanged but for the port and
-``<gateway key>``, with the interpreter given for its client (``--python NAME=PATH``;
-default: this one), in an empty directory, with ``OPENAI_API_KEY`` unset.
+``memory-proxy serve`` from this checkout on a free port with two models, ``local`` and
+``gpt-4o-mini``, at the fake, an app key, learning off and the access log's user in
+plain text, and gives alice one memory ("Lives in Lisbon"). Every snippet runs unchanged
+but for the port and ``<gateway key>``, with the interpreter given for its client
+(``--python NAME=PATH``; default: this one), in an empty directory, with
+``OPENAI_API_KEY`` unset. The snippets of test dependencies (openai, anthropic, mcp) also
+run in CI: tests/test_readme_clients.py.
 
 A snippet passes when it exits 0 and the gateway shows its user got memory: a chat request
 reached the upstream with alice's memory in it and the gateway's access line for it names
@@ -48,6 +50,7 @@ MEMORY = "Lives in Lisbon"
 # The distribution whose version each client's line reports.
 DISTRIBUTIONS = {
     "openai": "openai",
+    "openai-responses": "openai",
     "langchain": "langchain-openai",
     "openai-agents": "openai-agents",
     "openai-agents-chat": "openai-agents",
@@ -288,6 +291,9 @@ async def start_gateway(
     config.write_text(f"""
 model_list:
   - model_name: local
+    litellm_params: {{model: openai/local, api_base: "http://127.0.0.1:{upstream_port}/v1"}}
+    model_info: {{max_input_tokens: 16000}}
+  - model_name: gpt-4o-mini
     litellm_params: {{model: openai/local, api_base: "http://127.0.0.1:{upstream_port}/v1"}}
     model_info: {{max_input_tokens: 16000}}
 learning: {{enabled: false}}

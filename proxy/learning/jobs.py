@@ -13,7 +13,9 @@ an earlier version must still parse:
 - ``learn`` — ``{"batch": <batch key>}``; id ``learn:<batch key>``.
 
 :func:`blank_exchange` rewrites an ``exchange`` payload without its content (a user's
-memory cleared while the job waits), for the backends that keep queued payloads.
+memory cleared while the job waits), for the backends that keep queued payloads;
+:func:`names_user` says whether an ``exchange`` or ``flush`` payload names a user (an
+erased user's jobs are deleted: docs/design.md#erasure).
 """
 
 from __future__ import annotations
@@ -109,3 +111,21 @@ def blank_exchange(payload: bytes | str, tenant: str, user: str) -> bytes | None
     # again after the erasure), no display name (it would be bound to the user again).
     data["messages"], data["speaker_name"] = [], None
     return orjson.dumps(data)
+
+
+def names_user(kind: str, payload: bytes | str, tenant: str, user: str) -> bool:
+    """Whether a queued job of ``kind`` names (tenant, user): an ``exchange`` whose
+    learning owner or group speaker is the user, or a ``flush`` of the user (explicit or
+    idle). ``learn`` payloads name a batch, not a user (the backends match those by their
+    batch keys); a payload of another shape names nobody."""
+    if kind not in ("exchange", "flush"):
+        return False
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(data, dict) or data.get("tenant") != tenant:
+        return False
+    if kind == "flush":
+        return bool(data.get("user") == user)
+    return user in (data.get("user"), data.get("speaker"))

@@ -231,16 +231,21 @@ class LearningQueue(Protocol):
         docs/design.md#erasure): their seen fingerprints, their own buffered and sealed
         messages, their lines in the tenant's group buffers and sealed group batches (a
         user line the user's own request brought, or one under one of ``names``, the
-        display names bound to them: :class:`SpokenBy`), and the text of their queued
-        jobs (:meth:`scrub_user`). Returns the group lines removed."""
+        display names bound to them: :class:`SpokenBy`), and every queued job that names
+        them, in any state — exchanges they own or spoke in a group, their flushes
+        (``flush:<tenant>:<user>:…``), the ``learn`` jobs of their own batches: pending
+        work for an erased user has no reason to run, and its id or payload would keep
+        their id (:func:`proxy.learning.jobs.names_user`). Other users' jobs are
+        untouched. Returns the group lines removed."""
         ...
 
     async def scrub_user(self, tenant: str, user: str) -> int:
         """Blank the text (and images) of every queued exchange job of the user — ready,
         delayed, leased or dead-lettered, the user's own or one they spoke in a group —
         keeping the jobs and their message fingerprints, so the queue's bookkeeping is
-        unchanged and no transcript of the user stays (``DELETE /v1/me``). Returns the
-        jobs rewritten. See :func:`proxy.learning.jobs.blank_exchange`."""
+        unchanged and no transcript of the user stays (erasure deletes those jobs
+        instead: :meth:`erase_user`). Returns the jobs rewritten. See
+        :func:`proxy.learning.jobs.blank_exchange`."""
         ...
 
 

@@ -167,8 +167,9 @@ async def get_profile(request: Request) -> Response:
 async def erase_me(request: Request) -> Response:
     """``DELETE /v1/me?confirm=true``: forget the user (docs/design.md#erasure). Pending
     turns are written out; the queue forgets the user's fingerprints, buffers, lines in
-    group buffers and queued transcripts (:meth:`~proxy.learning.queue.LearningQueue.erase_user`,
-    with the display names bound to them); usage rows and buffered injection records are
+    group buffers and every queued job naming them
+    (:meth:`~proxy.learning.queue.LearningQueue.erase_user`, with the display names bound
+    to them); usage rows and buffered injection records are
     deleted; then
     :meth:`~proxy.memory.store.MemoryStore.erase_user` removes everything else, keeps one
     content-free marker and one ``erased`` audit event, and purges the files. 400 without

@@ -13,6 +13,7 @@ from proxy.learning.jobs import (
     exchange_job,
     flush_job,
     learn_job,
+    names_user,
     read_exchange,
     read_learn,
 )
@@ -99,3 +100,26 @@ def test_blank_exchange_empties_the_owners_and_the_speakers_jobs() -> None:
 def test_blank_exchange_leaves_other_payloads(payload: bytes) -> None:
     """A payload that is not an exchange is never rewritten."""
     assert blank_exchange(payload, "t", "u") is None
+
+
+_SPOKEN = exchange_job(_exchange("s")).payload
+
+
+@pytest.mark.parametrize(("kind", "payload", "tenant", "user", "named"), [
+    ("exchange", _SPOKEN, "t", "u", True),  # the learning owner
+    ("exchange", _SPOKEN, "t", "s", True),  # the group speaker
+    ("exchange", _SPOKEN, "t", "other", False),
+    ("exchange", _SPOKEN, "t2", "u", False),  # same user id, another tenant
+    ("flush", Flush("t", "u").to_bytes(), "t", "u", True),  # explicit
+    ("flush", Flush("t", "u", "c").to_bytes(), "t", "u", True),  # idle
+    ("flush", Flush("t", "u", "c").to_bytes(), "t", "v", False),
+    ("flush", Flush("t", "u", "c").to_bytes(), "t2", "u", False),
+    ("learn", learn_job("b_1", "t").payload, "t", "u", False),  # names a batch only
+    ("exchange", b"not json", "t", "u", False),
+    ("flush", b"[1, 2]", "t", "u", False),
+])
+def test_names_user_matches_the_users_exchanges_and_flushes_only(
+        kind: str, payload: bytes, tenant: str, user: str, named: bool) -> None:
+    """An exchange names its owner and its speaker, a flush its user, within the
+    tenant; a learn job or a payload of another shape names nobody."""
+    assert names_user(kind, payload, tenant, user) is named

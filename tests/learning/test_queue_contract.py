@@ -569,6 +569,57 @@ async def test_scrub_user_blanks_the_users_queued_transcripts_only(queue: Learni
     assert orjson.loads(payloads["flush"]) == {"tenant": "t1", "user": "u1"}
 
 
+async def _pending_ids(queue: LearningQueue) -> set[str]:
+    """Ids of every job the queue still holds: claimed (ready, delayed due now, leases
+    run out) and dead-lettered."""
+    dead = {d.id for d in await queue.dead_letters(limit=1000)}
+    return {j.id for j in await claim_all(queue, "w-scan")} | dead
+
+
+async def test_erase_user_deletes_every_queued_job_that_names_the_user(
+        queue: LearningQueue) -> None:
+    """erase_user deletes the user's jobs in any state — their own exchange (leased by a
+    worker), a group turn they spoke, a dead-lettered exchange, their idle and explicit
+    flushes (ids ``flush:t1:u1:…``) and the learn job of their sealed batch; another
+    user's exchange, flush and learn job, and the group's learn job, are untouched."""
+    import dataclasses
+
+    from proxy.learning.jobs import Flush, exchange_job, flush_job
+
+    dead = exchange(turn("My dog is Rex"), at=4.0)
+    await queue.enqueue_many([exchange_job(dead)])
+    buried = await queue.claim("w", lease_seconds=30)
+    assert buried is not None
+    await queue.bury(buried, error="boom")
+    group = dataclasses.replace(exchange(turn("We meet on Fridays"), user="g:team",
+                                         group="team", at=2.0), speaker="u1")
+    await queue.enqueue_many([
+        exchange_job(exchange(turn("I live in Lisbon"), at=1.0)), exchange_job(group),
+        exchange_job(exchange(turn("I live in Porto"), user="u2", at=3.0)),
+        flush_job(Flush("t1", "u1", "c1")), flush_job(Flush("t1", "u1"), unique="x1"),
+        flush_job(Flush("t1", "u2", "c1")), flush_job(Flush("t2", "u1", "c1"))])
+    leased = await queue.claim("w", lease_seconds=30)
+    assert leased is not None
+    assert leased.id == "exchange:x-1.0"
+    for user in ("u1", "u2", "group:team"):
+        await queue.buffer(exchange(turn(f"batch of {user}"), user=user, at=5.0),
+                           batch_size=1, now=5.0)
+    claimed = await claim_all(queue, "w-learn")
+    assert len([j for j in claimed if j.kind == "learn"]) == 3
+    for job in claimed:  # back to ready: only the first lease stays held
+        await queue.release(job)
+
+    await queue.erase_user("t1", "u1", names=[])
+
+    kept = await _pending_ids(queue)
+    assert not any(job_id.startswith(("flush:t1:u1:", "exchange:x-1.0", "exchange:x-2.0",
+                                      "exchange:x-4.0")) for job_id in kept)
+    assert {"exchange:x-3.0", "flush:t1:u2:c1", "flush:t2:u1:c1"} <= kept
+    assert len({j for j in kept if j.startswith("learn:")}) == 2
+    assert await queue.ack(leased) is None  # the worker's ack of a deleted job is a no-op
+    assert await _pending_ids(queue) == set()
+
+
 async def _reclaimed(queue: LearningQueue, job: Job) -> Job:
     """The job again, as the next delivery would read it."""
     await queue.retry(job, error="again", delay_seconds=0)

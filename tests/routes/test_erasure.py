@@ -1,7 +1,9 @@
 """``DELETE /v1/me`` through the gateway leaves nothing of the user's words in learning
 (docs/design.md#erasure): their lines in a group's buffer are not shown to the learning
 model at the group's next flush, their resent history is not "already seen", and an
-admin key erasing the user does the same. Both backends (Redis: the real test Redis)."""
+admin key erasing the user does the same; and no queued job, Redis key or SQLite row
+holds the erased user's id afterwards but the documented tombstone. Both backends
+(Redis: the real test Redis)."""
 
 from __future__ import annotations
 
@@ -121,3 +123,118 @@ async def test_after_erasure_resent_history_is_not_taken_for_seen(
                                 {"role": "user", "content": "Thanks"}])
     await gw.flush_conversations()
     assert "antique compasses" in _prompts(upstream)
+
+
+# No id left behind ---------------------------------------------------------------------
+
+TRACED = "u-dora-traced"  # the erased user's id: a string no other key or row holds
+OTHER = "u-ezra-kept"
+
+
+async def _pending_work(gw: Gateway, *users: str) -> None:
+    """For each of ``users``: a sealed batch awaiting its learn job, an exchange job not
+    yet run, an explicit flush (``POST /v1/memories/flush``) and an idle flush — none run
+    (the worker drains only while the first turns are buffered)."""
+    from proxy.learning.jobs import Flush, flush_job
+
+    for user in users:
+        await _chat(gw, user, [{"role": "user", "content": "I sail a yawl called Petrel"}])
+    await _buffer(gw)
+    queue = gw.res.queue
+    assert queue is not None
+    for user in users:
+        for conversation in await queue.buffered_conversations("t", user):
+            assert await queue.seal("t", user, conversation, now=0) is not None
+        await _chat(gw, user, [{"role": "user", "content": "My yawl is moored at Ribe"}])
+        await gw.res.sink.flush()
+        async with gw.client(headers={**APP, "X-User-Id": user}) as client:
+            assert (await client.post("/v1/memories/flush")).status_code == 202
+        await queue.enqueue_many([flush_job(Flush("t", user, "c-idle"))])
+    depth = await queue.depth_by_kind()
+    assert {kind: depth[(kind, "ready")] for kind in ("exchange", "flush", "learn")} == {
+        "exchange": len(users), "flush": 2 * len(users), "learn": len(users)}
+
+
+# The documented tombstone (docs/design.md#erasure): the content-free ``cleared_at``
+# marker (SQLite's user_settings row) and the ``erased`` audit event.
+MARKER_TABLES = frozenset({"user_settings"})
+
+
+def _tombstone(text: str) -> bool:
+    return "erased" in text
+
+
+def _rows_holding(path: Path, needle: str) -> list[str]:
+    """``table: row`` of every row of the SQLite file at ``path`` holding ``needle``."""
+    import sqlite3
+
+    if not path.exists():
+        return []
+    found = []
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for row in conn.execute(f'SELECT * FROM "{table}"'):  # noqa: S608 (own tables)
+                text = repr(row)
+                if needle in text and table not in MARKER_TABLES and not (
+                        table == "audit_log" and _tombstone(text)):
+                    found.append(f"{table}: {text}"[:300])
+    return found
+
+
+async def _traces(gw: Gateway, needle: str) -> list[str]:
+    """Every Redis key (under the test prefix) whose name or value holds ``needle``, and
+    every SQLite row that does, as ``table: row`` lines — the tombstone left out: a
+    marker row, an audit row or stream entry of the ``erased`` event."""
+    found: list[str] = []
+    storage = gw.res.settings.storage
+    if storage.backend == "redis":
+        from proxy.backends.redis.client import connect
+
+        async with connect(storage.url.get_secret_value()) as client:
+            async for raw in client.scan_iter(match=f"{storage.key_prefix}:*", count=1000):
+                key = raw.decode()
+                kind = (await client.type(key)).decode()
+                if kind == "stream":
+                    parts = [repr(entry) for entry in await client.xrange(key)]
+                    hit = any(needle in p and not _tombstone(p) for p in parts)
+                else:
+                    value = {"string": client.get, "hash": client.hgetall,
+                             "set": client.smembers,
+                             "list": lambda k: client.lrange(k, 0, -1),
+                             "zset": lambda k: client.zrange(k, 0, -1)}[kind]
+                    hit = needle in repr(await value(key))
+                if needle in key or hit:
+                    found.append(key)
+    found += _rows_holding(Path(storage.path), needle)
+    return found
+
+
+@pytest.mark.parametrize("erasing", [APP, ADMIN], ids=["self", "admin"])
+async def test_erasure_leaves_no_job_key_or_row_holding_the_users_id(
+        gw: Gateway, erasing: dict[str, str]) -> None:
+    """After the user is erased (by themself or by an admin), no queued job (exchange,
+    flush, learn), Redis key or SQLite row holds their id but the documented tombstone
+    (the ``cleared_at`` marker and the ``erased`` audit event) — on Redis only the tombstone keys and the generation
+    counter carry the user's token; the other user's pending work is all still there."""
+    await _pending_work(gw, TRACED, OTHER)
+    assert await _traces(gw, TRACED)
+    async with gw.client(headers={**erasing, "X-User-Id": TRACED}) as client:
+        assert (await client.delete("/v1/me", params={"confirm": "true"})).status_code == 200
+    left = await _traces(gw, TRACED)
+    assert left == [], "\n".join(left)
+    storage = gw.res.settings.storage
+    if storage.backend == "redis":  # under the user's token: the tombstone and the counter
+        from proxy.backends.redis.client import connect
+        from proxy.backends.redis.keys import user_token
+
+        async with connect(storage.url.get_secret_value()) as client:
+            tagged = {k.decode() async for k in client.scan_iter(
+                match=f"{storage.key_prefix}:*{{{user_token('t', TRACED)}}}*")}
+        assert {k.split(":")[1] for k in tagged} == {"gen", "settings", "audit", "auditrefs"}
+    assert gw.res.queue is not None
+    depth = await gw.res.queue.depth_by_kind()
+    assert {kind: depth[(kind, "ready")] for kind in ("exchange", "flush", "learn")} == {
+        "exchange": 1, "flush": 2, "learn": 1}  # the other user's, all of them
+    assert await _traces(gw, OTHER)

@@ -80,7 +80,7 @@ from proxy.backends.redis.client import (
     unavailable_on_redis_error,
 )
 from proxy.backends.redis.keys import KeyLayout, conversation_token, user_token
-from proxy.backends.redis.queue_erasure import GroupLines
+from proxy.backends.redis.queue_erasure import GroupLines, user_jobs
 from proxy.backends.redis.sweep import BufferIndexes
 from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
 from proxy.learning.jobs import blank_exchange, learn_job
@@ -420,7 +420,7 @@ class RedisLearningQueue:
     async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
         """:meth:`~proxy.learning.queue.LearningQueue.erase_user`: own buffers, seen set
         and its index entry, group lines (:mod:`proxy.backends.redis.queue_erasure`),
-        then the queued jobs' text."""
+        then the queued jobs naming the user, each deleted as an ack deletes it."""
         await self.forget_user(tenant, user)
         ns = user_token(tenant, user)
         with unavailable_on_redis_error("learning queue erase_user"):
@@ -431,7 +431,8 @@ class RedisLearningQueue:
             removed, unsealed = await GroupLines(self._redis, self._keys).erase(
                 tenant, SpokenBy(user, names))
             await self._sweep.unbuffered(unsealed)
-        await self.scrub_user(tenant, user)
+            for job_id in await user_jobs(self._redis, self._keys, tenant, user, ns):
+                await self._ack(keys=self._jobs, args=[job_id])
         return removed
 
     async def scrub_user(self, tenant: str, user: str) -> int:

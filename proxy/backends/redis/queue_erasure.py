@@ -7,6 +7,8 @@ found through the ``idle`` index (every non-empty buffer has an entry there:
 awaiting learning has one, or an outbox entry next to the group's buffers). Each buffer or
 batch hash is rewritten in an optimistic transaction: the user's lines' fields go, its
 ``order`` (and a buffer's counters and bounds) is recomputed, an emptied hash is deleted.
+:func:`user_jobs` finds the queued jobs that name an erased user, which the queue then
+deletes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from redis.asyncio.client import Pipeline
 
 from proxy.backends.redis.client import multi, transact
 from proxy.backends.redis.keys import KeyLayout
-from proxy.learning.jobs import read_learn
+from proxy.learning.jobs import names_user, read_learn
 from proxy.learning.queue import SpokenBy
 from proxy.settings import GROUP_PREFIX
 
@@ -109,6 +111,30 @@ class GroupLines:
         return await transact(self._redis, [key], body)
 
 
+async def user_jobs(client: Redis, keys: KeyLayout, tenant: str, user: str,
+                    ns: str) -> list[str]:
+    """Ids of every queued job (any state) that names (tenant, user) — an exchange the user
+    owns or spoke, a flush of the user (:func:`proxy.learning.jobs.names_user`) — or learns
+    one of the user's batches (batch key ``<digest>.<ns>``, ``ns`` the user's namespace
+    token). The kind is the id's first part (``exchange:``, ``flush:``, ``learn:`` —
+    :mod:`proxy.learning.jobs`); one ``HSCAN`` of the payloads, :data:`PAGE` per round
+    trip. Raises ``RedisError``."""
+    found: list[str] = []
+    async for raw_id, payload in client.hscan_iter(keys.queue("payloads"), count=PAGE):
+        job_id = _text(raw_id)
+        kind = job_id.split(":", 1)[0]
+        if kind == "learn":
+            try:
+                mine = read_learn(payload).rsplit(".", 1)[-1] == ns
+            except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
+                mine = False
+        else:
+            mine = names_user(kind, payload, tenant, user)
+        if mine:
+            found.append(job_id)
+    return found
+
+
 def _unlist(pipe: Pipeline, keys: KeyLayout, key: str, conversation: str, *,
             buffer: bool) -> None:
     """Take an emptied buffer off its namespace's conversation set, or an emptied batch
@@ -120,4 +146,4 @@ def _unlist(pipe: Pipeline, keys: KeyLayout, key: str, conversation: str, *,
         pipe.srem(keys.sealed(ns), key.rsplit(":", 1)[1])
 
 
-__all__: Sequence[str] = ("GroupLines",)
+__all__: Sequence[str] = ("GroupLines", "user_jobs")

@@ -20,7 +20,7 @@ import orjson
 
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.learning.exchange import RETRY_WINDOW_SECONDS, Exchange, TranscriptMessage
-from proxy.learning.jobs import blank_exchange, learn_payload
+from proxy.learning.jobs import blank_exchange, learn_payload, names_user
 from proxy.learning.queue import (
     LAST_CLAIMED,
     Batch,
@@ -370,11 +370,21 @@ class SqliteLearningQueue:
 
     # erasure ---------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
-        """:meth:`~proxy.learning.queue.LearningQueue.erase_user`, one transaction."""
+        """:meth:`~proxy.learning.queue.LearningQueue.erase_user`, one transaction: the
+        user's jobs go first (a ``learn`` job by its batch key among the user's sealed
+        messages), then their messages and fingerprints, then their group lines."""
         spoken = SpokenBy(user, names)
 
         def run(conn: sqlite3.Connection) -> int:
             owner = (tenant, user)
+            learn = [(f"learn:{r[0]}",) for r in conn.execute(
+                "SELECT DISTINCT batch_key FROM buffered_messages WHERE tenant = ? AND "
+                "user_id = ? AND batch_key IS NOT NULL", owner)]
+            jobs = conn.execute("SELECT id, kind, payload FROM jobs WHERE kind IN "
+                                "('exchange', 'flush')").fetchall()
+            conn.executemany("DELETE FROM jobs WHERE id = ?", [
+                *learn, *((job_id,) for job_id, kind, payload in jobs
+                          if names_user(kind, payload, tenant, user))])
             conn.execute("DELETE FROM buffered_messages WHERE tenant = ? AND user_id = ?",
                          owner)
             conn.execute("DELETE FROM seen_messages WHERE tenant = ? AND user_id = ?", owner)
@@ -386,9 +396,8 @@ class SqliteLearningQueue:
             conn.executemany("DELETE FROM buffered_messages WHERE id = ?", doomed)
             return len(doomed)
 
-        removed = await self._write(run)
-        await self.scrub_user(tenant, user)
-        return removed
+        result: int = await self._write(run)
+        return result
 
     async def scrub_user(self, tenant: str, user: str) -> int:
         def run(conn: sqlite3.Connection) -> int:
