@@ -58,7 +58,7 @@ from proxy.backends.redis.client import (
 from proxy.backends.redis.codec import stored_norm
 from proxy.backends.redis.conflicts import ConflictRecords
 from proxy.backends.redis.erasure import AofPurge, Erasure
-from proxy.backends.redis.generations import Generations, recall_corpus
+from proxy.backends.redis.generations import Generations, recall_corpus, refreshed_corpus
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     MemoryIndex,
@@ -224,15 +224,26 @@ class RedisMemoryStore(RecordParts):
             async with self._turns.turn(READ_TURN.get()):
                 return await self._generations.read(self._recall_namespaces(tenant, user))
 
-    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+    async def recall_corpus(self, tenant: str, user: str, *,
+                            since: RecallCorpus | None = None) -> RecallCorpus:
+        """With ``since``: only the memories the change logs name after its generations
+        are read (:func:`~proxy.backends.redis.generations.refreshed_corpus`), taking
+        this request's read turn; everything when the logs cannot tell."""
+        namespaces = self._recall_namespaces(tenant, user)
         with _unavailable("recall_corpus"):
+            if since is not None:
+                async with self._turns.turn(READ_TURN.get()):
+                    found = await refreshed_corpus(self._generations, self._keys,
+                                                   self._hashes, namespaces, since)
+                if found is not None:
+                    return found
             return await recall_corpus(self._generations, self._index, self._hashes,
-                                       self._recall_namespaces(tenant, user))
+                                       namespaces)
 
     async def _bump(self, *namespaces: str) -> None:
         """Move the generations of ``namespaces`` after a write whose own transaction
         does not (the erasure module's sweeps and shared deletion)."""
-        await self._generations.bump(*namespaces)
+        await self._hashes.changes.bump(*namespaces, client=self._redis)
 
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
@@ -358,7 +369,7 @@ class RedisMemoryStore(RecordParts):
             multi(pipe)
             pipe.delete(key, self._keys.evidence(ns, memory_id))
             pipe.srem(self._keys.ids(ns), memory_id)
-            pipe.incr(self._keys.generation(ns))
+            self._hashes.changes.queue(pipe, ns, [memory_id])
             self._users.queue_tombstone(pipe, ns, norm, now)
             self._audit.queue(pipe, events, ns)
             await pipe.execute()

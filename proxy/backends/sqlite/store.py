@@ -107,7 +107,9 @@ class SqliteMemoryStore:
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
-    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+    async def recall_corpus(self, tenant: str, user: str, *,
+                            since: RecallCorpus | None = None) -> RecallCorpus:
+        del since  # no change log here: the whole read, in its own thread
         try:
             return await self._db.read_bulk(self._recall.corpus(tenant, user))
         except sqlite3.Error as exc:
