@@ -10,7 +10,8 @@ a counter, so it never returns to a value seen before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +27,9 @@ from proxy.memory.store import Bm25, RecallCorpus
 # ln(1 + (N − n + ½)/(n + ½)); a document's length is its ix_terms tokens.
 REDIS_BM25 = Bm25(k1=float(np.float32(1.2)), b=0.5, idf_form="plus_one", extra_length=0)
 CORPUS_PAGE = 1_000  # index rows per page of a recall corpus read
+# Turns whose prefetched generations wait for their recall (a request that never asks —
+# its recall ended early — leaves one; the oldest go first).
+PREFETCH_KEPT = 4_096
 
 
 class Generations:
@@ -44,6 +48,16 @@ class Generations:
                 pipe.get(self._keys.generation(ns))
             values = await pipe.execute()
         return tuple(int(v) if v is not None else 0 for v in values)
+
+    async def read_with(self, key: str, namespaces: Sequence[str]
+                        ) -> tuple[bytes | None, tuple[int, ...]]:
+        """The STRING at ``key`` and the counters of ``namespaces``, one round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            for ns in namespaces:
+                pipe.get(self._keys.generation(ns))
+            raw, *values = await pipe.execute()
+        return raw, tuple(int(v) if v is not None else 0 for v in values)
 
     async def changes(self, namespaces: Sequence[str], since: Sequence[int]
                       ) -> tuple[tuple[int, ...], list[set[str]] | None]:
@@ -66,6 +80,30 @@ class Generations:
                 return now, None
             out.append(ids)
         return now, out
+
+
+class Prefetched:
+    """Generations one read of a request's turn fetched beside its own (the profile's),
+    kept for that turn's generation read: a recall's two first reads in one round trip.
+    The held generations were read after the request began, so a write that finished
+    before it is seen (docs/design.md#recall-index). Used from the event loop only."""
+
+    def __init__(self, kept: int = PREFETCH_KEPT) -> None:
+        self._held: OrderedDict[Hashable, tuple[tuple[str, str], tuple[int, ...]]] = \
+            OrderedDict()
+        self._kept = kept
+
+    def keep(self, turn: Hashable, owner: tuple[str, str], values: tuple[int, ...]) -> None:
+        self._held[turn] = (owner, values)
+        while len(self._held) > self._kept:
+            self._held.popitem(last=False)
+
+    def take(self, turn: Hashable | None, owner: tuple[str, str]) -> tuple[int, ...] | None:
+        """The generations kept for ``turn`` and ``owner`` (once), else ``None``."""
+        if turn is None:
+            return None
+        found = self._held.pop(turn, None)
+        return found[1] if found is not None and found[0] == owner else None
 
 
 async def recall_corpus(generations: Generations, index: MemoryIndex,

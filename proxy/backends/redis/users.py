@@ -49,6 +49,11 @@ class UserRecords:
     # profile ---------------------------------------------------------------------------
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
         raw = await self._redis.get(self._keys.profile(user_token(tenant, user)))
+        return self.parsed_profile(tenant, user, raw)
+
+    @staticmethod
+    def parsed_profile(tenant: str, user: str, raw: bytes | str | None) -> Profile | None:
+        """The profile stored as ``raw`` (``None``: none stored)."""
         return None if raw is None else profile_from_json(tenant, user, raw)
 
     async def put_profile(self, profile: Profile) -> None:

@@ -5,6 +5,7 @@ recall reads does not move the generation."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ from proxy.memory.index import RecallIndexes
 from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory, Profile, new_id
 from proxy.memory.retrieve import Retriever, SubQuery
-from proxy.memory.store import AuditEvent, ChangeSet
+from proxy.memory.store import READ_TURN, AuditEvent, ChangeSet
 
 pytestmark = pytest.mark.redis
 
@@ -206,3 +207,35 @@ def test_changed_ids_trusts_the_log_only_when_it_holds_the_latest_move(
     """The ids above ``since``; ``None`` (read everything) for an unknown change, a move
     the log does not hold, or a counter that went back."""
     assert changed_ids(entries, since=since, now=now) == expected
+
+
+async def test_the_profile_read_brings_the_recall_generations_along(
+        stores: tuple[RedisMemoryStore, RedisMemoryStore, Redis]) -> None:
+    """In one request's turn the profile read fetches the recall generations in the same
+    round trip, and the turn's generation read then sends no command; another user's, or
+    a read outside a turn, reads the counters itself."""
+    reader, writer, plain = stores
+    await writer.add(mem("Drinks green tea"))
+    await writer.put_profile(Profile(tenant="t1", user_id="u1", style="terse"))
+    expected = await reader.recall_generations("t1", "u1")
+
+    async def counted(step: Any) -> tuple[Any, int]:
+        before = (await calls(plain)).get("get", 0)
+        value = await step()
+        return value, (await calls(plain)).get("get", 0) - before
+
+    async def request() -> list[Any]:
+        READ_TURN.set(object())
+        profile, gets = await counted(lambda: reader.get_profile("t1", "u1"))
+        assert profile is not None
+        assert profile.style == "terse"
+        assert gets == 4  # the profile and the three owners' counters, one pipeline
+        return [await counted(lambda: reader.recall_generations("t1", "u1")),
+                await counted(lambda: reader.recall_generations("t1", "u1")),
+                await counted(lambda: reader.recall_generations("t1", "u2"))]
+
+    first, again, other = await asyncio.create_task(request())
+    assert first == (expected, 0)
+    assert again == (expected, 3)  # taken once
+    assert other[1] == 3
+    assert await counted(lambda: reader.recall_generations("t1", "u1")) == (expected, 3)
