@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from proxy.backends.redis.changes import changed_ids
 from proxy.backends.redis.index import MemoryIndex, active_filter, all_of, namespace_filter
-from proxy.backends.redis.keys import KeyLayout
+from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.redis.memories import MemoryHashes
 from proxy.memory.store import Bm25, RecallCorpus
 
@@ -27,7 +27,7 @@ from proxy.memory.store import Bm25, RecallCorpus
 # ln(1 + (N − n + ½)/(n + ½)); a document's length is its ix_terms tokens.
 REDIS_BM25 = Bm25(k1=float(np.float32(1.2)), b=0.5, idf_form="plus_one", extra_length=0)
 CORPUS_PAGE = 1_000  # index rows per page of a recall corpus read
-# Turns whose prefetched generations wait for their recall (a request that never asks —
+# Prefetched values waiting for their request's other read (a request that never makes it —
 # its recall ended early — leaves one; the oldest go first).
 PREFETCH_KEPT = 4_096
 
@@ -83,27 +83,47 @@ class Generations:
 
 
 class Prefetched:
-    """Generations one read of a request's turn fetched beside its own (the profile's),
-    kept for that turn's generation read: a recall's two first reads in one round trip.
-    The held generations were read after the request began, so a write that finished
-    before it is seen (docs/design.md#recall-index). Used from the event loop only."""
+    """A request's first two reads — its profile and its recall generations — in one round
+    trip: whichever comes first in the request's read turn fetches both and keeps the
+    other's value for that turn (taken once). Both were read after the request began, so a
+    write that finished before it is seen (docs/design.md#recall-index). Used from the
+    event loop only, inside the turn; raises ``RedisError``."""
 
-    def __init__(self, kept: int = PREFETCH_KEPT) -> None:
-        self._held: OrderedDict[Hashable, tuple[tuple[str, str], tuple[int, ...]]] = \
-            OrderedDict()
+    def __init__(self, generations: Generations, keys: KeyLayout,
+                 kept: int = PREFETCH_KEPT) -> None:
+        self._generations = generations
+        self._keys = keys
+        self._held: OrderedDict[tuple[Hashable, str, str, str], object] = OrderedDict()
         self._kept = kept
 
-    def keep(self, turn: Hashable, owner: tuple[str, str], values: tuple[int, ...]) -> None:
-        self._held[turn] = (owner, values)
+    async def profile(self, turn: Hashable, tenant: str, user: str,
+                      namespaces: Sequence[str]) -> bytes | None:
+        """The raw profile of (tenant, user): kept for ``turn``, else read now."""
+        key = (turn, "profile", tenant, user)
+        if key in self._held:
+            raw = self._held.pop(key)
+            return raw if isinstance(raw, bytes) else None
+        raw, values = await self._generations.read_with(
+            self._keys.profile(user_token(tenant, user)), namespaces)
+        self._keep((turn, "generations", tenant, user), values)
+        return raw
+
+    async def generations(self, turn: Hashable, tenant: str, user: str,
+                          namespaces: Sequence[str]) -> tuple[int, ...]:
+        """The recall generations of (tenant, user): kept for ``turn``, else read now."""
+        key = (turn, "generations", tenant, user)
+        held = self._held.pop(key, None)
+        if isinstance(held, tuple):
+            return held
+        raw, values = await self._generations.read_with(
+            self._keys.profile(user_token(tenant, user)), namespaces)
+        self._keep((turn, "profile", tenant, user), raw)
+        return values
+
+    def _keep(self, key: tuple[Hashable, str, str, str], value: object) -> None:
+        self._held[key] = value
         while len(self._held) > self._kept:
             self._held.popitem(last=False)
-
-    def take(self, turn: Hashable | None, owner: tuple[str, str]) -> tuple[int, ...] | None:
-        """The generations kept for ``turn`` and ``owner`` (once), else ``None``."""
-        if turn is None:
-            return None
-        found = self._held.pop(turn, None)
-        return found[1] if found is not None and found[0] == owner else None
 
 
 async def recall_corpus(generations: Generations, index: MemoryIndex,

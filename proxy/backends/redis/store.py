@@ -150,7 +150,7 @@ class RedisMemoryStore(RecordParts):
         self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
         self._generations = Generations(client, self._keys)
-        self._prefetched = Prefetched()
+        self._prefetched = Prefetched(self._generations, self._keys)
         self._synonyms = SynonymRecords(client, self._keys)
 
     @property
@@ -226,14 +226,14 @@ class RedisMemoryStore(RecordParts):
         return [user_token(tenant, user), shared_token(tenant), shared_token(GLOBAL_NAMESPACE)]
 
     async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
-        """Read with this request's profile when that came first in its turn
-        (:class:`~proxy.backends.redis.generations.Prefetched`), else now."""
-        turn = READ_TURN.get()
+        """In a request's turn, with its profile in the same round trip (:class:`~proxy.
+        backends.redis.generations.Prefetched`)."""
+        turn, namespaces = READ_TURN.get(), self._recall_namespaces(tenant, user)
         with _unavailable("recall_generations"):
             async with self._turns.turn(turn):
-                held = self._prefetched.take(turn, (tenant, user))
-                return held if held is not None else \
-                    await self._generations.read(self._recall_namespaces(tenant, user))
+                if turn is None:
+                    return await self._generations.read(namespaces)
+                return await self._prefetched.generations(turn, tenant, user, namespaces)
 
     async def recall_corpus(self, tenant: str, user: str, *,
                             since: RecallCorpus | None = None) -> RecallCorpus:
@@ -270,16 +270,14 @@ class RedisMemoryStore(RecordParts):
                                                                                  limit))
 
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
-        """In a request's turn, with the recall generations in the same round trip."""
+        """In a request's turn, with its recall generations in the same round trip."""
         turn = READ_TURN.get()
         with _unavailable("get_profile"):
             async with self._turns.turn(turn):
                 if turn is None:
                     return await self._users.get_profile(tenant, user)
-                raw, values = await self._generations.read_with(
-                    self._keys.profile(user_token(tenant, user)),
-                    self._recall_namespaces(tenant, user))
-                self._prefetched.keep(turn, (tenant, user), values)
+                raw = await self._prefetched.profile(
+                    turn, tenant, user, self._recall_namespaces(tenant, user))
         return self._users.parsed_profile(tenant, user, raw)
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:

@@ -209,11 +209,12 @@ def test_changed_ids_trusts_the_log_only_when_it_holds_the_latest_move(
     assert changed_ids(entries, since=since, now=now) == expected
 
 
-async def test_the_profile_read_brings_the_recall_generations_along(
-        stores: tuple[RedisMemoryStore, RedisMemoryStore, Redis]) -> None:
-    """In one request's turn the profile read fetches the recall generations in the same
-    round trip, and the turn's generation read then sends no command; another user's, or
-    a read outside a turn, reads the counters itself."""
+@pytest.mark.parametrize("profile_first", [True, False])
+async def test_a_requests_profile_and_generations_are_one_round_trip(
+        stores: tuple[RedisMemoryStore, RedisMemoryStore, Redis], profile_first: bool) -> None:
+    """In one request's read turn, whichever of the profile and the recall generations is
+    read first fetches both in one pipeline and the other then sends no command (once);
+    another user's, or a read outside a turn, reads for itself."""
     reader, writer, plain = stores
     await writer.add(mem("Drinks green tea"))
     await writer.put_profile(Profile(tenant="t1", user_id="u1", style="terse"))
@@ -224,18 +225,25 @@ async def test_the_profile_read_brings_the_recall_generations_along(
         value = await step()
         return value, (await calls(plain)).get("get", 0) - before
 
-    async def request() -> list[Any]:
-        READ_TURN.set(object())
-        profile, gets = await counted(lambda: reader.get_profile("t1", "u1"))
-        assert profile is not None
-        assert profile.style == "terse"
-        assert gets == 4  # the profile and the three owners' counters, one pipeline
-        return [await counted(lambda: reader.recall_generations("t1", "u1")),
-                await counted(lambda: reader.recall_generations("t1", "u1")),
-                await counted(lambda: reader.recall_generations("t1", "u2"))]
+    def profile() -> Any:
+        return reader.get_profile("t1", "u1")
 
-    first, again, other = await asyncio.create_task(request())
-    assert first == (expected, 0)
-    assert again == (expected, 3)  # taken once
-    assert other[1] == 3
-    assert await counted(lambda: reader.recall_generations("t1", "u1")) == (expected, 3)
+    def generations(user: str = "u1") -> Any:
+        return reader.recall_generations("t1", user)
+
+    async def request() -> list[tuple[Any, int]]:
+        READ_TURN.set(object())
+        order = [profile, generations] if profile_first else [generations, profile]
+        return [await counted(order[0]), await counted(order[1]),
+                await counted(order[1]), await counted(lambda: generations("u2"))]
+
+    first, second, again, other = await asyncio.create_task(request())
+    assert first[1] == 4  # the profile and the three owners' counters, one pipeline
+    assert second[1] == 0
+    assert again[1] == 4  # taken once: read again (with the other again)
+    profiles = [v for v, _ in (first, second, again) if not isinstance(v, tuple)]
+    assert [p.style for p in profiles] == ["terse"] * len(profiles)
+    assert [v for v, _ in (first, second, again) if isinstance(v, tuple)] == \
+        [expected] * (3 - len(profiles))
+    assert other[1] == 4
+    assert await counted(generations) == (expected, 3)  # no turn: the counters alone
