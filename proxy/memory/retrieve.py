@@ -17,11 +17,12 @@ turn that asks several things. :class:`Retriever` runs them:
 With ``indexes`` (:class:`~proxy.memory.index.RecallIndexes`), steps 1 and 3 search the
 user's in-process index instead of the store: one generation read per recall
 (:meth:`~proxy.memory.store.MemoryStore.recall_generations`); the candidates are those the
-store's searches return, so the ranking is the same. An index at older generations (a write
-since) is brought up to date first — the store reads only what changed where it can tell
-(Redis) — one refresh per user at a time, shared by the recalls waiting; when the user has
-no index (first recall, or evicted), this recall searches the store as before and the index
-is built in the background, outside every deadline (docs/design.md#recall-index).
+store's searches return, so the ranking is the same. On a store that reads only what
+changed (``incremental_corpus``: Redis), an index at older generations (a write since) is
+brought up to date first, one refresh per user at a time, shared by the recalls waiting;
+otherwise, and when the user has no index (first recall, or evicted), this recall searches
+the store as before and the index is (re)built in the background from the one it replaces,
+outside every deadline (docs/design.md#recall-index).
 
 Store errors propagate (:class:`~proxy.memory.store.StoreUnavailableError`) for the caller
 to degrade memory as a whole.
@@ -194,15 +195,17 @@ class Retriever:
         return built
 
     async def _current(self, tenant: str, user: str) -> UserIndex | None:
-        """The user's index at the store's generations (one small read): kept, or the
-        kept one at older generations brought up to date now (one refresh per user at a
-        time, shared by the recalls that need it); ``None`` when the user has none."""
+        """The user's index at the store's generations (one small read): kept, or — on
+        a store that reads only what changed (``incremental_corpus``) — the kept one at
+        older generations brought up to date now (one refresh per user at a time, shared
+        by the recalls that need it); else ``None``."""
         if self._indexes is None:
             return None
         key = (tenant, user)
         generations = await self._store.recall_generations(tenant, user)
         found = self._indexes.get(key, generations)
-        if found is not None or self._indexes.peek(key) is None:
+        if found is not None or self._indexes.peek(key) is None or \
+                not self._store.incremental_corpus:
             return found
         for _ in range(2):  # a refresh begun before this read may predate a write it saw
             task = self._building.get(key)

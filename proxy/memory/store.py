@@ -289,6 +289,11 @@ class AuditFilter:
 class MemoryStore(SynonymStore, Protocol):
     """Storage of memories, profiles, per-user settings and the audit log."""
 
+    # True when ``recall_corpus(since=...)`` reads only what changed since: a recall whose
+    # index is behind then refreshes it before searching; otherwise it searches the store
+    # and the index rebuilds in the background (docs/design.md#recall-index).
+    incremental_corpus: bool
+
     async def ping(self) -> None:
         """Raise :class:`StoreUnavailableError` when the store cannot serve requests."""
         ...

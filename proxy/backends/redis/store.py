@@ -225,6 +225,8 @@ class RedisMemoryStore(RecordParts):
     def _recall_namespaces(self, tenant: str, user: str) -> list[str]:
         return [user_token(tenant, user), shared_token(tenant), shared_token(GLOBAL_NAMESPACE)]
 
+    incremental_corpus = True  # from the change logs (MemoryStore)
+
     async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
         """In a request's turn, with its profile in the same round trip (:class:`~proxy.
         backends.redis.generations.Prefetched`)."""

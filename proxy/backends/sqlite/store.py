@@ -101,6 +101,8 @@ class SqliteMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         return await self._read(self._recall.search(query))
 
+    incremental_corpus = False  # recall_corpus reads everything (MemoryStore)
+
     async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
         try:  # three rows by primary key: on the loop (docs/design.md#recall-index)
             return await self._db.read_small(self._recall.generations(tenant, user))
