@@ -78,6 +78,7 @@ MEMORY_TARGET = 0.99  # share of replies with memory at c=64 (the Redis target)
 DRAIN_TARGET_SECONDS = 180.0  # the backlog is empty this long after the load at the latest
 AFTER_SECONDS = 60.0  # the second backlog reading, this long after the load
 POLL_SECONDS = 2.0
+COMMAND_KINDS = 10  # the most frequent Redis commands printed per level
 FINGERPRINT_KEY = "bench-fingerprint-key-0123456789abcdef0123456789abcdef"
 BACKLOG_STATES = ("ready", "delayed", "leased")
 
@@ -95,7 +96,8 @@ class Level:
     drained_after: float | None  # seconds from the load's end to an empty queue
     cpu: tuple[float, float]  # CPU seconds of the gateway and the worker during the load
     queued: float  # seconds the gateway's event loop was runnable but waited for a CPU
-    redis_calls: int | None  # Redis commands run during the load (every client), or None
+    redis_calls: Counter[str] | None  # Redis commands run during the load by command
+    # (every client), or None
 
 
 @dataclass
@@ -372,8 +374,9 @@ def run_queue_seconds(pid: int) -> float:
         return 0.0
 
 
-def redis_calls(url: str | None) -> int | None:
-    """Commands the Redis at ``url`` has run (``INFO commandstats``), ``None`` without one."""
+def redis_calls(url: str | None) -> Counter[str] | None:
+    """Commands the Redis at ``url`` has run, by command (``INFO commandstats``), ``None``
+    without one."""
     if url is None:
         return None
     import redis
@@ -383,7 +386,8 @@ def redis_calls(url: str | None) -> int | None:
         stats = client.info("commandstats")
     finally:
         client.close()
-    return sum(int(entry["calls"]) for entry in stats.values())
+    return Counter({name.removeprefix("cmdstat_"): int(entry["calls"])
+                    for name, entry in stats.items()})
 
 
 def merge(a: load.LoadResult, b: load.LoadResult) -> load.LoadResult:
@@ -514,13 +518,18 @@ def report(
     for backend in backends:
         for lv in backend.levels:
             calls = (
-                "-" if lv.redis_calls is None else f"{lv.redis_calls / max(1, lv.result.count):.1f}"
+                "-" if lv.redis_calls is None
+                else f"{lv.redis_calls.total() / max(1, lv.result.count):.1f}"
             )
             lines.append(
                 f"{backend.name:8} {lv.concurrency:>3}  "
                 f"{1000 * lv.cpu[0] / max(1, lv.result.count):.2f}, "
                 f"{lv.queued / max(lv.result.wall, 1e-9):.0%}, {lv.cpu[1]:.1f}, {calls}"
             )
+            if lv.redis_calls:
+                top = ", ".join(f"{name} {n / max(1, lv.result.count):.1f}"
+                                for name, n in lv.redis_calls.most_common(COMMAND_KINDS))
+                lines.append(f"{'':13}Redis commands/reply by kind: {top}")
     return [*lines, "", "targets:", *verdicts(backends)]
 
 

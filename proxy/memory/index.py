@@ -68,9 +68,11 @@ class _Vectors:
 class UserIndex:
     """The recall index of one (tenant, user) at ``generations`` (see module docstring).
     Built from a :class:`~proxy.memory.store.RecallCorpus` (CPU: ~10 ms for 500 memories,
-    the term extraction; run it off the loop)."""
+    the term extraction; run it off the loop). ``previous``: an index this one replaces;
+    the terms of the memories both corpora hold (the same objects) are taken from it."""
 
-    def __init__(self, corpus: RecallCorpus) -> None:
+    def __init__(self, corpus: RecallCorpus, previous: UserIndex | None = None) -> None:
+        self.corpus = corpus  # what the next refresh starts from (store.recall_corpus)
         self.generations = corpus.generations
         self.memories: list[Memory] = [m for m in corpus.memories if m.active]
         self.bm25 = corpus.bm25
@@ -79,8 +81,13 @@ class UserIndex:
         self.channels = [m.source_channel for m in self.memories]
         counts: dict[str, dict[int, int]] = {}
         lengths = np.zeros(size, dtype=np.float64)
+        known = {} if previous is None else previous.terms
+        self.terms: dict[str, tuple[Memory, list[str]]] = {}
         for row, memory in enumerate(self.memories):
-            terms = memory_terms(memory)
+            held = known.get(memory.id)
+            terms = held[1] if held is not None and held[0] is memory else \
+                memory_terms(memory)
+            self.terms[memory.id] = (memory, terms)
             lengths[row] = len(terms) + corpus.bm25.extra_length
             for term in terms:
                 posting = counts.setdefault(term, {})
@@ -139,7 +146,7 @@ class UserIndex:
                      for v in self.vectors.values())
         for memory in self.memories:
             total += _MEMORY_OVERHEAD + sys.getsizeof(memory.content) + \
-                sys.getsizeof(memory.title)
+                sys.getsizeof(memory.title) + 8 * len(self.terms[memory.id][1])
             if memory.embedding:  # the tuple and its float objects
                 total += 32 * len(memory.embedding) + 56
         return total
@@ -263,6 +270,10 @@ class RecallIndexes:
             return None
         self._entries.move_to_end(key)
         return found
+
+    def peek(self, key: Key) -> UserIndex | None:
+        """The index of ``key`` at whatever generations it was built (to refresh it)."""
+        return self._entries.get(key)
 
     def put(self, key: Key, index: UserIndex) -> None:
         previous = self._entries.pop(key, None)

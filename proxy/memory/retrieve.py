@@ -18,10 +18,12 @@ turn that asks several things. :class:`Retriever` runs them:
 With ``indexes`` (:class:`~proxy.memory.index.RecallIndexes`), steps 1 and 3 search the
 user's in-process index instead of the store: one generation read per recall
 (:meth:`~proxy.memory.store.MemoryStore.recall_generations`); the candidates are those the
-store's searches return, so the ranking is the same. When the user has no index at the
-store's generations (first recall, or a write since), this recall searches the store as
-before and the index is (re)built in the background, outside every deadline — one build
-per user at a time (docs/design.md#recall-index).
+store's searches return, so the ranking is the same. On a store that reads only what
+changed (``incremental_corpus``: Redis), an index at older generations (a write since) is
+brought up to date first, one refresh per user at a time, shared by the recalls waiting;
+otherwise, and when the user has no index (first recall, or evicted), this recall searches
+the store as before and the index is (re)built in the background from the one it replaces,
+outside every deadline (docs/design.md#recall-index).
 
 Store errors propagate (:class:`~proxy.memory.store.StoreUnavailableError`) for the caller
 to degrade memory as a whole.
@@ -191,19 +193,44 @@ class Retriever:
         return found if found is not None else await self._build(tenant, user)
 
     async def _build(self, tenant: str, user: str) -> UserIndex:
+        """Build the user's index, from the one it replaces when there is one (the
+        store reads only what changed since, where it can tell)."""
         assert self._indexes is not None
-        corpus = await self._store.recall_corpus(tenant, user)
-        built = await asyncio.to_thread(UserIndex, corpus)
+        previous = self._indexes.peek((tenant, user))
+        corpus = await self._store.recall_corpus(
+            tenant, user, since=None if previous is None else previous.corpus)
+        built = await asyncio.to_thread(UserIndex, corpus, previous)
         self._indexes.put((tenant, user), built)
         return built
 
     async def _current(self, tenant: str, user: str) -> UserIndex | None:
-        """The user's index if it is at the store's generations (one small read), else
-        ``None``."""
+        """The user's index at the store's generations (one small read): kept, or — on
+        a store that reads only what changed (``incremental_corpus``) — the kept one at
+        older generations brought up to date now (one refresh per user at a time, shared
+        by the recalls that need it); else ``None``."""
         if self._indexes is None:
             return None
+        key = (tenant, user)
         generations = await self._store.recall_generations(tenant, user)
-        return self._indexes.get((tenant, user), generations)
+        found = self._indexes.get(key, generations)
+        if found is not None or self._indexes.peek(key) is None or \
+                not self._store.incremental_corpus:
+            return found
+        for _ in range(2):  # a refresh begun before this read may predate a write it saw
+            task = self._building.get(key)
+            if task is None or task.done():
+                task = self._launch(key)
+            built = await asyncio.shield(task)
+            if all(b >= g for b, g in zip(built.generations, generations, strict=True)):
+                return built
+        return None
+
+    def _launch(self, key: tuple[str, str]) -> asyncio.Task[UserIndex]:
+        """Start the build of ``key``'s index, registered as its one build."""
+        task = asyncio.create_task(self._build(*key))
+        self._building[key] = task
+        task.add_done_callback(lambda done: self._built(key, done))
+        return task
 
     def _start_build(self, tenant: str, user: str) -> None:
         """Build the user's index in the background (one build per user at a time),
@@ -212,12 +239,11 @@ class Retriever:
         key = (tenant, user)
         if self._indexes is None or key in self._building:
             return
-        task = asyncio.create_task(self._build(tenant, user))
-        self._building[key] = task
-        task.add_done_callback(lambda done: self._built(key, done))
+        self._launch(key)
 
     def _built(self, key: tuple[str, str], task: asyncio.Task[UserIndex]) -> None:
-        self._building.pop(key, None)
+        if self._building.get(key) is task:
+            self._building.pop(key)
         if task.cancelled():
             return
         error = task.exception()

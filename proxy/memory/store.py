@@ -289,6 +289,11 @@ class AuditFilter:
 class MemoryStore(SynonymStore, Protocol):
     """Storage of memories, profiles, per-user settings and the audit log."""
 
+    # True when ``recall_corpus(since=...)`` reads only what changed since: a recall whose
+    # index is behind then refreshes it before searching; otherwise it searches the store
+    # and the index rebuilds in the background (docs/design.md#recall-index).
+    incremental_corpus: bool
+
     async def ping(self) -> None:
         """Raise :class:`StoreUnavailableError` when the store cannot serve requests."""
         ...
@@ -310,9 +315,13 @@ class MemoryStore(SynonymStore, Protocol):
         statistics, in the write's own transaction, and never returns to a value it had."""
         ...
 
-    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+    async def recall_corpus(self, tenant: str, user: str, *,
+                            since: RecallCorpus | None = None) -> RecallCorpus:
         """Every active memory chat recall may return for (tenant, user) and the
-        generations they are at (see :class:`RecallCorpus`)."""
+        generations they are at (see :class:`RecallCorpus`). ``since``: a corpus this
+        store returned for the same (tenant, user) before; a store that knows which
+        memories changed after its generations reads only those and keeps the rest (the
+        unchanged memories are ``since``'s own objects), others read everything."""
         ...
 
     async def resident(

@@ -232,8 +232,8 @@ async def two_stores(request: pytest.FixtureRequest, tmp_path: Path
 
 
 async def recalled(retriever: Retriever, text: str) -> list[str]:
-    """The next recall's memories — through the store when the index is behind the
-    store's generations — checked against a recall through the rebuilt index."""
+    """The next recall's memories — through the index brought up to the store's
+    generations — checked against a second recall through the same index."""
     async def once() -> list[str]:
         result = await retriever.recall(tenant="t1", user="u1", queries=[SubQuery(text)],
                                         limit=10, now=NOW)
@@ -353,7 +353,8 @@ class CorpusDown:
         self._store = store
         self.corpus_reads = 0
 
-    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+    async def recall_corpus(self, tenant: str, user: str, *,
+                            since: RecallCorpus | None = None) -> RecallCorpus:
         self.corpus_reads += 1
         raise StoreUnavailableError("corpus read failed")
 

@@ -127,12 +127,15 @@ class ChangeSetWriter:
             weeks, over = await self._stored_extras(pipe, ns, changes, plan)
             multi(pipe)
             pipe.zadd(batches, {changes.batch_key: now})
-            pipe.incr(self._keys.generation(ns))  # hits, deletes: the recall index moves on
+            # Only a change of what recall reads moves the recall index on: memories
+            # written, hits counted, deletes (a profile or summary alone does not).
+            self._hashes.changes.queue(
+                pipe, ns, [*(m.id for m in plan.upserts), *increments, *changes.deletes])
             pipe.zremrangebyscore(batches, "-inf", now - APPLIED_BATCH_RETENTION_SECONDS)
             for memory in plan.upserts:
                 # Hits: the stored count read under WATCH plus the new evidence pairs.
                 self._hashes.queue_upsert(pipe, memory.with_changes(
-                    hits=memory.hits + increments.pop(memory.id, 0)))
+                    hits=memory.hits + increments.pop(memory.id, 0)), log=False)
                 if memory.active:
                     pipe.hset(facts_key, fact_key(memory), memory.id)
             for memory_id, extra in increments.items():  # stored, not rewritten

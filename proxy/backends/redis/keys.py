@@ -15,6 +15,8 @@ key name::
     P:sums:{ns}                ZSET    conversations holding a summary → updated_at (cap 60)
     P:settings:{ns}            HASH    per-user switches and cleared_at
     P:gen:{ns}                 STRING  memory write generation (INCR with every write)
+    P:chg:{ns}                 ZSET    memory id → generation it last changed at (the
+                                       recall index's change log; ``*``: unknown)
     P:batches:{ns}             ZSET    applied learning batch keys → epoch seconds
     P:conflicts:{ns}           HASH    conflict id → JSON (docs/design.md#conflicts)
     P:phist:{ns}               HASH    ISO week → profile snapshot JSON (at most 104)
@@ -249,6 +251,11 @@ class KeyLayout:
         every write of its memories (not access statistics) and never deleted, so it never
         returns to a value it had (the in-process recall index is reused while it holds)."""
         return f"{self.prefix}:gen:{{{ns}}}"
+
+    def changes(self, ns: str) -> str:
+        """ZSET: the namespace's change log, memory id → the generation it last changed
+        at (:mod:`proxy.backends.redis.changes`)."""
+        return f"{self.prefix}:chg:{{{ns}}}"
 
     def injection(self, ns: str, injection_id: str) -> str:
         return f"{self.prefix}:inj:{{{ns}}}:{injection_id}"

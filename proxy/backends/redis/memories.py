@@ -16,6 +16,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from proxy.backends.redis.changes import ChangeLog
 from proxy.backends.redis.client import multi, transact
 from proxy.backends.redis.codec import (
     EMBEDDING_FIELD_PREFIX,
@@ -67,6 +68,7 @@ class MemoryHashes:
         self._redis = client
         self._keys = layout
         self._touch = client.register_script(_RECORD_ACCESS_LUA)
+        self.changes = ChangeLog(client, layout)
 
     async def fetch(self, keys: Sequence[str]) -> list[Memory | None]:
         """The memories at ``keys``, aligned with them; ``None`` where a key was deleted
@@ -92,15 +94,17 @@ class MemoryHashes:
         """The readable memories at ``keys``, in their order, missing ones left out."""
         return [m for m in await self.fetch(keys) if m is not None]
 
-    def queue_upsert(self, pipe: Pipeline, memory: Memory) -> None:
+    def queue_upsert(self, pipe: Pipeline, memory: Memory, *, log: bool = True) -> None:
         """Queue on ``pipe`` the write of ``memory`` as a whole record, registered in its
-        namespace's id set."""
+        namespace's id set, with its generation move (``log``; ``False``: the caller
+        queues one for all its memories, :attr:`changes`)."""
         ns = namespace_token(memory.tenant, memory.user_id)
         key = self._keys.memory(ns, memory.id)
         pipe.delete(key)  # replaces the whole record: no stale optional or vector field
         pipe.hset(key, mapping=memory_to_hash(memory))  # type: ignore[arg-type]
         pipe.sadd(self._keys.ids(ns), memory.id)
-        pipe.incr(self._keys.generation(ns))
+        if log:
+            self.changes.queue(pipe, ns, [memory.id])
 
     async def record_access(self, counts: Sequence[tuple[str, int]], stamp: str) -> None:
         """Add each ``(key, n)``'s ``n`` to the memory's ``access_count`` and set its
@@ -143,7 +147,7 @@ class MemoryHashes:
             if others:
                 pipe.hdel(key, *others)
             pipe.hset(key, mapping={field: vector, VECTOR_MODEL_FIELD: u.model})
-            pipe.incr(self._keys.generation(namespace_token(u.tenant, u.user_id)))
+            self.changes.queue(pipe, namespace_token(u.tenant, u.user_id), [u.memory_id])
             await pipe.execute()
             return 1
 

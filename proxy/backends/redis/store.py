@@ -58,7 +58,12 @@ from proxy.backends.redis.client import (
 from proxy.backends.redis.codec import stored_norm
 from proxy.backends.redis.conflicts import ConflictRecords
 from proxy.backends.redis.erasure import AofPurge, Erasure
-from proxy.backends.redis.generations import Generations, recall_corpus
+from proxy.backends.redis.generations import (
+    Generations,
+    Prefetched,
+    recall_corpus,
+    refreshed_corpus,
+)
 from proxy.backends.redis.index import (
     INDEX_BUILD_WAIT_SECONDS,
     MemoryIndex,
@@ -145,6 +150,7 @@ class RedisMemoryStore(RecordParts):
         self._purge = AofPurge(client, self._keys, period=purge_seconds)
         self._turns = OneAtATime()
         self._generations = Generations(client, self._keys)
+        self._prefetched = Prefetched(self._generations, self._keys)
         self._synonyms = SynonymRecords(client, self._keys)
 
     @property
@@ -219,20 +225,38 @@ class RedisMemoryStore(RecordParts):
     def _recall_namespaces(self, tenant: str, user: str) -> list[str]:
         return [user_token(tenant, user), shared_token(tenant), shared_token(GLOBAL_NAMESPACE)]
 
-    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
-        with _unavailable("recall_generations"):
-            async with self._turns.turn(READ_TURN.get()):
-                return await self._generations.read(self._recall_namespaces(tenant, user))
+    incremental_corpus = True  # from the change logs (MemoryStore)
 
-    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+    async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
+        """In a request's turn, with its profile in the same round trip (:class:`~proxy.
+        backends.redis.generations.Prefetched`)."""
+        turn, namespaces = READ_TURN.get(), self._recall_namespaces(tenant, user)
+        with _unavailable("recall_generations"):
+            async with self._turns.turn(turn):
+                if turn is None:
+                    return await self._generations.read(namespaces)
+                return await self._prefetched.generations(turn, tenant, user, namespaces)
+
+    async def recall_corpus(self, tenant: str, user: str, *,
+                            since: RecallCorpus | None = None) -> RecallCorpus:
+        """With ``since``: only the memories the change logs name after its generations
+        are read (:func:`~proxy.backends.redis.generations.refreshed_corpus`), taking
+        this request's read turn; everything when the logs cannot tell."""
+        namespaces = self._recall_namespaces(tenant, user)
         with _unavailable("recall_corpus"):
+            if since is not None:
+                async with self._turns.turn(READ_TURN.get()):
+                    found = await refreshed_corpus(self._generations, self._keys,
+                                                   self._hashes, namespaces, since)
+                if found is not None:
+                    return found
             return await recall_corpus(self._generations, self._index, self._hashes,
-                                       self._recall_namespaces(tenant, user))
+                                       namespaces)
 
     async def _bump(self, *namespaces: str) -> None:
         """Move the generations of ``namespaces`` after a write whose own transaction
         does not (the erasure module's sweeps and shared deletion)."""
-        await self._generations.bump(*namespaces)
+        await self._hashes.changes.bump(*namespaces, client=self._redis)
 
     async def resident(
         self, tenant: str, user: str, *, limit: int, channels: tuple[str | None, ...] | None
@@ -248,9 +272,15 @@ class RedisMemoryStore(RecordParts):
                                                                                  limit))
 
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
+        """In a request's turn, with its recall generations in the same round trip."""
+        turn = READ_TURN.get()
         with _unavailable("get_profile"):
-            async with self._turns.turn(READ_TURN.get()):
-                return await self._users.get_profile(tenant, user)
+            async with self._turns.turn(turn):
+                if turn is None:
+                    return await self._users.get_profile(tenant, user)
+                raw = await self._prefetched.profile(
+                    turn, tenant, user, self._recall_namespaces(tenant, user))
+        return self._users.parsed_profile(tenant, user, raw)
 
     async def record_access(self, tenant: str, counts: Mapping[str, int], at: datetime) -> None:
         if not counts:
@@ -358,7 +388,7 @@ class RedisMemoryStore(RecordParts):
             multi(pipe)
             pipe.delete(key, self._keys.evidence(ns, memory_id))
             pipe.srem(self._keys.ids(ns), memory_id)
-            pipe.incr(self._keys.generation(ns))
+            self._hashes.changes.queue(pipe, ns, [memory_id])
             self._users.queue_tombstone(pipe, ns, norm, now)
             self._audit.queue(pipe, events, ns)
             await pipe.execute()

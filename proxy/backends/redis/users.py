@@ -17,6 +17,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from proxy.backends.redis.changes import ChangeLog
 from proxy.backends.redis.codec import (
     conversation_fields,
     conversation_from_hash,
@@ -43,10 +44,16 @@ class UserRecords:
     def __init__(self, client: Redis, layout: KeyLayout) -> None:
         self._redis = client
         self._keys = layout
+        self._changes = ChangeLog(client, layout)
 
     # profile ---------------------------------------------------------------------------
     async def get_profile(self, tenant: str, user: str) -> Profile | None:
         raw = await self._redis.get(self._keys.profile(user_token(tenant, user)))
+        return self.parsed_profile(tenant, user, raw)
+
+    @staticmethod
+    def parsed_profile(tenant: str, user: str, raw: bytes | str | None) -> Profile | None:
+        """The profile stored as ``raw`` (``None``: none stored)."""
         return None if raw is None else profile_from_json(tenant, user, raw)
 
     async def put_profile(self, profile: Profile) -> None:
@@ -112,7 +119,7 @@ class UserRecords:
         """Stamp ``cleared_at``, keeping the user's switches, and move the namespace's
         memory generation (clear and erasure delete its memories in this transaction)."""
         pipe.hset(self._keys.settings(ns), "cleared_at", to_iso(at) or "")
-        pipe.incr(self._keys.generation(ns))
+        self._changes.queue(pipe, ns, None)
 
     # tombstones ------------------------------------------------------------------------
     # A tombstone is keyed by the SHA-256 of the deleted memory's normalised content: it

@@ -102,13 +102,17 @@ class SqliteMemoryStore:
     async def search(self, query: SearchQuery) -> list[Candidate]:
         return await self._read(self._recall.search(query))
 
+    incremental_corpus = False  # recall_corpus reads everything (MemoryStore)
+
     async def recall_generations(self, tenant: str, user: str) -> tuple[int, ...]:
         try:  # three rows by primary key: on the loop (docs/design.md#recall-index)
             return await self._db.read_small(self._recall.generations(tenant, user))
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"sqlite read failed: {exc}") from exc
 
-    async def recall_corpus(self, tenant: str, user: str) -> RecallCorpus:
+    async def recall_corpus(self, tenant: str, user: str, *,
+                            since: RecallCorpus | None = None) -> RecallCorpus:
+        del since  # no change log here: the whole read, in its own thread
         try:
             return await self._db.read_bulk(self._recall.corpus(tenant, user))
         except sqlite3.Error as exc:

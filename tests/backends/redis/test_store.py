@@ -240,7 +240,7 @@ async def test_every_key_of_a_user_shares_one_cluster_slot(
     keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
     kinds = {k.decode().split(":")[1] for k in keys}
     assert kinds == {"m", "ids", "ev", "tomb", "prof", "conv", "convs", "settings", "batches",
-                     "audit", "auditrefs", "facts", "gen"}
+                     "audit", "auditrefs", "facts", "gen", "chg"}
     assert len({key_slot(k) for k in keys}) == 1
     assert await store.get("t1", user, memory.id) == memory
 
@@ -265,8 +265,11 @@ async def test_clear_leaves_no_memory_key_or_index_entry(
     assert await store.clear("t1", "u1") == 1
     token = user_token("t1", "u1")
     keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
-    # "gen": the memory write generation, a number that must never go back (recall index)
-    assert {k.decode().split(":")[1] for k in keys} == {"settings", "tomb", "batches", "gen"}
+    # "gen": the memory write generation, a number that must never go back (recall index);
+    # "chg": its change log, which names no memory any more, only "everything changed"
+    assert {k.decode().split(":")[1] for k in keys} == {"settings", "tomb", "batches", "gen",
+                                                        "chg"}
+    assert await client.zrange(KeyLayout(redis_prefix).changes(token), 0, -1) == [b"*"]
     info = await client.ft(store.index_name).search(f"@ix_ns:{{{token}}}")
     assert info.total == 0  # type: ignore[union-attr]
 
@@ -437,7 +440,8 @@ async def test_erasure_leaves_only_the_marker_and_the_tombstone_event(
     token = user_token("t1", "u1")
     keys = [k async for k in client.scan_iter(match=f"{redis_prefix}:*{{{token}}}*")]
     assert {k.decode().split(":")[1] for k in keys} == {"settings", "audit", "auditrefs",
-                                                        "gen"}
+                                                        "gen", "chg"}
+    assert await client.zrange(KeyLayout(redis_prefix).changes(token), 0, -1) == [b"*"]
     generation = await client.get(KeyLayout(redis_prefix).generation(token))
     assert generation is not None
     assert int(generation) > 0
