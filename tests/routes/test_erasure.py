@@ -216,8 +216,9 @@ async def test_erasure_leaves_no_job_key_or_row_holding_the_users_id(
         gw: Gateway, erasing: dict[str, str]) -> None:
     """After the user is erased (by themself or by an admin), no queued job (exchange,
     flush, learn), Redis key or SQLite row holds their id but the documented tombstone
-    (the ``cleared_at`` marker and the ``erased`` audit event) — on Redis only the tombstone keys and the generation
-    counter carry the user's token; the other user's pending work is all still there."""
+    (the ``cleared_at`` marker and the ``erased`` audit event) — on Redis only the
+    tombstone keys and the generation counter carry the user's token; the other user's
+    pending work is all still there."""
     await _pending_work(gw, TRACED, OTHER)
     assert await _traces(gw, TRACED)
     async with gw.client(headers={**erasing, "X-User-Id": TRACED}) as client:
