@@ -233,7 +233,10 @@ async def test_erasure_leaves_no_job_key_or_row_holding_the_users_id(
         async with connect(storage.url.get_secret_value()) as client:
             tagged = {k.decode() async for k in client.scan_iter(
                 match=f"{storage.key_prefix}:*{{{user_token('t', TRACED)}}}*")}
-        assert {k.split(":")[1] for k in tagged} == {"gen", "settings", "audit", "auditrefs"}
+            [log] = [k for k in tagged if k.split(":")[1] == "chg"]
+            assert await client.zrange(log, 0, -1) == [b"*"]  # "read everything", no id
+        assert {k.split(":")[1] for k in tagged} == {
+            "gen", "chg", "settings", "audit", "auditrefs"}
     assert gw.res.queue is not None
     depth = await gw.res.queue.depth_by_kind()
     assert {kind: depth[(kind, "ready")] for kind in ("exchange", "flush", "learn")} == {
