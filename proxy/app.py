@@ -376,8 +376,12 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             # Everything loaded so far (jieba's dictionary, tokenizers, models) lives for
             # the whole process: keep it out of the cyclic collector's full passes, whose
             # pauses set the recall p99 (measured by bench/store_latency.py).
+            # The freeze lasts as long as the lifespan: unfrozen at its end, so that what
+            # this app held can be collected (several apps in one process, as in tests,
+            # would otherwise keep every earlier one).
             gc.collect()
             gc.freeze()
+            stack.callback(gc.unfreeze)
             await stack.enter_async_context(_running(res))
             await stack.enter_async_context(mcp_endpoint.running())
             log.info("gateway_started", models=res.registry.names,

@@ -5,6 +5,8 @@ left, and the gateway stops either way."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -105,3 +107,23 @@ async def test_a_task_that_never_ends_is_logged_and_left_and_the_gateway_stops(
         store.release.set()
     await asyncio.wait_for(store.returned.wait(), 30)
     assert store.calls == 1
+
+
+async def test_what_a_stopped_gateway_held_can_be_collected(tmp_path: Path) -> None:
+    """The lifespan keeps what it loaded out of the cyclic collector while it runs and
+    releases it when it ends: a second gateway in the same process does not keep the
+    first one's resources (frozen objects are never freed)."""
+    async def serve_once(path: Path) -> weakref.ref[Resources]:
+        async with open_resources(make_settings(path)) as res:
+            async with running_gateway(res.settings, FakeUpstream(), resources=res) as gw:
+                async with gw.client() as client:
+                    assert (await client.get("/healthz")).status_code == 200
+                assert gc.get_freeze_count() > 0  # frozen while it runs
+            return weakref.ref(res)
+
+    first = await serve_once(tmp_path / "first")
+    second = await serve_once(tmp_path / "second")
+    gc.collect()
+    assert gc.get_freeze_count() == 0
+    assert first() is None
+    assert second() is None
