@@ -288,6 +288,9 @@ async def _running(res: Resources) -> AsyncIterator[None]:
     async def record_injections() -> None:  # apart: a failing ledger never holds them
         await res.memory.injections.flush(res.store, res.clock())
 
+    lag = res.memory.loop_lag
+    if lag is not None:
+        lag.start()  # recall's deadline counts only the time the loop was free
     tasks.append(asyncio.create_task(res.sink.run(), name="learning-sink"))
     tasks.append(asyncio.create_task(
         _every(FLUSH_INTERVAL_SECONDS, flush, "flush", stop=stop), name="flush"))
@@ -335,6 +338,8 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         if res.worker_task is not None:  # let it release its job before cancelling
             await asyncio.wait({res.worker_task}, timeout=WORKER_STOP_SECONDS)
         await _stop_tasks(tasks, seconds=TASK_STOP_SECONDS)
+        if lag is not None:
+            await lag.stop()
         res.worker_task = None
         await _bounded(res.sink.aclose, "learning_sink_close")
         await _bounded(flush, "flush")

@@ -115,6 +115,11 @@ class Metrics:
             "Storage commands that found no free connection in the pool within its "
             "bounded wait (Redis busy, or storage.redis_max_connections too small); not "
             "an outage.", registry=r)
+        self.event_loop_lag = Counter(
+            "memory_proxy_event_loop_lag_seconds_total",
+            "Seconds the event loop ran late: a 10 ms heartbeat's lateness, summed (other "
+            "work ready before it, or the process waiting for a CPU). Recall's deadline "
+            "does not count this time (docs/design.md#recall-deadline).", registry=r)
         self.alerts = Counter(
             "memory_proxy_alerts_total",
             "Alert webhook deliveries by alert and state (firing, resolved) and outcome "

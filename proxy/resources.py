@@ -30,6 +30,7 @@ from proxy.learning.queue import LearningQueue
 from proxy.learning.sink import LearningSink, NullSink, QueueSink
 from proxy.learning.worker import Worker
 from proxy.ledger import Ledger, UsageWriter
+from proxy.loop_lag import LoopLag
 from proxy.memory.embed import Embedder
 from proxy.memory.embedders import build_embedder
 from proxy.memory.records import utcnow
@@ -124,7 +125,8 @@ def build_resources(
         raise ConfigError(f"learning.pii: {exc}") from exc
     tenants = TenantSettings(settings, store)
     memory = MemoryService(store=store, settings=settings.memory, counter=counter, clock=clock,
-                           embedder=embedder, tenants=tenants)
+                           embedder=embedder, tenants=tenants,
+                           loop_lag=LoopLag(on_lag=metrics.event_loop_lag.inc))
     sink: LearningSink = NullSink()
     worker = None
     if learning.enabled and queue is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from proxy.identity import Identity
+from proxy.loop_lag import LoopLag, loop_free_deadline
 from proxy.memory.directives import injectable
 from proxy.memory.embed import Embedder
 from proxy.memory.explain import InjectionLog, InjectionRecord, Item, Keeping, explain
@@ -145,9 +146,14 @@ class MemoryService:
         embedder: Embedder | None = None,
         clock: Callable[[], datetime] = utcnow,
         tenants: TenantSettings | None = None,
+        loop_lag: LoopLag | None = None,
     ) -> None:
         """``tenants``: run-time settings per tenant (``memory.injection_count``
-        and ``memory.token_budget_percent`` overrides); else ``settings`` for all."""
+        and ``memory.token_budget_percent`` overrides); else ``settings`` for all.
+        ``loop_lag``: the event loop's lag, which recall's deadline does not count while it
+        runs (started by the app's lifespan; :func:`~proxy.loop_lag.loop_free_deadline`);
+        without it, or before it starts, the deadline is on the wall clock."""
+        self.loop_lag = loop_lag
         self._store = store
         self._settings = settings
         self._tenants = tenants
@@ -208,28 +214,14 @@ class MemoryService:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            async with asyncio.timeout(self._settings.recall_timeout_ms / 1000):
+            async with loop_free_deadline(
+                    self._settings.recall_timeout_ms / 1000, lag=self.loop_lag,
+                    hard_seconds=self._settings.recall_hard_timeout_ms / 1000):
                 profile, ranked, resident, degraded, spent = await self._recall(
                     identity, request, latest, settings)
-        except TimeoutError:
-            held = THROTTLE.allow("memory_recall_timeout")
-            if held is not None:
-                log.warning("memory_recall_timeout", tenant=identity.tenant,
-                            timeout_ms=self._settings.recall_timeout_ms,
-                            since_last_line=held)
-            return self.passthrough(request, route, "degraded", "timeout")
-        except StoreBusyError as exc:  # counted by the pool; alerted on apart from outages
-            held = THROTTLE.allow("memory_store_busy")
-            if held is not None:
-                log.warning("memory_store_busy", tenant=identity.tenant, error=str(exc),
-                            since_last_line=held)
-            return self.passthrough(request, route, "degraded", "store_busy")
-        except StoreUnavailableError as exc:
-            log.warning("memory_store_unavailable", tenant=identity.tenant, error=str(exc))
-            return self.passthrough(request, route, "degraded", "store_unavailable")
-        except Exception:
-            log.exception("memory_recall_failed", tenant=identity.tenant)
-            return self.passthrough(request, route, "degraded", "error")
+        except Exception as exc:
+            return self.passthrough(request, route, "degraded",
+                                    self._recall_failed(identity, exc))
         recall_ms = (loop.time() - started) * 1000
         relevant = [r.memory for r in ranked]
         facts = relevant + [
@@ -257,6 +249,29 @@ class MemoryService:
         return self._injected(identity, request, route, plan, outcome, count=count_access,
                               explained=(ranked, profile) if record or explain_only else None,
                               record=record)
+
+    def _recall_failed(self, identity: Identity, exc: Exception) -> str:
+        """Log why recall failed (rate-limited where it can repeat per request); the
+        reason the reply's headers give: ``timeout``, ``store_busy`` (counted by the pool,
+        alerted on apart from outages), ``store_unavailable`` or ``error``."""
+        if isinstance(exc, TimeoutError):
+            held = THROTTLE.allow("memory_recall_timeout")
+            if held is not None:
+                log.warning("memory_recall_timeout", tenant=identity.tenant,
+                            timeout_ms=self._settings.recall_timeout_ms,
+                            since_last_line=held)
+            return "timeout"
+        if isinstance(exc, StoreBusyError):
+            held = THROTTLE.allow("memory_store_busy")
+            if held is not None:
+                log.warning("memory_store_busy", tenant=identity.tenant, error=str(exc),
+                            since_last_line=held)
+            return "store_busy"
+        if isinstance(exc, StoreUnavailableError):
+            log.warning("memory_store_unavailable", tenant=identity.tenant, error=str(exc))
+            return "store_unavailable"
+        log.error("memory_recall_failed", tenant=identity.tenant, exc_info=exc)
+        return "error"
 
     def _injected(self, identity: Identity, request: ChatRequest, route: Route,
                   plan: BlockPlan, outcome: Outcome, *, count: bool,

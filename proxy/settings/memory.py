@@ -100,8 +100,13 @@ class MemorySettings(Section):
     resident_facts: int = Field(default=6, ge=0, le=50)
     position: Literal["system", "before_last_user"] = "system"
     language: Literal["auto", "en", "zh"] = "auto"
-    # Retrieval deadline: past it the request goes on without memory.
+    # Retrieval deadline: past it the request goes on without memory. It counts the time the
+    # event loop was free to run the recall, not the time the recall waited for a busy loop
+    # or a CPU (docs/design.md#recall-deadline) ...
     recall_timeout_ms: int = Field(default=150, ge=1, le=60_000)
+    # ... and a recall never takes longer than this on the wall clock (a value below
+    # recall_timeout_ms is that).
+    recall_hard_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
     # Query = latest user turn + this many earlier user turns (a little context).
     query_context_turns: int = Field(default=1, ge=0, le=10)
     # Context window when neither model_info nor litellm's model map knows the model.

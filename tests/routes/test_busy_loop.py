@@ -1,0 +1,82 @@
+"""A busy gateway keeps memory on: while other work holds the event loop, a chat whose store
+answers at once still gets its memory, because the recall deadline counts only the time the
+loop was free (docs/design.md#recall-deadline) — on each backend. The control: the same chat
+with the deadline on the wall clock loses its memory to a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes import FakeUpstream, Gateway, backend_overrides, make_settings, running_gateway
+
+RECALL_TIMEOUT_MS = 40  # shorter than one turn of the busy loop (a recall yields at least once)
+BUSY_SECONDS = 0.05  # each turn of the hog holds the gateway's event loop this long
+
+
+def hold(seconds: float) -> None:
+    """Hold the event loop's thread for ``seconds``, as CPU-bound work would."""
+    time.sleep(seconds)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def gateway(request: pytest.FixtureRequest, tmp_path: Path,
+                  upstream: FakeUpstream) -> AsyncIterator[Gateway]:
+    settings = make_settings(tmp_path, memory={"recall_timeout_ms": RECALL_TIMEOUT_MS,
+                                               "recall_hard_timeout_ms": 10_000},
+                             **backend_overrides(request, tmp_path))
+    async with running_gateway(settings, upstream) as gw:
+        async with gw.client() as client:
+            added = await client.post("/v1/memories", headers={"X-User-Id": "alice"},
+                                      json={"content": "Drinks oolong tea every morning"})
+            assert added.status_code == 201, added.text
+            # Warm: the recall index and settings caches are built before the loop is busy.
+            await chat(client)
+        yield gw
+
+
+async def chat(client: httpx.AsyncClient) -> httpx.Response:
+    reply = await client.post("/v1/chat/completions", headers={"X-User-Id": "alice"}, json={
+        "model": "m", "messages": [{"role": "user", "content": "Which tea do I drink?"}]})
+    assert reply.status_code == 200, reply.text
+    return reply
+
+
+async def busy_chats(gateway: Gateway, count: int) -> list[str]:
+    """``count`` chats, one after another, while a task holds the loop at every turn it
+    gets; each reply's ``X-Memory-Status`` / ``X-Memory-Reason``."""
+    stop = False
+
+    async def hog() -> None:
+        while not stop:
+            hold(BUSY_SECONDS)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(hog())
+    try:
+        async with gateway.client() as client:
+            replies = [await chat(client) for _ in range(count)]
+    finally:
+        stop = True
+        await task
+    return [f"{r.headers['x-memory-status']}/{r.headers.get('x-memory-reason', '')}"
+            for r in replies]
+
+
+async def test_a_busy_loop_keeps_the_memory_of_a_store_that_answers(
+        gateway: Gateway) -> None:
+    assert await busy_chats(gateway, 5) == ["injected/"] * 5
+
+
+async def test_on_the_wall_clock_the_same_busy_loop_times_the_memory_out(
+        gateway: Gateway) -> None:
+    lag = gateway.res.memory.loop_lag
+    assert lag is not None
+    await lag.stop()  # no meter: the deadline falls back to the wall clock
+    outcomes = await busy_chats(gateway, 5)
+    assert "degraded/timeout" in outcomes

@@ -1,0 +1,123 @@
+"""Deadlines that count only the time the event loop was free (proxy/loop_lag.py): a
+store that answered at once is not timed out because the loop was busy, a store that never
+answers still is — after the deadline on an idle loop, after the hard bound on a busy one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from proxy.loop_lag import LoopLag, loop_free_deadline
+
+BUSY_SECONDS = 0.04  # each turn of the hog holds the loop this long
+
+
+@contextlib.asynccontextmanager
+async def busy_loop() -> AsyncIterator[None]:
+    """A task that holds the event loop for BUSY_SECONDS at every turn it gets (as many
+    ready requests would), until the block ends."""
+    stop = False
+
+    async def hog() -> None:
+        while not stop:
+            hold(BUSY_SECONDS)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(hog())
+    try:
+        yield
+    finally:
+        stop = True
+        await task
+
+
+async def store_read(turns: int) -> str:
+    """A read answered at once whose caller needs ``turns`` loop turns to resume (a
+    request's few awaits: pool, send, reply)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    return "answer"
+
+
+def hold(seconds: float) -> None:
+    """Hold the event loop's thread for ``seconds``, as CPU-bound work would."""
+    time.sleep(seconds)
+
+
+@pytest.fixture
+async def lag() -> AsyncIterator[LoopLag]:
+    seen: list[float] = []
+    meter = LoopLag(on_lag=seen.append)
+    meter.start()
+    await asyncio.sleep(0.03)
+    try:
+        yield meter
+    finally:
+        await meter.stop()
+
+
+async def test_a_busy_loop_does_not_time_out_a_store_that_answered(lag: LoopLag) -> None:
+    async with busy_loop():
+        started = time.monotonic()
+        async with loop_free_deadline(0.1, lag=lag, hard_seconds=5.0):
+            assert await store_read(turns=6) == "answer"
+        assert time.monotonic() - started > 0.1  # the wall clock alone would have ended it
+
+
+async def test_the_wall_clock_deadline_times_it_out_on_the_same_busy_loop() -> None:
+    """The control: the same read under a plain deadline of the same length fails."""
+    async with busy_loop():
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await store_read(turns=6)
+
+
+async def test_without_a_running_meter_the_deadline_is_the_wall_clock() -> None:
+    stopped = LoopLag()
+    async with busy_loop():
+        with pytest.raises(TimeoutError):
+            async with loop_free_deadline(0.1, lag=stopped, hard_seconds=5.0):
+                await store_read(turns=6)
+        with pytest.raises(TimeoutError):
+            async with loop_free_deadline(0.1, lag=None, hard_seconds=5.0):
+                await store_read(turns=6)
+
+
+async def test_a_store_that_never_answers_ends_at_the_deadline_on_an_idle_loop(
+    lag: LoopLag,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with loop_free_deadline(0.1, lag=lag, hard_seconds=5.0):
+            await asyncio.Event().wait()
+    assert 0.09 < time.monotonic() - started < 2.0
+
+
+async def test_a_store_that_never_answers_ends_by_the_hard_bound_on_a_busy_loop(
+    lag: LoopLag,
+) -> None:
+    async with busy_loop():
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with loop_free_deadline(0.1, lag=lag, hard_seconds=0.5):
+                await asyncio.Event().wait()
+        assert time.monotonic() - started < 0.5 + 4 * BUSY_SECONDS + 1.0
+
+
+async def test_the_meter_counts_the_time_the_loop_was_held(lag: LoopLag) -> None:
+    loop = asyncio.get_running_loop()
+    before = lag.total(loop.time())
+    hold(0.2)  # the loop is held: the sleeping beat is overdue meanwhile
+    assert lag.total(loop.time()) - before >= 0.15
+    await asyncio.sleep(0.05)
+    after = lag.total(loop.time())
+    assert after - before >= 0.15
+    await lag.stop()
+    assert not lag.running
+    stopped = lag.total(loop.time())
+    hold(0.05)
+    assert lag.total(loop.time()) == stopped  # stopped: nothing more is added
