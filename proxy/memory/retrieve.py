@@ -41,6 +41,7 @@ from datetime import datetime
 import structlog
 
 from proxy.logs import LogThrottle
+from proxy.loop_lag import LoopLag, loop_free_deadline
 from proxy.memory.embed import Embedder, EmbedderError, Embeddings, Vector
 from proxy.memory.index import RecallIndexes, UserIndex
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
@@ -163,21 +164,37 @@ async def _let_start() -> None:
     runs beside them instead of after them (step 1 of the module docstring)."""
     await asyncio.sleep(0)
 
+# Wall time the query embedding may take beyond its budget while the event loop is busy
+# (its budget counts only the time the loop was free): recall's own hard bound
+# (memory.recall_hard_timeout_ms) ends it first on the chat path.
+EMBED_HARD_EXTRA_SECONDS = 1.0
+
 
 class Retriever:
     """Runs a query plan against a store (and an embedder, when there is one)."""
 
     def __init__(self, *, store: MemoryStore, embedder: Embedder | None,
                  weights: RankWeights, candidate_pool: int,
-                 indexes: RecallIndexes | None = None) -> None:
+                 indexes: RecallIndexes | None = None,
+                 loop_lag: LoopLag | None = None) -> None:
         """``indexes``: search in-process recall indexes kept there (see the module
-        docstring); ``None``: every search is a store read."""
+        docstring); ``None``: every search is a store read. ``loop_lag``: the event
+        loop's lag, which the embedding budget does not count (as recall's deadline,
+        docs/design.md#recall-deadline)."""
+        self._loop_lag = loop_lag
         self._store = store
         self._embedder = embedder
         self.weights = weights
         self._pool = candidate_pool
         self._indexes = indexes
         self._building: dict[tuple[str, str], asyncio.Task[UserIndex]] = {}
+
+    def _free_clock(self) -> float:
+        """Loop time minus the loop's lag so far: seconds of it measure the time the loop
+        was free (the loop's time while no lag is measured)."""
+        now = asyncio.get_running_loop().time()
+        lag = self._loop_lag
+        return now - lag.total(now) if lag is not None and lag.running else now
 
     async def index(self, tenant: str, user: str) -> UserIndex:
         """The user's recall index at the store's current generations: kept, else built
@@ -266,8 +283,7 @@ class Retriever:
         resident`) when the recall index is current."""
         if not queries or limit <= 0:
             return Recall([])
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self._free_clock()
 
         model = None if self._embedder is None else self._embedder.model
 
@@ -333,8 +349,7 @@ class Retriever:
         :func:`~proxy.memory.recall.rank` (the memory search of the API, MCP and console:
         :mod:`proxy.memory.search`), and why vectors were left out (``degraded``, as for
         :meth:`recall`). Any channel; store errors propagate."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self._free_clock()
         model = None if self._embedder is None else self._embedder.model
         embedding: asyncio.Task[Embeddings] | None = None
         if self._embedder is not None:
@@ -368,9 +383,12 @@ class Retriever:
         if embedding is None or self._embedder is None:
             return None, None
         remaining = None if budget is None else \
-            max(0.0, started + budget - asyncio.get_running_loop().time())
+            max(0.0, started + budget - self._free_clock())
         try:
-            async with asyncio.timeout(remaining):
+            async with loop_free_deadline(
+                    remaining, lag=self._loop_lag,
+                    hard_seconds=remaining + EMBED_HARD_EXTRA_SECONDS) \
+                    if remaining is not None else contextlib.nullcontext():
                 result = await embedding
         except TimeoutError:
             held = THROTTLE.allow("memory_embedder_timeout")

@@ -165,7 +165,7 @@ class MemoryService:
         self._retriever = Retriever(store=store, embedder=embedder,
                                     weights=rank_weights(settings),
                                     candidate_pool=settings.candidate_pool,
-                                    indexes=self.indexes)
+                                    indexes=self.indexes, loop_lag=loop_lag)
         self.access = AccessLog()
         self.injections = InjectionLog(Keeping(
             retention=timedelta(days=settings.injection_retention_days),
