@@ -26,6 +26,9 @@ from collections.abc import AsyncIterator, Callable
 # wake-ups a second cost ~1.5 ms of CPU per second (bench/gateway measures the request path
 # with it running).
 BEAT_SECONDS = 0.01
+# Beats without a deadline started (1 s): the heartbeat then sleeps until the next one, so
+# an idle gateway does not wake 100 times a second.
+IDLE_BEATS = 100
 # A beat later than this means the loop is busy: the next one is taken at the loop's next
 # turn (``sleep(0)``), so every turn spent on other work counts, not all but one beat of
 # it. Above a timer's usual slack on Linux (well under a millisecond).
@@ -38,7 +41,9 @@ class LoopLag:
     :meth:`start` creates the heartbeat task (inside a running loop); :meth:`stop` cancels
     it. :meth:`total` is the lag measured so far plus how overdue the current beat already
     is, so a reading taken while the loop is stuck counts the stall too. ``on_lag``
-    (optional) receives each beat's lag in seconds (a metric)."""
+    (optional) receives each beat's lag in seconds (a metric). After :data:`IDLE_BEATS`
+    beats without a :meth:`touch` the heartbeat rests (nothing is measured) until the next
+    touch: a deadline touches it as it starts."""
 
     def __init__(self, *, beat_seconds: float = BEAT_SECONDS,
                  on_lag: Callable[[float], None] | None = None) -> None:
@@ -47,6 +52,13 @@ class LoopLag:
         self._total = 0.0
         self._due: float | None = None  # loop time the sleeping beat should wake at
         self._task: asyncio.Task[None] | None = None
+        self._touched = True
+        self._wake = asyncio.Event()
+
+    def touch(self) -> None:
+        """A deadline is about to use :meth:`total`: measure (again, if resting)."""
+        self._touched = True
+        self._wake.set()
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -72,7 +84,17 @@ class LoopLag:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         busy = False
+        quiet = 0
         while True:
+            if self._touched:
+                self._touched, quiet = False, 0
+            elif not busy:
+                quiet += 1
+                if quiet >= IDLE_BEATS:  # rest until a deadline touches it
+                    self._due = None
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
             if busy:  # the loop is busy: look again at its next turn, counting it all
                 self._due = loop.time()
                 await asyncio.sleep(0)
@@ -99,6 +121,7 @@ async def loop_free_deadline(seconds: float, *, lag: LoopLag | None,
         async with asyncio.timeout(seconds):
             yield
         return
+    lag.touch()
     loop = asyncio.get_running_loop()
     started = loop.time()
     lag_at_start = lag.total(started)

@@ -121,3 +121,22 @@ async def test_the_meter_counts_the_time_the_loop_was_held(lag: LoopLag) -> None
     stopped = lag.total(loop.time())
     hold(0.05)
     assert lag.total(loop.time()) == stopped  # stopped: nothing more is added
+
+
+async def test_an_idle_meter_rests_until_a_deadline_touches_it() -> None:
+    """With no deadline for IDLE_BEATS beats the heartbeat stops waking (a held loop is
+    not measured); the next deadline wakes it and the lag is measured again."""
+    meter = LoopLag(beat_seconds=0.002)
+    meter.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.sleep(0.002 * 100 * 3)  # well past IDLE_BEATS beats
+        resting = meter.total(loop.time())
+        hold(0.1)
+        assert meter.total(loop.time()) == resting
+        async with loop_free_deadline(1.0, lag=meter, hard_seconds=5.0):
+            await asyncio.sleep(0.01)  # the beat is running again
+            hold(0.1)
+            assert meter.total(loop.time()) - resting >= 0.09
+    finally:
+        await meter.stop()
