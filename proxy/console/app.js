@@ -572,15 +572,18 @@
     const filter = h("select", {}, ["open", "settled", "all"].map((k) =>
       h("option", { value: k }, t(`conflictStatus.${k}`))));
     const list = h("ul", { class: "cards", "aria-labelledby": "conf-h" });
+    let latest = 0; // only the newest load draws: an earlier answer arriving late is dropped
     async function load() {
+      const mine = ++latest;
       list.replaceChildren(h("li", {}, t("loading")));
       try {
         const found = ctx.admin
           ? await api("GET", "/v1/admin/conflicts", { query: { user: ctx.user, status: filter.value } })
           : await api("GET", "/v1/memories/conflicts", as({ query: { status: filter.value } }));
+        if (mine !== latest) return;
         list.replaceChildren(...(found.data.length ? found.data.map((c) => conflictCard(c, as, load))
           : [h("li", { class: "help" }, t("noConflicts"))]));
-      } catch (err) { failed(err, list); }
+      } catch (err) { if (mine === latest) failed(err, list); }
     }
     filter.addEventListener("change", load);
     panel.append(h("section", { class: "panel" },

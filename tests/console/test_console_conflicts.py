@@ -5,6 +5,7 @@ month."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -123,3 +124,28 @@ async def test_profile_timeline_shows_top_topics_month_by_month(
     await expect(rows.nth(1)).not_to_contain_text("chess")
     assert await axe_violations(page) == []
     assert await fits_width(page)
+
+
+async def test_a_late_answer_for_the_previous_filter_does_not_replace_the_list(
+        page: Any, console_gateway: Gateway) -> None:
+    """Switching the filter while the previous list is still loading shows the newer
+    filter's list, even when the older answer arrives last."""
+    await both_kinds(console_gateway)
+    held = asyncio.Event()
+
+    async def slow_open_list(route: Any) -> None:
+        await held.wait()
+        await route.continue_()
+
+    await sign_in(page, ADMIN_KEY)
+    await page.get_by_role("tab", name="Users").click()
+    await page.get_by_role("button", name="Open alice").click()
+    await page.route("**/v1/admin/conflicts?*status=open*", slow_open_list)
+    await page.get_by_role("tab", name="Conflicts").click()  # the open list: held back
+    await page.get_by_label("Show").select_option("all")
+    every = page.locator("li.card[data-conflict-id]")
+    await expect(every).to_have_count(2)
+    held.set()  # the open list's answer now arrives, last
+    await page.wait_for_timeout(300)
+    await expect(every).to_have_count(2)
+    await expect(page.get_by_label("Show")).to_have_value("all")
