@@ -101,6 +101,15 @@ class TenantSettings:
         """Whether ``config.yaml`` switched learning on (only then is a sink built)."""
         return self._settings.learning.enabled
 
+    @property
+    def refresh_seconds(self) -> float:
+        """How old a cached tenant's settings may get before they are read again (s)."""
+        return self._refresh
+
+    def now(self) -> float:
+        """The cache's clock (monotonic seconds; the ``clock`` given)."""
+        return self._clock()
+
     def cached(self) -> list[TenantConfig]:
         """The tenants this process has settings of (fresh or not)."""
         return [config for _, config in self._cache.values()]

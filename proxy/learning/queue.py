@@ -225,6 +225,17 @@ class LearningQueue(Protocol):
         back-off keep their time, other tenants' jobs are untouched. Returns how many."""
         ...
 
+    async def postponed_tenants(self) -> list[str]:
+        """The tenants with jobs that :meth:`postpone` put off and no :meth:`resume_postponed`
+        made due since, sorted — what a worker that did not postpone them (another process,
+        or one restarted since) reads to resume them when their budget is lifted
+        (:meth:`proxy.learning.runner.Runner.adopt_postponed`). One small read: nothing but
+        the postponed jobs (SQLite) or one set of tenants (Redis) is looked at. A tenant
+        may still be named after its postponed jobs ran on their own (Redis: the set is
+        kept by postpone and resume only); :meth:`resume_postponed` of it then returns 0
+        and drops it."""
+        ...
+
     # erasure ---------------------------------------------------------------------------
     async def erase_user(self, tenant: str, user: str, *, names: Sequence[str]) -> int:
         """Forget everything the queue holds of the user's words (``DELETE /v1/me``,

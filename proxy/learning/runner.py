@@ -5,8 +5,9 @@ job leased and the lease runs out into a redelivery. A failed job — an upstrea
 unparseable output, a store outage, anything — is retried with exponential back-off
 (honouring Retry-After) and dead-lettered after ``learning.max_attempts``; a job held up by
 a spent learning budget is postponed instead, never dead-lettered, and made due again as
-soon as this runner sees the tenant's budget lifted or raised (:meth:`Runner.resume_lifted`,
-within the tenant-settings refresh). Maintenance (every
+soon as a runner — in any process, whichever postponed it — sees the tenant's budget lifted
+or raised (:meth:`Runner.resume_lifted`, :meth:`Runner.adopt_postponed`: within the
+tenant-settings refresh). Maintenance (every
 ``learning.maintenance_interval_seconds``) seals idle conversations, expires raw text past
 its TTL and sweeps retention.
 """
@@ -39,9 +40,11 @@ MAX_BACKOFF_SECONDS = 300.0
 # SQLite file or a Redis restart is noticed within a minute of its end.
 MAX_ERROR_PAUSE_SECONDS = 60.0
 # A job postponed by a spent learning budget is looked at again after at most this long,
-# else when the period ends. A budget lifted or raised meanwhile resumes the jobs this
-# runner postponed at once (Runner.resume_lifted); this bound covers the others (a worker
-# that restarted since, or postponed them in another process).
+# else when the period ends. A budget lifted or raised meanwhile resumes it within the
+# tenant-settings refresh in every process (Runner.resume_lifted for the tenants a runner
+# postponed or adopted, Runner.adopt_postponed for those another process, or this one
+# before a restart, postponed); this bound is the fallback when the queue cannot be read
+# then, and re-checks a budget the ledger alone frees (its period over).
 BUDGET_RECHECK_SECONDS = 300.0
 
 Handler = Callable[[Job], Awaitable[None]]
@@ -73,8 +76,11 @@ class Runner:
         self._count = count
         self.worker_id = worker_id
         self._last_maintenance = 0.0
-        # Tenants whose jobs this runner postponed → the budget in force then.
+        # Tenants whose jobs this runner postponed, or found postponed in the queue while
+        # their budget was spent (adopt_postponed) → the budget in force then.
         self._postponed: dict[str, LearningBudget] = {}
+        # When adopt_postponed last read the queue (the tenancy's monotonic seconds).
+        self._adopted_at: float | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process jobs until ``stop`` is set. Setting ``stop`` (SIGTERM) interrupts the job
@@ -97,6 +103,7 @@ class Runner:
                     await self.maintenance()
                 if self._postponed:
                     await self.resume_lifted()
+                await self.adopt_postponed()
                 worked = await self.run_once(stop)
             except asyncio.CancelledError:
                 raise
@@ -169,9 +176,11 @@ class Runner:
 
     async def drain(self, *, max_jobs: int = 10_000) -> int:
         """Process ready jobs until none is left (tests, flush endpoint) — first those a
-        lifted budget makes due (:meth:`resume_lifted`). Returns the count."""
+        lifted budget makes due (:meth:`resume_lifted`, :meth:`adopt_postponed`). Returns
+        the count."""
         if self._postponed:
             await self.resume_lifted()
+        await self.adopt_postponed()
         done = 0
         while done < max_jobs and await self.run_once():
             done += 1
@@ -199,13 +208,13 @@ class Runner:
             self._count("job_done", job.kind)
 
     async def resume_lifted(self) -> int:
-        """Make due now the jobs this runner postponed for a tenant whose budget has since
-        changed and is no longer spent (lifted, or raised above what was spent:
-        docs/design.md#learning-budgets). The budget is the tenant's settings as this
-        process has them — refreshed every few seconds, so a change made anywhere resumes
-        the jobs within that refresh. A budget changed but still spent is remembered as
-        the new one. Without a change nothing is read but the settings cache. Returns the
-        jobs resumed."""
+        """Make due now the jobs this runner postponed (or adopted: :meth:`adopt_postponed`)
+        for a tenant whose budget has since changed and is no longer spent (lifted, or
+        raised above what was spent: docs/design.md#learning-budgets). The budget is the
+        tenant's settings as this process has them — refreshed every few seconds, so a
+        change made anywhere resumes the jobs within that refresh. A budget changed but
+        still spent is remembered as the new one. Without a change nothing is read but the
+        settings cache. Returns the jobs resumed."""
         resumed = 0
         for tenant, budget in list(self._postponed.items()):
             config = await self._tenancy.config(tenant)
@@ -218,6 +227,35 @@ class Runner:
             del self._postponed[tenant]
             resumed += count
             log.info("learning_budget_resumed", tenant=tenant, jobs=count)
+        return resumed
+
+    async def adopt_postponed(self) -> int:
+        """Take up the tenants with postponed jobs that this runner does not track — jobs
+        postponed by another process, or by this worker before it restarted — so that
+        lifting their budget resumes them here within the settings refresh
+        (docs/design.md#learning-budgets). At most once per tenant-settings refresh
+        interval (:attr:`TenantLearning.refresh_seconds`, on its clock) the queue is read
+        (:meth:`LearningQueue.postponed_tenants`: one small read, of nothing while no job
+        is postponed); each new tenant whose budget is not spent now has its jobs resumed
+        at once, one whose budget is spent is tracked with that budget, so that
+        :meth:`resume_lifted` resumes them when it changes. Returns the jobs resumed."""
+        now = self._tenancy.monotonic()
+        if self._adopted_at is not None and \
+                now - self._adopted_at < self._tenancy.refresh_seconds:
+            return 0
+        self._adopted_at = now
+        resumed = 0
+        for tenant in await self.queue.postponed_tenants():
+            if tenant in self._postponed:
+                continue
+            config = await self._tenancy.config(tenant)
+            if await self._tenancy.budget_spent(tenant, config):
+                self._postponed[tenant] = config.budget
+                continue
+            count = await self.queue.resume_postponed(tenant)
+            resumed += count
+            if count:
+                log.info("learning_budget_resumed", tenant=tenant, jobs=count, adopted=True)
         return resumed
 
     async def _failed(self, job: Job, exc: Exception) -> None:

@@ -7,6 +7,7 @@ ledger to read spent tokens from.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -16,7 +17,7 @@ from proxy.ledger import Ledger
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.settings import LearningSettings
-from proxy.tenants import TenantSettings
+from proxy.tenants import REFRESH_SECONDS, TenantSettings
 
 
 class TenantLearning:
@@ -39,6 +40,17 @@ class TenantLearning:
         if self.tenants is None:
             return self.settings
         return (await self.tenants.get(tenant)).learning
+
+    @property
+    def refresh_seconds(self) -> float:
+        """The tenant-settings refresh interval (s): the tenants' cache's, else
+        :data:`~proxy.tenants.REFRESH_SECONDS`."""
+        return REFRESH_SECONDS if self.tenants is None else self.tenants.refresh_seconds
+
+    def monotonic(self) -> float:
+        """The clock of that refresh (monotonic seconds): the tenants' cache's, else
+        :func:`time.monotonic`."""
+        return time.monotonic() if self.tenants is None else self.tenants.now()
 
     def model(self, config: LearningSettings) -> LearningModel:
         """The learning model of ``config`` (the configured one unless overridden)."""

@@ -746,6 +746,32 @@ async def test_resume_postponed_makes_only_the_tenants_postponed_jobs_due(
     assert await queue.resume_postponed("t2") == 1
 
 
+async def test_postponed_tenants_names_the_tenants_with_postponed_jobs_until_resumed(
+    queue: LearningQueue,
+) -> None:
+    """postponed_tenants lists each tenant with budget-postponed jobs once (none on an
+    empty queue, none for a job only retried), and a tenant leaves it when
+    resume_postponed makes its jobs due."""
+    assert await queue.postponed_tenants() == []
+    for job_id, tenant in (("a", "t1"), ("b", "t1"), ("c", "t3"), ("d", "t2")):
+        await queue.enqueue("learn", job_id, b"p", tenant=tenant)
+    claimed = {}
+    for _ in range(4):
+        job = await queue.claim("w", lease_seconds=30)
+        assert job is not None
+        claimed[job.id] = job
+    await queue.retry(claimed["c"], error="upstream down", delay_seconds=300)
+    assert await queue.postponed_tenants() == []
+    for job_id in ("a", "b", "d"):
+        await queue.postpone(claimed[job_id], reason="learning budget spent",
+                             delay_seconds=300)
+    assert await queue.postponed_tenants() == ["t1", "t2"]
+    assert await queue.resume_postponed("t1") == 2
+    assert await queue.postponed_tenants() == ["t2"]
+    assert await queue.resume_postponed("t2") == 1
+    assert await queue.postponed_tenants() == []
+
+
 async def test_a_released_job_is_claimable_at_once_with_no_attempt_counted(
     queue: LearningQueue,
 ) -> None:

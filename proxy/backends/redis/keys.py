@@ -225,7 +225,7 @@ class KeyLayout:
     def queue(self, name: str) -> str:
         """A job key of the learning queue (``ready``, ``jobs``, ``payloads``, ``delayed``,
         ``leased``, ``dead``, ``flushes``) or one of its indexes (``idle``, ``aged``, ``seen``,
-        ``buffered``); all share the tag ``{prefix}``."""
+        ``buffered``, ``postponed``); all share the tag ``{prefix}``."""
         return f"{self.prefix}:lq:{{{self.prefix}}}:{name}"
 
     def seen(self, ns: str) -> str:

@@ -151,6 +151,9 @@ class RedisLearningQueue:
         self._jobs = [self._keys.queue(name) for name in
                       ("ready", "jobs", "payloads", "delayed", "leased", "dead",
                                    "flushes")]
+        # The tenants with budget-postponed jobs (postponed_tenants): kept by RETRY with
+        # a refund and by RESUME_POSTPONED, in the scripts that move the jobs.
+        self._postponed = [*self._jobs, self._keys.queue("postponed")]
         self._sweep = BufferIndexes(client, self._keys, recover=self._recover)
         script = client.register_script
         self._enqueue, self._claim = script(lua.ENQUEUE), script(lua.CLAIM)
@@ -484,12 +487,20 @@ class RedisLearningQueue:
     # learning budgets --------------------------------------------------------------------
     async def postpone(self, job: Job, *, reason: str, delay_seconds: float) -> None:
         with unavailable_on_redis_error("learning queue postpone"):
-            await self._retry(keys=self._jobs, args=[job.id, reason[:MAX_ERROR_CHARS],
-                                                     repr(float(delay_seconds)), "1"])
+            await self._retry(keys=self._postponed, args=[
+                job.id, reason[:MAX_ERROR_CHARS], repr(float(delay_seconds)), "1"])
 
     async def resume_postponed(self, tenant: str) -> int:
         with unavailable_on_redis_error("learning queue resume_postponed"):
-            return int(await self._resume(keys=self._jobs, args=[tenant]))
+            return int(await self._resume(keys=self._postponed, args=[tenant]))
+
+    async def postponed_tenants(self) -> list[str]:
+        """One ``SMEMBERS`` of the ``postponed`` set (empty, and absent, while no job waits
+        for a budget). Erasure and acknowledgements leave a tenant in it; the next
+        :meth:`resume_postponed` of that tenant removes it."""
+        with unavailable_on_redis_error("learning queue postponed_tenants"):
+            members = await self._redis.smembers(self._keys.queue("postponed"))
+        return sorted(_text(m) for m in members)
 
     # graceful shutdown and operations ------------------------------------------------
     async def release(self, job: Job) -> None:

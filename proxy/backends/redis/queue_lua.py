@@ -7,6 +7,9 @@ Each script runs atomically on one hash slot and touches only the keys it is giv
       KEYS = [ready (STREAM), jobs (HASH), payloads (HASH), delayed (ZSET),
               leased (ZSET), dead (ZSET), flushes (STREAM)]
 
+  and RETRY and RESUME_POSTPONED an eighth, ``postponed`` (SET): the tenants with jobs a
+  spent learning budget put off (read by ``postponed_tenants``).
+
   A job's header in ``jobs`` is JSON ``{kind, attempts, state, created, available,
   updated, error, entry, by, tenant, stream}`` (``tenant`` absent on jobs queued before it
   was kept, ``''`` for a job of no tenant; ``stream`` ``'f'`` when its entry is in the
@@ -173,8 +176,9 @@ return 1
 """
 
 # ARGV = (id, error, delay seconds[, refund]). The attempt count is kept — or, with
-# refund '1' (a job postponed by a spent learning budget), this delivery is given back.
-# Returns 1, or 0.
+# refund '1' (a job postponed by a spent learning budget), this delivery is given back and
+# the job's tenant is added to KEYS[8], the set of tenants with postponed jobs (given with
+# the refund only). Returns 1, or 0.
 RETRY = _JOB_PRELUDE + """
 local id = ARGV[1]
 local delay = tonumber(ARGV[3])
@@ -197,13 +201,17 @@ else
   h.updated = fmt(now)
   save(id, h)
   redis.call('ZADD', KEYS[4], now + delay, id)
+  if ARGV[4] == '1' and h.tenant and h.tenant ~= '' then
+    redis.call('SADD', KEYS[8], h.tenant)
+  end
 end
 return 1
 """
 
 # ARGV = (tenant). Every delayed job of the tenant that a spent budget put off (header
-# ``budget`` '1', set by RETRY with refund) is made ready now. Reads the whole delayed set:
-# run only when a tenant's budget was lifted or raised. Returns how many.
+# ``budget`` '1', set by RETRY with refund) is made ready now, and the tenant leaves
+# KEYS[8] (the set of tenants with postponed jobs: it has none left). Reads the whole
+# delayed set: run only when a tenant's budget was lifted or raised. Returns how many.
 RESUME_POSTPONED = _JOB_PRELUDE + """
 local now = clock()
 local resumed = 0
@@ -217,6 +225,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
     resumed = resumed + 1
   end
 end
+redis.call('SREM', KEYS[8], ARGV[1])
 return resumed
 """
 

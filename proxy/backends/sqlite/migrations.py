@@ -395,6 +395,13 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX injections_owner ON injections (tenant, user_id, created_at);
     CREATE INDEX injections_created ON injections (created_at);
     """,
+    # 18: the tenants with jobs a spent learning budget put off, read by every worker once
+    # per settings refresh (LearningQueue.postponed_tenants): a partial index holds only
+    # those jobs, so the read touches none of the others (and nothing at all while no job
+    # waits for a budget).
+    """
+    CREATE INDEX jobs_postponed ON jobs (tenant) WHERE postponed = 1 AND status = 'ready';
+    """,
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
