@@ -12,11 +12,20 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from proxy.memory.records import Memory, new_id
-from tests.fakes import FakeUpstream, Gateway, make_settings, redis_storage, running_gateway
+from proxy.memory.store import ListQuery
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    eventually,
+    make_settings,
+    redis_storage,
+    running_gateway,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -25,6 +34,7 @@ pytestmark = pytest.mark.redis
 FROZEN_CHAT_SECONDS = 1.5
 RECALL_TIMEOUT_MS = 150  # the shipped deadline (test settings default to a generous one)
 READY_SECONDS = 1.0
+PLACES = ("Lisbon", "Oslo", "Kyoto")  # one turn each, said while Redis is frozen
 
 
 @pytest.fixture
@@ -101,3 +111,42 @@ async def test_a_frozen_redis_costs_a_chat_milliseconds_not_seconds(
             break
         await asyncio.sleep(0.1)
     assert headers["x-memory-status"] == "injected"
+
+
+def fact(content: str) -> dict[str, Any]:
+    return {"title": content, "content": content, "category": "user_preference",
+            "subcategory": "", "tags": [], "subject": "user", "duplicate_of": None,
+            "supersedes": []}
+
+
+async def test_turns_said_while_redis_is_frozen_are_learned_after_it_returns(
+        tmp_path: Path, own_redis: RedisServer, upstream: FakeUpstream) -> None:
+    """Chats answered while Redis is frozen lose no turn: the sink keeps them and writes
+    them to the queue once Redis answers again, and each is learned."""
+    settings = make_settings(tmp_path, learning={"enabled": True, "batch_messages": 1},
+                             memory={"recall_timeout_ms": RECALL_TIMEOUT_MS},
+                             storage=redis_storage(tmp_path, own_redis.url, "learnfrozen"))
+
+    def extract(body: dict[str, Any]) -> dict[str, Any]:
+        said = str(body["messages"])
+        return {"memories": [fact(f"Has visited {place}") for place in PLACES
+                             if f"visited {place}" in said], "profile": None}
+
+    upstream.extract = extract
+    async with running_gateway(settings, upstream) as gw:
+        with frozen(own_redis):
+            for place in PLACES:
+                async with gw.client(headers={"X-User-Id": "u1"}) as client:
+                    started = time.monotonic()
+                    reply = await client.post("/v1/chat/completions", json={
+                        "model": "m", "messages": [
+                            {"role": "user", "content": f"Last summer I visited {place}."}]})
+                    assert reply.status_code == 200
+                    assert time.monotonic() - started <= FROZEN_CHAT_SECONDS
+
+        async def learned() -> bool:
+            await gw.settle()
+            stored = await gw.res.store.list_memories(ListQuery(tenant="default", user="u1"))
+            return {m.content for m in stored} >= {f"Has visited {p}" for p in PLACES}
+
+        await eventually(learned, within=30.0)
