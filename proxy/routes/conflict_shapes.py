@@ -73,7 +73,8 @@ class ProfileWeekOut(BaseModel):
 
 
 class ProfileHistory(BaseModel):
-    """Oldest week first; the current week is the live profile."""
+    """Oldest week first, every week from the first stored snapshot on (a week without a
+    snapshot repeats the one before it); the current week is the live profile."""
 
     object: Literal["list"]
     data: list[ProfileWeekOut]

@@ -17,8 +17,10 @@ the memory API (:mod:`proxy.routes.owner`: an admin key acts for ``X-User-Id``).
   without ``user``, those of every user of the caller's tenant (each item names its
   ``user_id``), newest first, at most :data:`LIST_LIMIT` in all.
 - ``GET /v1/profile/history?since=&until=`` → ``{"object": "list", "data": [{"week",
-  "traits": [{"text", "score"}], "topics": [...]}]}``, oldest first; the current week is
-  the live profile, so a new user gets the current week (empty lists) rather than nothing.
+  "traits": [{"text", "score"}], "topics": [...]}]}``, oldest first, one per week from
+  the first stored snapshot on: a week in which nothing was learned repeats the week
+  before it; the current week is the live profile, so a new user gets the current week
+  (empty lists) rather than nothing.
 """
 
 from __future__ import annotations
@@ -257,6 +259,9 @@ openapi.register(
                       tags=("admin",)),
     openapi.Operation("GET", "/v1/profile/history", "The user's traits and topics week by "
                       "week (oldest first; the current week is the live profile)",
+                      description="One entry per week from the first stored snapshot "
+                      "on: a week in which nothing was learned repeats the week before it "
+                      "(weeks before the first snapshot are absent).",
                       query=cs.HistoryParams, response=cs.ProfileHistory,
                       tags=("profile",)),
 )
