@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -256,12 +256,34 @@ def snapshot(profile: Profile | None, *, tenant: str, user: str,
     )
 
 
+def next_week(week: str) -> str:
+    """The ISO week after ``week`` (``YYYY-Www``), across year ends (52 or 53 weeks)."""
+    year, number = int(week[:4]), int(week[6:])
+    return iso_week(datetime.fromisocalendar(year, number, 1).replace(tzinfo=UTC)
+                    + timedelta(weeks=1))
+
+
 def history(stored: Iterable[ProfileWeek], live: ProfileWeek, *, since: str | None,
             until: str | None) -> list[ProfileWeek]:
     """The weeks between ``since`` and ``until`` (inclusive ``YYYY-Www`` bounds, ``None``:
     open), oldest first, the current week being ``live`` (the live profile) instead of
-    what was stored for it."""
+    what was stored for it.
+
+    Every week from the first stored snapshot on is listed: a week without a snapshot
+    (nothing was learned that week) repeats the last one before it, traits, topics and
+    scores as stored (docs/design.md#profile-over-time: a profile does not go blank
+    because the user did not chat). Weeks before the first snapshot are absent, so a
+    range starting earlier starts at it; a user with nothing stored gets the live week
+    only."""
     weeks = {w.week: w for w in stored if w.week != live.week}
     weeks[live.week] = live
-    return [weeks[k] for k in sorted(weeks)
-            if (since is None or k >= since) and (until is None or k <= until)]
+    keys = sorted(weeks)
+    out: list[ProfileWeek] = []
+    week, shown = keys[0], weeks[keys[0]]
+    while week <= keys[-1] and (until is None or week <= until):
+        known = weeks.get(week)
+        shown = known if known is not None else replace(shown, week=week)
+        if since is None or week >= since:
+            out.append(shown)
+        week = next_week(week)
+    return out

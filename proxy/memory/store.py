@@ -446,6 +446,14 @@ class MemoryStore(SynonymStore, Protocol):
         """The user's conflicts whose status is in ``statuses``, newest first."""
         ...
 
+    async def list_tenant_conflicts(self, tenant: str, *, statuses: frozenset[str],
+                                    limit: int = 500) -> list[Conflict]:
+        """The conflicts whose status is in ``statuses`` of every user of ``tenant`` (each
+        carrying its ``user_id``; no other tenant's), newest first, at most ``limit``.
+        Redis reads the users of the tenant's users index (those who chatted or wrote
+        memories: ``Ledger.users``)."""
+        ...
+
     async def get_conflict(self, tenant: str, user: str,
                            conflict_id: str) -> Conflict | None: ...
 

@@ -24,7 +24,9 @@ class ConflictParams(BaseModel):
 
 class AdminConflictParams(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    user: str = Field(min_length=1, max_length=256, description="The user of the tenant")
+    user: str | None = Field(default=None, min_length=1, max_length=256, description=(
+        "The user of the tenant; without it, the conflicts of every user of the tenant "
+        "(newest first, at most 500 in all; each names its user_id)"))
     status: StatusFilter = Field(default="open", description=_STATUS)
 
 
@@ -71,7 +73,8 @@ class ProfileWeekOut(BaseModel):
 
 
 class ProfileHistory(BaseModel):
-    """Oldest week first; the current week is the live profile."""
+    """Oldest week first, every week from the first stored snapshot on (a week without a
+    snapshot repeats the one before it); the current week is the live profile."""
 
     object: Literal["list"]
     data: list[ProfileWeekOut]

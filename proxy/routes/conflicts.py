@@ -13,10 +13,14 @@ the memory API (:mod:`proxy.routes.owner`: an admin key acts for ``X-User-Id``).
   is active again, the successor retired (audited ``retired`` like a supersede).
   Both: 404 ``conflict_not_found`` (also another user's), 409 ``conflict_settled``, or
   ``conflict_stale`` when a later fact replaced one of the pair's facts.
-- ``GET /v1/admin/conflicts?user=&status=`` (tenant admin key) → the user's conflicts.
+- ``GET /v1/admin/conflicts?user=&status=`` (tenant admin key) → the user's conflicts;
+  without ``user``, those of every user of the caller's tenant (each item names its
+  ``user_id``), newest first, at most :data:`LIST_LIMIT` in all.
 - ``GET /v1/profile/history?since=&until=`` → ``{"object": "list", "data": [{"week",
-  "traits": [{"text", "score"}], "topics": [...]}]}``, oldest first; the current week is
-  the live profile, so a new user gets the current week (empty lists) rather than nothing.
+  "traits": [{"text", "score"}], "topics": [...]}]}``, oldest first, one per week from
+  the first stored snapshot on: a week in which nothing was learned repeats the week
+  before it; the current week is the live profile, so a new user gets the current week
+  (empty lists) rather than nothing.
 """
 
 from __future__ import annotations
@@ -51,15 +55,22 @@ from proxy.routes.shapes import UserParams, parse_query
 LIST_LIMIT = 500  # conflicts listed at most (a user holds at most 500 memories)
 
 
-async def _listed(res: Resources, tenant: str, user: str,
+async def _listed(res: Resources, tenant: str, user: str | None,
                   status: str) -> list[dict[str, Any]]:
-    """The user's conflicts of the status filter with both memories (pairs with a
-    deleted memory left out)."""
-    found = await res.store.list_conflicts(tenant, user, statuses=STATUS_FILTERS[status],
-                                           limit=LIST_LIMIT)
+    """The conflicts of the status filter — the user's, or with ``user`` ``None`` those of
+    every user of the tenant — with both memories (pairs with a deleted memory left
+    out)."""
+    statuses = STATUS_FILTERS[status]
+    if user is None:
+        await res.usage.flush()  # the tenant's users index includes this process's users
+        found = await res.store.list_tenant_conflicts(tenant, statuses=statuses,
+                                                      limit=LIST_LIMIT)
+    else:
+        found = await res.store.list_conflicts(tenant, user, statuses=statuses,
+                                               limit=LIST_LIMIT)
     out = []
     for conflict in found:
-        pair = await _pair(res, tenant, user, conflict)
+        pair = await _pair(res, tenant, conflict.user_id, conflict)
         if pair is not None:
             out.append(conflict.to_api(*pair))
     return out
@@ -82,7 +93,8 @@ async def list_conflicts(request: Request) -> Response:
 
 
 async def admin_conflicts(request: Request) -> Response:
-    """``GET /v1/admin/conflicts?user=`` for the tenant's admin key."""
+    """``GET /v1/admin/conflicts?user=`` for the tenant's admin key: one user's
+    conflicts, or without ``user`` the tenant's."""
     admin = caller(request)
     params = parse_query(request, cs.AdminConflictParams)
     return json_response({"object": "list", "data": await _listed(
@@ -240,11 +252,16 @@ openapi.register(
                       "Make the old memory active again and retire the successor",
                       query=UserParams, response=cs.ConflictOut, errors=_SETTLE_ERRORS,
                       tags=("memories",), path_params=_ID),
-    openapi.Operation("GET", "/v1/admin/conflicts", "A user's conflicts (tenant admin)",
+    openapi.Operation("GET", "/v1/admin/conflicts", "A user's conflicts, or without user "
+                      "every user's of the tenant (tenant admin; newest first, at most "
+                      "500)",
                       auth="admin", query=cs.AdminConflictParams, response=cs.ConflictList,
                       tags=("admin",)),
     openapi.Operation("GET", "/v1/profile/history", "The user's traits and topics week by "
                       "week (oldest first; the current week is the live profile)",
+                      description="One entry per week from the first stored snapshot "
+                      "on: a week in which nothing was learned repeats the week before it "
+                      "(weeks before the first snapshot are absent).",
                       query=cs.HistoryParams, response=cs.ProfileHistory,
                       tags=("profile",)),
 )

@@ -11,9 +11,12 @@ from proxy.learning.answers import ProfileUpdate
 from proxy.learning.consolidate import consolidate
 from proxy.memory.conflicts import (
     Conflict,
+    ProfileWeek,
+    WeightedTag,
     history,
     iso_week,
     mark_pair,
+    next_week,
     parse_week,
     settle,
     snapshot,
@@ -180,6 +183,42 @@ def test_bad_week_bounds_are_refused(text: str) -> None:
         parse_week(text)
 
 
+def _week(name: str, trait: str) -> ProfileWeek:
+    return ProfileWeek(tenant="t", user_id="u", week=name, at=NOW,
+                       traits=(WeightedTag(trait, 1.5),), topics=(WeightedTag("chess", 0.5),))
+
+
+def test_history_fills_weeks_without_a_snapshot_with_the_last_one_before() -> None:
+    """Snapshots in W40 and W43: W41 and W42 repeat W40's traits, topics and scores, W43
+    is its own, the weeks after it up to the live week repeat W43's; a range starting
+    before the first snapshot starts at it; a range inside a gap still shows the week
+    before it; nothing comes after until."""
+    w40, w43 = _week("2026-W40", "curious"), _week("2026-W43", "calm")
+    live = snapshot(None, tenant="t", user="u", now=datetime(2026, 12, 2, tzinfo=UTC))
+    weeks = history([w43, w40], live, since="2026-W30", until="2026-W44")
+    assert [w.week for w in weeks] == [f"2026-W{n}" for n in range(40, 45)]
+    assert [(w.traits, w.topics) for w in weeks] == \
+        [(w40.traits, w40.topics)] * 3 + [(w43.traits, w43.topics)] * 2
+    everything = history([w40, w43], live, since=None, until=None)
+    assert [w.week for w in everything] == [f"2026-W{n}" for n in range(40, 50)]
+    assert all(w.traits == w43.traits for w in everything[3:-1])
+    assert everything[-1] == live
+    assert history([w40, w43], live, since="2026-W42", until="2026-W42") == \
+        [_week("2026-W42", "curious")]
+    assert history([w43], live, since="2026-W30", until="2026-W42") == []
+
+
+def test_filled_weeks_cross_a_year_end() -> None:
+    """2026 has 53 ISO weeks, 2025 52: the week after the last is the next year's W01."""
+    assert next_week("2026-W53") == "2027-W01"
+    assert next_week("2025-W52") == "2026-W01"
+    assert next_week("2026-W09") == "2026-W10"
+    live = snapshot(None, tenant="t", user="u", now=datetime(2027, 1, 12, tzinfo=UTC))
+    weeks = history([_week("2026-W52", "curious")], live, since=None, until=None)
+    assert [w.week for w in weeks] == ["2026-W52", "2026-W53", "2027-W01", "2027-W02"]
+    assert weeks[1].traits == (WeightedTag("curious", 1.5),)
+
+
 def test_history_replaces_the_current_week_with_the_live_profile() -> None:
     """The current week comes from the live profile; bounds are inclusive; a user
     without anything stored still gets the current week."""
@@ -190,7 +229,7 @@ def test_history_replaces_the_current_week_with_the_live_profile() -> None:
         ScoredTag("stale", 2.0, 2, NOW),)), tenant="t", user="u",
         now=datetime(2026, 12, 1, tzinfo=UTC))
     weeks = history([older, stale_now], live, since=None, until=None)
-    assert [w.week for w in weeks] == [older.week, live.week]
+    assert (weeks[0], weeks[-1]) == (older, live)
     assert weeks[-1].traits == ()
     assert history([older], live, since=live.week, until=None) == [live]
     assert history([older], live, since=None, until=older.week) == [older]

@@ -5,9 +5,18 @@ user, snapshots are bounded, and erasure removes both."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from proxy.backends.sqlite.database import SqliteDatabase
+from proxy.backends.sqlite.ledger import SqliteLedger
+from proxy.backends.sqlite.store import SqliteMemoryStore
+from proxy.ledger import Ledger
 from proxy.memory.conflicts import (
     HISTORY_WEEKS,
     MAX_CONFLICTS,
@@ -20,6 +29,7 @@ from proxy.memory.conflicts import (
 )
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import AuditEvent, ChangeSet, MemoryStore
+from tests.memory.conftest import DIM
 from tests.memory.test_store_contract import ask, mem
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -186,3 +196,61 @@ async def test_conflicts_are_bounded_per_user_oldest_dropped(store: MemoryStore)
     assert not {c.id for c in first[:2]} & ids
     assert first[2].id in ids
     assert len(await store.list_conflicts("t1", "u2", statuses=STATUS_FILTERS["all"])) == 1
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def with_ledger(request: pytest.FixtureRequest,
+                      tmp_path: Path) -> AsyncIterator[tuple[MemoryStore, Ledger]]:
+    """A fresh store and the ledger beside it (whose tenant users index the Redis store's
+    tenant listing reads), on SQLite, then on a real Redis."""
+    if request.param == "sqlite":
+        async with SqliteDatabase(tmp_path / "memory.db") as db:
+            yield SqliteMemoryStore(db), SqliteLedger(db)
+        return
+    from proxy.backends.redis.client import connect
+    from proxy.backends.redis.ledger import RedisLedger
+    from proxy.backends.redis.store import RedisMemoryStore
+
+    url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+    async with connect(url) as client:
+        redis_store = RedisMemoryStore(client, key_prefix=prefix, vector_dim=DIM)
+        await redis_store.prepare()
+        yield redis_store, RedisLedger(client, key_prefix=prefix)
+
+
+async def test_the_tenant_listing_holds_every_users_conflicts_of_that_tenant_only(
+        with_ledger: tuple[MemoryStore, Ledger]) -> None:
+    """list_tenant_conflicts: the conflicts of users spread over a tenant of 230 users
+    (more than one Redis round of 200), newest first, each under its user; the same user
+    id in another tenant stays out, as does that tenant's only user; the status filter
+    and the limit apply across users; a tenant without conflicts lists nothing."""
+    store, ledger = with_ledger
+    users = [f"u{n:03d}" for n in range(230)]
+    for user in users:
+        await ledger.register_user("t1", user, T0)
+    await ledger.register_user("t2", "u000", T0)
+    written: dict[tuple[str, str], Conflict] = {}
+    for minutes, (tenant, user, status) in enumerate((
+            ("t1", "u000", "unconfirmed"), ("t2", "u000", "open"), ("t1", "u150", "open"),
+            ("t1", "u229", "confirmed"), ("t1", "u199", "reversed"))):
+        a = mem(f"Likes jazz {user}", tenant=tenant, user=user)
+        b = mem(f"Likes rock {user}", tenant=tenant, user=user)
+        made = replace(conflict(a, b, user=user, minutes=minutes, status=status),
+                       tenant=tenant)
+        assert await store.apply(ChangeSet(tenant=tenant, user_id=user,
+                                           batch_key=f"t-{tenant}-{user}", upserts=(a, b),
+                                           conflicts=(made,)))
+        written[tenant, user] = made
+    every = await store.list_tenant_conflicts("t1", statuses=STATUS_FILTERS["all"])
+    assert every == [written["t1", u] for u in ("u199", "u229", "u150", "u000")]
+    assert [c.user_id for c in every] == ["u199", "u229", "u150", "u000"]
+    assert {c.tenant for c in every} == {"t1"}
+    assert await store.list_tenant_conflicts("t1", statuses=STATUS_FILTERS["open"]) == \
+        [written["t1", "u150"], written["t1", "u000"]]
+    assert await store.list_tenant_conflicts("t1", statuses=STATUS_FILTERS["settled"],
+                                             limit=1) == [written["t1", "u199"]]
+    assert await store.list_tenant_conflicts("t2", statuses=STATUS_FILTERS["all"]) == \
+        [written["t2", "u000"]]
+    assert await store.list_tenant_conflicts("t3", statuses=STATUS_FILTERS["all"]) == []
+    assert await store.list_tenant_conflicts("t1", statuses=STATUS_FILTERS["all"],
+                                             limit=0) == []

@@ -90,7 +90,7 @@ async def test_contradicts_is_open_and_recall_injects_only_the_stronger(
     """A fact the model is unsure about opens a conflict without retiring anything: both
     memories are active, recall injects only the one with more evidence; confirming
     retires the old one and injects the new one. An admin lists the user's conflicts with
-    ?user= (400 without it)."""
+    ?user=."""
     for text in ("I work at the harbour office.", "Still at the harbour office."):
         await learn(gw, upstream, text, fact("Works at the harbour office"))
     await learn_with_ids(gw, upstream, "I'm at the central office this month.",
@@ -106,7 +106,6 @@ async def test_contradicts_is_open_and_recall_injects_only_the_stronger(
     assert "central office" not in block(upstream)
     admin = await call(gw, "GET", "/v1/admin/conflicts", ADMIN, params={"user": "u1"})
     assert [c["id"] for c in admin.json()["data"]] == [pair["id"]]
-    assert error(await call(gw, "GET", "/v1/admin/conflicts", ADMIN), 400)["param"] == "user"
     assert (await call(gw, "GET", "/v1/admin/conflicts", ADMIN,
                        params={"user": "u2"})).json()["data"] == []
     confirmed = await call(gw, "POST", f"/v1/memories/conflicts/{pair['id']}/confirm",
@@ -116,6 +115,54 @@ async def test_contradicts_is_open_and_recall_injects_only_the_stronger(
     await chat(gw, "Which office do I work at?")
     assert "central office" in block(upstream)
     assert "harbour office" not in block(upstream)
+
+
+async def supersede_for(gw: Gateway, upstream: FakeUpstream, headers: dict[str, str],
+                        old: str, new: str) -> None:
+    """Learn ``old`` for the caller of ``headers``, then ``new`` superseding it."""
+    upstream.extract = lambda body: extraction(fact(old))
+    await chat(gw, f"Note: {old}.", headers)
+    await gw.settle()
+    upstream.extract = lambda body: extraction(fact(new, supersedes=[known_ids(body)[old]]))
+    await chat(gw, f"Note: {new}.", headers)
+    await gw.settle()
+
+
+async def admin_list(gw: Gateway, **params: str) -> list[dict[str, Any]]:
+    response = await call(gw, "GET", "/v1/admin/conflicts", ADMIN, params=params)
+    assert response.status_code == 200, response.text
+    return list(response.json()["data"])
+
+
+async def test_an_admin_lists_the_conflicts_of_every_user_of_the_tenant(
+        gw: Gateway, upstream: FakeUpstream) -> None:
+    """Without ?user= the tenant's admin gets every user's conflicts of the tenant, newest
+    first, each naming its user_id, in the shape of the user's own listing; another
+    tenant's user of the same id stays out (and ?tenant= naming it is 403); the status
+    filter applies across users; ?user= still lists one user's only."""
+    await supersede_for(gw, upstream, U1, "Lives in Porto", "Lives in Braga")
+    await supersede_for(gw, upstream, U2, "Plays the cello", "Plays the violin")
+    await supersede_for(gw, upstream, {**APP_B, "X-User-Id": "u1"}, "Drives a van",
+                        "Drives a bus")
+    (mine,) = await conflicts(gw)
+    (theirs,) = await conflicts(gw, U2)
+    listed = await admin_list(gw, status="all")
+    assert [c["id"] for c in listed] == [theirs["id"], mine["id"]]
+    assert [c["user_id"] for c in listed] == ["u2", "u1"]
+    assert listed == [theirs, mine]
+    assert "Drives a bus" not in str(listed)
+    other = await call(gw, "GET", "/v1/admin/conflicts", ADMIN, params={"tenant": "tenant-b"})
+    assert error(other, 403)["code"] == "other_tenant"
+    confirmed = await call(gw, "POST", f"/v1/memories/conflicts/{theirs['id']}/confirm", U2)
+    assert confirmed.status_code == 200, confirmed.text
+    assert [c["id"] for c in await admin_list(gw)] == [mine["id"]]
+    assert [c["id"] for c in await admin_list(gw, status="settled")] == [theirs["id"]]
+    assert [c["id"] for c in await admin_list(gw, status="all", user="u1")] == [mine["id"]]
+    assert [c["id"] for c in await admin_list(gw, status="all", user="u2")] == \
+        [theirs["id"]]
+    assert await admin_list(gw, status="all", user="nobody") == []
+    assert error(await call(gw, "GET", "/v1/admin/conflicts", ADMIN,
+                            params={"status": "nope"}), 400)["param"] == "status"
 
 
 async def test_deleting_one_memory_of_an_open_conflict_releases_the_other(
@@ -221,9 +268,9 @@ async def test_clearing_all_memories_removes_their_conflicts_and_profile_history
 async def test_profile_history_is_weekly_with_the_live_week_last(
         gw: Gateway, upstream: FakeUpstream) -> None:
     """A new user gets the current week with empty lists; learned traits show in the
-    current week with their scores; an earlier stored week comes first and since/until
-    select weeks; bad bounds are 400; another user sees only their own weeks; erasure
-    removes the history and the conflicts."""
+    current week with their scores; an earlier stored week comes first (the weeks between
+    repeat it) and since/until select weeks; bad bounds are 400; another user sees only
+    their own weeks; erasure removes the history and the conflicts."""
     path = "/v1/profile/history"
     now_week = iso_week(datetime.now(UTC))
     fresh = (await call(gw, "GET", path, U2)).json()
@@ -237,10 +284,12 @@ async def test_profile_history_is_weekly_with_the_live_week_last(
             tenant="tenant-a", user_id="u1", week=iso_week(earlier), at=earlier,
             topics=(WeightedTag("chess", 2.5),))))
     weeks = (await call(gw, "GET", path, U1)).json()["data"]
-    assert [w["week"] for w in weeks] == [iso_week(earlier), now_week]
+    assert [w["week"] for w in weeks] == [iso_week(earlier + timedelta(weeks=n))
+                                          for n in range(7)]
+    assert weeks[-1]["week"] == now_week
     assert weeks[0]["topics"] == [{"text": "chess", "score": 2.5}]
-    assert weeks[1]["traits"] == [{"text": "outdoorsy", "score": 1.0}]
-    assert weeks[1]["topics"] == [{"text": "hiking", "score": 1.0}]
+    assert weeks[-1]["traits"] == [{"text": "outdoorsy", "score": 1.0}]
+    assert weeks[-1]["topics"] == [{"text": "hiking", "score": 1.0}]
     since = (await call(gw, "GET", path, U1, params={"since": now_week})).json()["data"]
     assert [w["week"] for w in since] == [now_week]
     until = await call(gw, "GET", path, U1,
@@ -255,6 +304,38 @@ async def test_profile_history_is_weekly_with_the_live_week_last(
     assert (await call(gw, "DELETE", "/v1/me", U1, params={"confirm": "true"})).status_code \
         == 200
     assert await gw.res.store.profile_history("tenant-a", "u1") == []
+
+
+async def test_weeks_without_a_snapshot_repeat_the_last_one_before(gw: Gateway) -> None:
+    """Snapshots nine and six weeks ago (W40 and W43 when this week is W49): W41 and W42
+    repeat W40's traits, topics and scores, W44 to W48 repeat W43's, and the current week
+    is the live profile (empty here: nothing learned); a range starting before the first
+    snapshot starts at it, one ending before it is empty; another user gets only their
+    live week."""
+    path, now = "/v1/profile/history", datetime.now(UTC)
+    ago = [now - timedelta(weeks=n) for n in range(10)]
+    for n, trait in ((9, "curious"), (6, "calm")):
+        await gw.res.store.apply(ChangeSet(
+            tenant="tenant-a", user_id="u1", batch_key=f"week-{n}", snapshot=ProfileWeek(
+                tenant="tenant-a", user_id="u1", week=iso_week(ago[n]), at=ago[n],
+                traits=(WeightedTag(trait, 1.5),), topics=(WeightedTag("chess", 0.5),))))
+    response = await call(gw, "GET", path, U1, params={"since": iso_week(now - timedelta(
+        weeks=20)), "until": iso_week(ago[5])})
+    assert response.status_code == 200, response.text
+    weeks = response.json()["data"]
+    assert [w["week"] for w in weeks] == [iso_week(ago[n]) for n in range(9, 4, -1)]
+    assert [w["traits"] for w in weeks] == \
+        [[{"text": "curious", "score": 1.5}]] * 3 + [[{"text": "calm", "score": 1.5}]] * 2
+    assert all(w["topics"] == [{"text": "chess", "score": 0.5}] for w in weeks)
+    everything = (await call(gw, "GET", path, U1)).json()["data"]
+    assert [w["week"] for w in everything] == [iso_week(ago[n]) for n in range(9, -1, -1)]
+    assert everything[-1] == {"week": iso_week(now), "traits": [], "topics": []}
+    assert [w["traits"][0]["text"] for w in everything[3:-1]] == ["calm"] * 6
+    before = await call(gw, "GET", path, U1, params={"until": iso_week(ago[9] - timedelta(
+        weeks=1))})
+    assert before.json()["data"] == []
+    assert [w["week"] for w in (await call(gw, "GET", path, U2)).json()["data"]] == \
+        [iso_week(now)]
 
 
 async def test_a_conflict_overtaken_by_a_later_fact_is_not_settled(

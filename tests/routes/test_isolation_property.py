@@ -7,9 +7,12 @@ Each example starts a fresh gateway with two tenants; each has an app key (names
 with ``X-User-Id``), two user-bound keys and an admin key. A random sequence of operations
 — create, list, search, get, delete, clear, chat in a private or a group channel, open a
 conflict (a learned contradiction, written as learning writes it), list, confirm or
-reverse conflicts, the admin's conflict list, the profile history, read an injection
-record — is sent with random keys and random (possibly foreign) user headers and ids, and
-checked after every step against a model of who owns which memory and conflict.
+reverse conflicts, the admin's conflict list of one user or of the whole tenant, a weekly
+profile snapshot (written as learning writes it) and the profile history, a recall
+preview, read an injection record — is sent with random keys and random (possibly
+foreign) user headers and ids, and checked after every step against a model of who owns
+which memory, conflict and snapshot. At the end every owner's private chat, recall
+preview and profile history are checked once more.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.memory.conflicts import Conflict, mark_pair
+from proxy.memory.conflicts import Conflict, ProfileWeek, WeightedTag, iso_week, mark_pair
 from proxy.memory.records import Memory, new_id
 from proxy.memory.store import ChangeSet, ListQuery
 from tests.fakes import FakeUpstream, make_settings, redis_storage, running_gateway
@@ -39,6 +42,8 @@ MARKER = re.compile(r"zq[0-9]+x")
 EXAMPLES = 10
 INJECTED = [0]  # own memories seen injected (the injection check is not vacuous)
 OPENED = [0]  # conflicts opened (the conflict checks are not vacuous)
+PREVIEWED = [0]  # own memories seen in a recall preview (the preview check is not vacuous)
+SNAPSHOTS = [0]  # snapshot markers seen in a profile history (nor is the history check)
 
 
 def _key(name: str) -> str:
@@ -78,8 +83,12 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("contest"), callers),
     st.tuples(st.just("conflicts"), callers),
     st.tuples(st.just("settle"), callers, st.integers(0, 30), st.booleans()),
-    st.tuples(st.just("admin_conflicts"), st.sampled_from(TENANTS), st.sampled_from(USERS)),
+    st.tuples(st.just("admin_conflicts"), st.sampled_from(TENANTS),
+              st.sampled_from((None, *USERS))),
+    st.tuples(st.just("snapshot"), callers, st.integers(1, 3)),
     st.tuples(st.just("history"), callers),
+    st.tuples(st.just("preview"), callers, st.integers(0, 30),
+              st.sampled_from((None, None, *GROUPS))),
     st.tuples(st.just("injection"), callers, st.integers(0, 30)),
 ), min_size=4, max_size=14)
 
@@ -126,14 +135,13 @@ async def conflict_step(client: Any, gw: Any, op: tuple[Any, ...], *,
         ids[marker] = next(m.id for m in await gw.res.store.list_memories(
             ListQuery(tenant=me[0], user=me[1])) if marker in m.content)
         return True
-    if kind in ("conflicts", "history"):
-        path = "/v1/memories/conflicts" if kind == "conflicts" else "/v1/profile/history"
-        response = await client.get(path, headers=headers, params={"status": "all"})
+    if kind == "conflicts":
+        response = await client.get("/v1/memories/conflicts", headers=headers,
+                                    params={"status": "all"})
         assert response.status_code == 200
         assert set(MARKER.findall(response.text)) <= mine
-        if kind == "conflicts":
-            listed = {c["id"] for c in response.json()["data"]}
-            assert listed <= {c for c, o in conflicts.items() if o == me}
+        listed = {c["id"] for c in response.json()["data"]}
+        assert listed <= {c for c, o in conflicts.items() if o == me}
         return True
     if kind == "settle" and conflicts:
         target = sorted(conflicts)[op[2] % len(conflicts)]
@@ -149,17 +157,92 @@ async def conflict_step(client: Any, gw: Any, op: tuple[Any, ...], *,
     return False
 
 
+async def history_step(client: Any, gw: Any, op: tuple[Any, ...], *,
+                       headers: dict[str, str], me: tuple[str, str],
+                       state: dict[str, Any]) -> None:
+    """``snapshot``: a weekly profile snapshot of the caller ``op[2]`` weeks ago whose trait
+    is a new marker, applied as learning applies it (``state["weeks"]``: owner → {week:
+    marker}; a later snapshot of the same week replaces it). ``history``: the caller's
+    profile history holds exactly the markers of the caller's snapshots."""
+    weeks = state["weeks"]
+    if op[0] == "snapshot":
+        marker = f"zq{state['made']}x"
+        state["made"] += 1
+        at = datetime.now(UTC) - timedelta(weeks=op[2])
+        week = ProfileWeek(tenant=me[0], user_id=me[1], week=iso_week(at), at=at,
+                           traits=(WeightedTag(f"likes {marker}", 1.0),))
+        assert await gw.res.store.apply(ChangeSet(
+            tenant=me[0], user_id=me[1], batch_key=f"snapshot:{marker}", snapshot=week))
+        weeks.setdefault(me, {})[week.week] = marker
+        return
+    response = await client.get("/v1/profile/history", headers=headers)
+    assert response.status_code == 200
+    seen = set(MARKER.findall(response.text))
+    assert seen == set(weeks.get(me, {}).values()), (me, seen)
+    SNAPSHOTS[0] += len(seen)
+
+
+async def preview_step(client: Any, question: str, *, headers: dict[str, str],
+                       group: str | None, owned: set[str]) -> set[str]:
+    """A recall preview for ``question`` holds only memories of ``owned`` (none in a
+    group, whose recall has no manual memories) and writes no injection record; returns
+    the memory ids it names."""
+    preview_headers = {**headers, **({"X-Memory-Channel": "group",
+                                      "X-Memory-Group-Id": group} if group else {})}
+    response = await client.post("/v1/memories/preview", headers=preview_headers,
+                                 json={"messages": [{"role": "user", "content": question}]})
+    assert response.status_code == 200, response.text
+    assert "x-memory-injection-id" not in response.headers
+    assert not MARKER.findall(response.text.replace(question, ""))  # ids, never text
+    shown = {i["memory_id"] for i in response.json()["items"] if i["kind"] == "memory"}
+    assert shown <= (set() if group else owned), (group, shown - owned)
+    PREVIEWED[0] += len(shown)
+    return shown
+
+
 async def admin_conflicts_step(client: Any, op: tuple[Any, ...],
                                state: dict[str, Any]) -> None:
-    """The admin's list of one user's conflicts holds only that user's pairs."""
+    """The admin's list of one user's conflicts holds only that user's pairs; without a
+    user, only pairs of the admin's tenant, each under the user who owns it."""
     tenant, user = op[1], op[2]
-    response = await client.get("/v1/admin/conflicts", params={"user": user, "status": "all"},
+    params = {"status": "all", **({"user": user} if user else {})}
+    response = await client.get("/v1/admin/conflicts", params=params,
                                 headers={"Authorization": f"Bearer {_key(tenant + '-admin')}"})
     assert response.status_code == 200
-    owned = {m for m, o in state["owners"].items() if o == (tenant, user)}
+    owned = {m for m, o in state["owners"].items()
+             if o[0] == tenant and (user is None or o[1] == user)}
     assert set(MARKER.findall(response.text)) <= owned
-    assert all(c["user_id"] == user and state["conflicts"].get(c["id"]) == (tenant, user)
+    assert all((user is None or c["user_id"] == user)
+               and state["conflicts"].get(c["id"]) == (tenant, c["user_id"])
                for c in response.json()["data"])
+
+
+async def final_checks(client: Any, upstream: FakeUpstream, state: dict[str, Any]) -> int:
+    """Every owner asks about everyone's memories in a private chat and in a recall
+    preview (the preview names exactly the memories the chat injected), and reads their
+    profile history; returns how many requests were checked."""
+    owners, ids = state["owners"], state["ids"]
+    checked = 0
+    for owner in sorted(set(owners.values())):
+        tenant, user = owner
+        headers = {"Authorization": f"Bearer {_key(tenant + '-app')}", "X-User-Id": user}
+        question = f"What about {' '.join(sorted(owners))}?"
+        response = await client.post("/v1/chat/completions", headers=headers, json={
+            "model": "m", "messages": [{"role": "user", "content": question}]})
+        assert response.status_code == 200
+        sent = "\n".join(str(m.get("content")) for m in upstream.last_chat["messages"])
+        injected = set(MARKER.findall(sent.replace(question, "")))
+        assert injected <= {m for m, o in owners.items() if o == owner}, (owner, injected)
+        INJECTED[0] += len(injected)
+        shown = await preview_step(client, question, headers=headers, group=None,
+                                   owned={ids[m] for m, o in owners.items() if o == owner})
+        assert shown == {ids[m] for m in injected}, (owner, shown, injected)
+        checked += 2
+    for owner in sorted(state["weeks"]):
+        headers = {"Authorization": f"Bearer {_key(owner[0] + '-app')}", "X-User-Id": owner[1]}
+        await history_step(client, None, ("history",), headers=headers, me=owner, state=state)
+        checked += 1
+    return checked
 
 
 async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
@@ -174,7 +257,8 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
     checked = 0
     async with running_gateway(gateway_settings(tmp_path, storage), upstream) as gw, \
             gw.client() as client:
-        state: dict[str, Any] = {"owners": owners, "ids": ids, "conflicts": {}, "made": 0}
+        state: dict[str, Any] = {"owners": owners, "ids": ids, "conflicts": {}, "made": 0,
+                                 "weeks": {}}
         for op in ops:
             kind = op[0]
             state["made"] = max(state["made"], made)
@@ -198,10 +282,15 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
             me = (tenant, header_user if key_kind == "app" else key_kind)
             headers = {"Authorization": f"Bearer {_key(f'{tenant}-{key_kind}')}",
                        "X-User-Id": header_user}
-            if kind in ("contest", "conflicts", "settle", "history"):
+            if kind in ("contest", "conflicts", "settle"):
                 checked += await conflict_step(client, gw, op, headers=headers, me=me,
                                                state=state)
                 made = max(made, state["made"])
+                continue
+            if kind in ("snapshot", "history"):
+                await history_step(client, gw, op, headers=headers, me=me, state=state)
+                made = max(made, state["made"])
+                checked += 1
                 continue
             mine = {m for m, o in owners.items() if o == me}
             markers = sorted(owners)
@@ -237,6 +326,11 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
                 assert response.json()["deleted"] == len(mine)
                 for marker in mine:
                     del owners[marker], ids[marker]
+                state["weeks"].pop(me, None)  # clearing removes the profile history too
+            elif kind == "preview":
+                await preview_step(client, f"What about {' '.join(markers[:6])} {pick}?",
+                                   headers=headers, group=op[3],
+                                   owned={ids[m] for m in mine})
             elif kind == "chat":
                 group = op[3]
                 chat_headers = {**headers, **({"X-Memory-Channel": "group",
@@ -271,20 +365,7 @@ async def run_scenario(tmp_path: Path, storage: dict[str, Any] | None,
             else:
                 continue
             checked += 1
-        # Finally every owner asks about everyone's memories in a private chat.
-        for owner in sorted(set(owners.values())):
-            tenant, user = owner
-            question = f"What about {' '.join(sorted(owners))}?"
-            response = await client.post(
-                "/v1/chat/completions", json={"model": "m", "messages": [
-                    {"role": "user", "content": question}]},
-                headers={"Authorization": f"Bearer {_key(tenant + '-app')}", "X-User-Id": user})
-            assert response.status_code == 200
-            sent = "\n".join(str(m.get("content")) for m in upstream.last_chat["messages"])
-            injected = set(MARKER.findall(sent.replace(question, "")))
-            assert injected <= {m for m, o in owners.items() if o == owner}, (owner, injected)
-            INJECTED[0] += len(injected)
-            checked += 1
+        checked += await final_checks(client, upstream, state)
     return checked
 
 
@@ -295,7 +376,7 @@ def test_no_operation_crosses_a_namespace(backend: str, tmp_path_factory: pytest
     caller's own memories, every write lands only in the caller's namespace, and every
     injected block holds only the caller's memories."""
     totals = {"requests": 0, "examples": 0}
-    INJECTED[0] = OPENED[0] = 0
+    INJECTED[0] = OPENED[0] = PREVIEWED[0] = SNAPSHOTS[0] = 0
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
@@ -317,7 +398,10 @@ def test_no_operation_crosses_a_namespace(backend: str, tmp_path_factory: pytest
     assert totals["examples"] >= EXAMPLES
     assert INJECTED[0] > 0  # the injection checks saw real memory blocks
     assert OPENED[0] > 0  # the conflict routes had conflicts to list and settle
+    assert PREVIEWED[0] > 0  # the previews named real memories
+    assert SNAPSHOTS[0] > 0  # the histories held real snapshots
     print(f"isolation property ({backend}): {totals['examples']} examples, "
           f"{totals['requests']} checked requests, {INJECTED[0]} own memories injected, "
-          f"{OPENED[0]} conflicts opened, "
+          f"{OPENED[0]} conflicts opened, {PREVIEWED[0]} previewed, "
+          f"{SNAPSHOTS[0]} snapshot weeks seen, "
           "0 crossings")

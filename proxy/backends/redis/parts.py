@@ -56,6 +56,11 @@ class RecordParts:
         with store_unavailable("list_conflicts"):
             return await self._conflicts.listed(tenant, user, statuses, limit)
 
+    async def list_tenant_conflicts(self, tenant: str, *, statuses: frozenset[str],
+                                    limit: int = 500) -> list[Conflict]:
+        with store_unavailable("list_tenant_conflicts"):
+            return await self._conflicts.tenant_listed(tenant, statuses, limit)
+
     async def get_conflict(self, tenant: str, user: str,
                            conflict_id: str) -> Conflict | None:
         with store_unavailable("get_conflict"):

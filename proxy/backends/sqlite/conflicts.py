@@ -89,6 +89,20 @@ def list_conflicts(conn: sqlite3.Connection, tenant: str, user: str,
     return [conflict_from_json(tenant, user, r[0]) for r in rows]
 
 
+def tenant_conflicts(conn: sqlite3.Connection, tenant: str, statuses: frozenset[str],
+                     limit: int) -> list[Conflict]:
+    """The conflicts of those statuses of every user of the tenant, newest first, at most
+    ``limit``, each with its user."""
+    if not statuses or limit <= 0:
+        return []
+    marks = ", ".join("?" * len(statuses))
+    rows = conn.execute(
+        f"SELECT user_id, body FROM memory_conflicts WHERE tenant = ? AND status IN "
+        f"({marks}) ORDER BY created_at DESC, id DESC LIMIT ?",
+        (tenant, *sorted(statuses), limit)).fetchall()
+    return [conflict_from_json(tenant, r[0], r[1]) for r in rows]
+
+
 def get_conflict(conn: sqlite3.Connection, tenant: str, user: str,
                  conflict_id: str) -> Conflict | None:
     row = conn.execute(

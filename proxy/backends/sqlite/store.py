@@ -442,6 +442,11 @@ class SqliteMemoryStore:
         return await self._read(
             lambda c: conflicts.list_conflicts(c, tenant, user, statuses, limit))
 
+    async def list_tenant_conflicts(self, tenant: str, *, statuses: frozenset[str],
+                                    limit: int = 500) -> list[Conflict]:
+        return await self._read(
+            lambda c: conflicts.tenant_conflicts(c, tenant, statuses, limit))
+
     async def get_conflict(self, tenant: str, user: str,
                            conflict_id: str) -> Conflict | None:
         return await self._read(lambda c: conflicts.get_conflict(c, tenant, user, conflict_id))
