@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import re
 import socket
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -602,3 +603,27 @@ def tiny_static_model(folder: Path, dimension: int = 8) -> Path:
               "hidden_dim": dimension, "normalize": True}
     StaticModel(vectors, tokenizer, config=config, normalize=True).save_pretrained(str(folder))
     return folder
+
+
+def hold(seconds: float) -> None:
+    """Hold the event loop's thread for ``seconds``, as CPU-bound work would."""
+    time.sleep(seconds)
+
+
+@contextlib.asynccontextmanager
+async def busy_loop(seconds: float) -> AsyncIterator[None]:
+    """A task that holds the event loop for ``seconds`` at every turn it gets (as many
+    ready requests would), until the block ends."""
+    stop = False
+
+    async def hog() -> None:
+        while not stop:
+            hold(seconds)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(hog())
+    try:
+        yield
+    finally:
+        stop = True
+        await task

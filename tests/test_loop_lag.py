@@ -5,34 +5,15 @@ answers still is — after the deadline on an idle loop, after the hard bound on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 
 from proxy.loop_lag import LoopLag, loop_free_deadline
+from tests.fakes import busy_loop, hold
 
 BUSY_SECONDS = 0.04  # each turn of the hog holds the loop this long
-
-
-@contextlib.asynccontextmanager
-async def busy_loop() -> AsyncIterator[None]:
-    """A task that holds the event loop for BUSY_SECONDS at every turn it gets (as many
-    ready requests would), until the block ends."""
-    stop = False
-
-    async def hog() -> None:
-        while not stop:
-            hold(BUSY_SECONDS)
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(hog())
-    try:
-        yield
-    finally:
-        stop = True
-        await task
 
 
 async def store_read(turns: int) -> str:
@@ -41,11 +22,6 @@ async def store_read(turns: int) -> str:
     for _ in range(turns):
         await asyncio.sleep(0)
     return "answer"
-
-
-def hold(seconds: float) -> None:
-    """Hold the event loop's thread for ``seconds``, as CPU-bound work would."""
-    time.sleep(seconds)
 
 
 @pytest.fixture
@@ -61,7 +37,7 @@ async def lag() -> AsyncIterator[LoopLag]:
 
 
 async def test_a_busy_loop_does_not_time_out_a_store_that_answered(lag: LoopLag) -> None:
-    async with busy_loop():
+    async with busy_loop(BUSY_SECONDS):
         started = time.monotonic()
         async with loop_free_deadline(0.1, lag=lag, hard_seconds=5.0):
             assert await store_read(turns=6) == "answer"
@@ -70,7 +46,7 @@ async def test_a_busy_loop_does_not_time_out_a_store_that_answered(lag: LoopLag)
 
 async def test_the_wall_clock_deadline_times_it_out_on_the_same_busy_loop() -> None:
     """The control: the same read under a plain deadline of the same length fails."""
-    async with busy_loop():
+    async with busy_loop(BUSY_SECONDS):
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.1):
                 await store_read(turns=6)
@@ -78,7 +54,7 @@ async def test_the_wall_clock_deadline_times_it_out_on_the_same_busy_loop() -> N
 
 async def test_without_a_running_meter_the_deadline_is_the_wall_clock() -> None:
     stopped = LoopLag()
-    async with busy_loop():
+    async with busy_loop(BUSY_SECONDS):
         with pytest.raises(TimeoutError):
             async with loop_free_deadline(0.1, lag=stopped, hard_seconds=5.0):
                 await store_read(turns=6)
@@ -100,7 +76,7 @@ async def test_a_store_that_never_answers_ends_at_the_deadline_on_an_idle_loop(
 async def test_a_store_that_never_answers_ends_by_the_hard_bound_on_a_busy_loop(
     lag: LoopLag,
 ) -> None:
-    async with busy_loop():
+    async with busy_loop(BUSY_SECONDS):
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             async with loop_free_deadline(0.1, lag=lag, hard_seconds=0.5):

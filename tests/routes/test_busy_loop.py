@@ -6,7 +6,6 @@ with the deadline on the wall clock loses its memory to a timeout."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from tests.fakes import (
     FakeUpstream,
     Gateway,
     backend_overrides,
+    busy_loop,
     concept_embedder,
     make_settings,
     running_gateway,
@@ -25,11 +25,6 @@ from tests.fakes import (
 
 RECALL_TIMEOUT_MS = 40  # shorter than one turn of the busy loop (a recall yields at least once)
 BUSY_SECONDS = 0.05  # each turn of the hog holds the gateway's event loop this long
-
-
-def hold(seconds: float) -> None:
-    """Hold the event loop's thread for ``seconds``, as CPU-bound work would."""
-    time.sleep(seconds)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
@@ -60,20 +55,8 @@ async def busy_chats(gateway: Gateway, count: int,
                      question: str = "Which tea do I drink?") -> list[str]:
     """``count`` chats, one after another, while a task holds the loop at every turn it
     gets; each reply's ``X-Memory-Status`` / ``X-Memory-Reason``."""
-    stop = False
-
-    async def hog() -> None:
-        while not stop:
-            hold(BUSY_SECONDS)
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(hog())
-    try:
-        async with gateway.client() as client:
-            replies = [await chat(client, question) for _ in range(count)]
-    finally:
-        stop = True
-        await task
+    async with busy_loop(BUSY_SECONDS), gateway.client() as client:
+        replies = [await chat(client, question) for _ in range(count)]
     return [f"{r.headers['x-memory-status']}/{r.headers.get('x-memory-reason', '')}"
             for r in replies]
 
