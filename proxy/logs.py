@@ -7,6 +7,7 @@ request context rides on contextvars. Prompts, memories and keys are never logge
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -17,9 +18,16 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
+HANDLER_NAME = "memory-proxy"
+"""The name of the root handler :func:`configure_logging` installs."""
 
-def configure_logging(*, level: str = "info", fmt: str = "json") -> None:
-    """Configure structlog and the root logger (called once by the CLI, never at import)."""
+
+def configure_logging(*, level: str = "info", fmt: str = "json",
+                      stream: TextIO | None = None) -> None:
+    """Configure structlog and the root logger (called once by the CLI, never at import).
+
+    ``stream``: where every line goes; ``sys.stderr`` when ``None``."""
+    out = sys.stderr if stream is None else stream
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     )
@@ -35,7 +43,8 @@ def configure_logging(*, level: str = "info", fmt: str = "json") -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(out)
+    handler.set_name(HANDLER_NAME)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
@@ -46,7 +55,7 @@ def configure_logging(*, level: str = "info", fmt: str = "json") -> None:
     ))
     root = logging.getLogger()
     global _json_stream  # noqa: PLW0603 - set once per process, read by json_line()
-    _json_stream = sys.stderr if fmt == "json" else None
+    _json_stream = out if fmt == "json" else None
     root.handlers = [handler]
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "aiohttp", "LiteLLM", "litellm", "LiteLLM Router",
@@ -64,7 +73,11 @@ def json_line(logger: logging.Logger, event: str, fields: dict[str, Any],
     stdlib/structlog formatter chain — for the per-request access line, where that chain
     costs an order of magnitude more than the line itself. Returns ``False`` (nothing
     written) unless :func:`configure_logging` set up JSON logs; the caller then logs
-    through structlog (tests, console format)."""
+    through structlog (tests, console format).
+
+    A line that cannot be written (the stream closed, a broken pipe, a full disk) is
+    dropped and the call still returns ``True``: the request it describes must not fail
+    with it — the stdlib handlers drop a record the same way (``Handler.handleError``)."""
     stream = _json_stream
     if stream is None:
         return False
@@ -73,7 +86,8 @@ def json_line(logger: logging.Logger, event: str, fields: dict[str, Any],
     line = {**structlog.contextvars.get_contextvars(), **fields, "event": event,
             "level": logging.getLevelName(level).lower(), "logger": logger.name,
             "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
-    stream.write(orjson.dumps(line, default=str).decode() + "\n")
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a closed file
+        stream.write(orjson.dumps(line, default=str).decode() + "\n")
     return True
 
 

@@ -9,6 +9,7 @@ already in the environment wins (tests/test_test_environment.py checks both ways
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,10 +21,29 @@ os.environ.setdefault("DISABLE_AIOHTTP_TRANSPORT", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+import structlog
 
+from proxy import logs
 from proxy.settings import Settings
 from tests.fakes import Configure, FakeUpstream, Gateway, make_settings, running_gateway
 from tests.redis_server import RedisServer, RedisServerError, purge_prefix
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Undo what ``configure_logging`` did in a test (the CLI's ``serve`` runs it in-process):
+    it binds the root logger, structlog and the access line to that test's captured stderr,
+    which pytest closes after the test — the next test's gateway would write to it."""
+    root = logging.getLogger()
+    level, stream, config = root.level, logs._json_stream, structlog.get_config()
+    yield
+    if logs._json_stream is stream and not any(
+            h.get_name() == logs.HANDLER_NAME for h in root.handlers):
+        return
+    root.handlers = [h for h in root.handlers if h.get_name() != logs.HANDLER_NAME]
+    root.setLevel(level)
+    logs._json_stream = stream
+    structlog.configure(**config)
 
 
 @pytest.fixture

@@ -1,8 +1,20 @@
-"""Log throttling for warnings that can fire on every request."""
+"""Logs: throttling for warnings that can fire on every request; a log stream that fails."""
 
 from __future__ import annotations
 
-from proxy.logs import LogThrottle
+import io
+import json
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from proxy.access import AccessLogMiddleware
+from proxy.logs import LogThrottle, configure_logging
+from proxy.settings import ServerSettings
 
 
 class Clock:
@@ -27,3 +39,28 @@ def test_one_line_per_interval_per_key_with_the_count_held_back() -> None:
     clock.now += 60
     assert throttle.allow("timeout") == 1
     assert throttle.allow("unavailable") == 0
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["open", "closed"])
+async def test_a_log_stream_that_cannot_be_written_never_fails_a_request(broken: bool) -> None:
+    """The JSON log's reader can go away (a closed pipe, a full disk): the request still
+    completes and nothing escapes the app — an exception after the response would make the
+    server drop the connection under the client's next request — and the line is dropped;
+    with the stream open, each request writes its line."""
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hi")
+
+    app = AccessLogMiddleware(Starlette(routes=[Route("/hello", hello)]),
+                              settings=ServerSettings())
+    stream = io.StringIO()
+    configure_logging(fmt="json", stream=stream)
+    if broken:
+        stream.close()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://gateway") as client:
+        responses = [await client.get("/hello") for _ in range(2)]
+    assert [(r.status_code, r.text) for r in responses] == [(200, "hi")] * 2
+    if not broken:
+        lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+        assert [(line["event"], line["route"], line["status"]) for line in lines] == [
+            ("http_request", "/hello", 200)] * 2

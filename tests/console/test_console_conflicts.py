@@ -6,7 +6,7 @@ month."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from playwright.async_api import expect
@@ -102,11 +102,14 @@ async def test_admin_opens_a_user_and_confirms_the_automatic_replacement(
 
 async def test_profile_timeline_shows_top_topics_month_by_month(
         page: Any, console_gateway: Gateway) -> None:
-    """A stored week months ago and the live week appear as two months, each with its
-    own top topics and traits; a user without history sees only the current month."""
+    """A week stored months ago and the live week: one row per month from then to now, each
+    with its own top topics and traits — the stored week's carried through the months in
+    which nothing was learned (the profile does not go blank), the live week's in the
+    current month only."""
     await learn(console_gateway, USER_KEY, "I love long hikes.", fact("Loves long hikes"),
                 profile={"traits": ["outdoorsy"], "topics": ["hiking"]})
-    earlier = datetime.now(UTC) - timedelta(days=120)
+    now = datetime.now(UTC)
+    earlier = now - timedelta(days=120)
     await console_gateway.res.store.apply(ChangeSet(
         tenant=TENANT, user_id="alice", batch_key="earlier", snapshot=ProfileWeek(
             tenant=TENANT, user_id="alice", week=iso_week(earlier), at=earlier,
@@ -116,14 +119,34 @@ async def test_profile_timeline_shows_top_topics_month_by_month(
     await page.get_by_role("tab", name="Profile").click()
     timeline = page.locator(".profile-timeline")
     rows = timeline.locator("tbody tr")
-    await expect(rows).to_have_count(2)
-    await expect(rows.nth(0)).to_contain_text("chess, go")
-    await expect(rows.nth(0)).to_contain_text("studious")
-    await expect(rows.nth(1)).to_contain_text("hiking")
-    await expect(rows.nth(1)).to_contain_text("outdoorsy")
-    await expect(rows.nth(1)).not_to_contain_text("chess")
+    months = months_of_weeks(earlier, now)
+    assert len(months) >= 4  # 120 days span at least four calendar months
+    await expect(rows).to_have_count(len(months))
+    for index, month in enumerate(months[:-1]):
+        await expect(rows.nth(index)).to_contain_text(month)
+        await expect(rows.nth(index)).to_contain_text("chess, go")
+        await expect(rows.nth(index)).to_contain_text("studious")
+        await expect(rows.nth(index)).not_to_contain_text("hiking")
+    await expect(rows.last).to_contain_text(months[-1])
+    await expect(rows.last).to_contain_text("hiking")
+    await expect(rows.last).to_contain_text("outdoorsy")
     assert await axe_violations(page) == []
     assert await fits_width(page)
+
+
+def months_of_weeks(first: datetime, last: datetime) -> list[str]:
+    """``YYYY-MM`` of every ISO week from ``first``'s to ``last``'s, in order, each week
+    counted in the month its Thursday falls in (as the console groups them)."""
+    months: list[str] = []
+    day = first
+    while True:
+        year, week, _ = day.isocalendar()
+        month = date.fromisocalendar(year, week, 4).strftime("%Y-%m")
+        if month not in months:
+            months.append(month)
+        if iso_week(day) >= iso_week(last):
+            return months
+        day += timedelta(days=7)
 
 
 async def test_a_late_answer_for_the_previous_filter_does_not_replace_the_list(
