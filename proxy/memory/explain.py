@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 import structlog
 
-from proxy.memory.records import Memory, Profile, ScoredTag, from_iso, to_iso
+from proxy.memory.records import Memory, Profile, ScoredTag, from_iso, tag_order, to_iso
 
 if TYPE_CHECKING:
     from proxy.memory.recall import Ranked
@@ -182,9 +182,8 @@ def _items_within(profile: Profile, lines: int) -> int:
     return sum(sizes[:lines])
 
 
-def _top(tags: Sequence[ScoredTag], now: datetime) -> list[tuple[int, float]]:
-    scored = sorted([(-t.effective_score(now), t.text, i) for i, t in enumerate(tags)])
-    return [(i, -negative) for negative, _, i in scored[:PROFILE_TAGS]]
+def _top(tags: tuple[ScoredTag, ...], now: datetime) -> list[tuple[int, float]]:
+    return [(i, tags[i].effective_score(now)) for i in tag_order(tags, now)[:PROFILE_TAGS]]
 
 
 @dataclass(frozen=True, slots=True)

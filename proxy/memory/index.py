@@ -28,13 +28,14 @@ import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
 from proxy.memory.records import Memory
 from proxy.memory.store import Candidate, RecallCorpus, SearchQuery
-from proxy.memory.text import index_terms, stemmed_terms
+from proxy.memory.text import has_cjk, index_terms, stemmed_terms
 
 # Bytes of all indexes of one process. Measured (tracemalloc, bench/gateway's 500
 # memories of ~53 characters; the memories' decoded objects included): ~0.6 MB a user with
@@ -54,6 +55,13 @@ def memory_terms(memory: Memory) -> list[str]:
     """The keyword terms the stores index for ``memory`` (title, content, tags)."""
     text = f"{memory.title}\n{memory.content}\n{' '.join(memory.tags)}"
     return stemmed_terms(index_terms(text)).split()
+
+
+@lru_cache(maxsize=4096)
+def query_stems(terms: tuple[str, ...]) -> tuple[str, ...]:
+    """The index terms a query's ``terms`` look up (:func:`~proxy.memory.text.
+    stemmed_terms`), memoised: a conversation's queries come back turn after turn."""
+    return tuple(stemmed_terms(" ".join(terms)).split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +87,8 @@ class UserIndex:
         size = len(self.memories)
         self.personal = np.array([m.user_id is not None for m in self.memories], dtype=bool)
         self.channels = [m.source_channel for m in self.memories]
+        # Whether a memory holds CJK (ranking's near-duplicate check then needs jieba).
+        self.cjk = any(has_cjk(m.content) for m in self.memories)
         counts: dict[str, dict[int, int]] = {}
         lengths = np.zeros(size, dtype=np.float64)
         known = {} if previous is None else previous.terms
@@ -173,7 +183,7 @@ class UserIndex:
             return []
         scores = np.zeros(size)
         matched = np.zeros(size, dtype=bool)
-        for stem in stemmed_terms(" ".join(terms)).split():
+        for stem in query_stems(tuple(terms)):
             found = self.postings.get(stem)
             if found is not None:
                 scores[found[0]] += found[1]
@@ -233,20 +243,22 @@ class UserIndex:
         """What :meth:`~proxy.memory.store.MemoryStore.search` returns for ``query``
         (``include_shared`` queries only: the corpus holds shared memories)."""
         memories = self.memories
+        keyword = self.keyword(query.terms, limit=query.limit, channels=query.channels)
+        if query.embedding is None:  # rows are distinct: no merge
+            return [Candidate(memories[row], rank, score)
+                    for rank, (row, score) in enumerate(keyword, start=1)]
         found: dict[int, Candidate] = {
-            row: Candidate(memories[row], rank, score) for rank, (row, score) in enumerate(
-                self.keyword(query.terms, limit=query.limit, channels=query.channels),
-                start=1)}
-        if query.embedding is not None:
-            hits = self.nearest(query.embedding, limit=query.limit,
-                                model=query.embedding_model, channels=query.channels)
-            for rank, (row, cosine) in enumerate(hits, start=1):
-                previous = found.get(row)
-                found[row] = Candidate(
-                    self.memories[row],
-                    keyword_rank=previous.keyword_rank if previous else None,
-                    keyword_score=previous.keyword_score if previous else None,
-                    vector_rank=rank, vector_score=cosine)
+            row: Candidate(memories[row], rank, score)
+            for rank, (row, score) in enumerate(keyword, start=1)}
+        hits = self.nearest(query.embedding, limit=query.limit,
+                            model=query.embedding_model, channels=query.channels)
+        for rank, (row, cosine) in enumerate(hits, start=1):
+            previous = found.get(row)
+            found[row] = Candidate(
+                self.memories[row],
+                keyword_rank=previous.keyword_rank if previous else None,
+                keyword_score=previous.keyword_score if previous else None,
+                vector_rank=rank, vector_score=cosine)
         return list(found.values())
 
 

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Literal
 
 from proxy.memory.categories import CATEGORIES
-from proxy.memory.records import Memory, Profile, ScoredTag
+from proxy.memory.records import Memory, Profile, ScoredTag, tag_order
 from proxy.memory.text import fold_char, has_cjk
 from proxy.request import Message, message_text
 from proxy.settings import InjectTemplate
@@ -149,9 +149,9 @@ def _profile_lines(
     return lines
 
 
-def _top_tags(tags: Sequence[ScoredTag], now: datetime) -> list[str]:
-    ordered = sorted(tags, key=lambda t: (-t.effective_score(now), t.text))
-    return [sanitize(t.text, max_chars=40) for t in ordered[:MAX_PROFILE_TAGS]]
+def _top_tags(tags: tuple[ScoredTag, ...], now: datetime) -> list[str]:
+    return [sanitize(tags[i].text, max_chars=40)
+            for i in tag_order(tags, now)[:MAX_PROFILE_TAGS]]
 
 
 def render_block(

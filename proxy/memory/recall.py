@@ -105,12 +105,13 @@ class QueryHits:
     weight: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ranked:
     """One ranked memory: its fused ``relevance`` (0–1), ``final`` score, and the parts
     of that score an injection record explains it by (docs/design.md#injection-records):
     whether a keyword / vector search found it, its date match ``when`` (0–1) and its
-    conversation ``context`` (0–1)."""
+    conversation ``context`` (0–1). Not frozen, never changed once built (as
+    :class:`~proxy.memory.store.Candidate`: built on every request)."""
 
     memory: Memory
     relevance: float
@@ -141,22 +142,26 @@ def _pool(hits: Sequence[QueryHits]) -> dict[str, Memory]:
     return pool
 
 
-def _gather(hits: Sequence[QueryHits]) -> tuple[dict[str, Memory], set[str], set[str]]:
-    """The pool (first memory object per id, in order of appearance) and the ids a
-    keyword / a vector search found, in one pass over the candidates."""
-    pool: dict[str, Memory] = {}
+def _gather(hits: Sequence[QueryHits]
+            ) -> tuple[list[Memory], dict[str, int], set[str], set[str]]:
+    """The pool (first memory object per id, in order of appearance), each id's position
+    in it, and the ids a keyword / a vector search found, in one pass over the
+    candidates."""
+    pool: list[Memory] = []
+    position: dict[str, int] = {}
     by_keyword: set[str] = set()
     by_vector: set[str] = set()
     for query in hits:
         for c in query.candidates:
             memory_id = c.memory.id
-            if memory_id not in pool:
-                pool[memory_id] = c.memory
+            if memory_id not in position:
+                position[memory_id] = len(pool)
+                pool.append(c.memory)
             if c.keyword_rank is not None:
                 by_keyword.add(memory_id)
             if c.vector_rank is not None:
                 by_vector.add(memory_id)
-    return pool, by_keyword, by_vector
+    return pool, position, by_keyword, by_vector
 
 
 def _unit_rows(matrix: Matrix) -> Matrix:
@@ -262,12 +267,12 @@ class _Dense:
 
 def _keyword(query: QueryHits, index: dict[str, int], size: int) -> Matrix:
     out = [0.0] * size
-    scores = [(c.memory.id, c.keyword_score) for c in query.candidates
-              if c.keyword_score is not None and c.keyword_rank is not None]
-    best = max((s for _, s in scores), default=0.0)
+    found = [(index[c.memory.id], c.keyword_score) for c in query.candidates
+             if c.keyword_score is not None and c.keyword_rank is not None]
+    best = max([score for _, score in found], default=0.0)
     if best > 0:
-        for memory_id, score in scores:
-            out[index[memory_id]] = max(0.0, score) / best
+        for position, score in found:
+            out[position] = (score if score > 0.0 else 0.0) / best
     return np.array(out, dtype=np.float64)
 
 
@@ -283,15 +288,14 @@ def _rrf(query: QueryHits, index: dict[str, int], size: int, k: int) -> Matrix:
 def fused_relevance(hits: Sequence[QueryHits], weights: RankWeights) -> dict[str, float]:
     """Relevance in [0, 1] per memory id of the pool (steps 1–3 of the module docstring)."""
     memories = list(_pool(hits).values())
-    return dict(zip((m.id for m in memories), _relevance(hits, memories, weights),
-                    strict=True))
-
-
-def _relevance(hits: Sequence[QueryHits], memories: list[Memory],
-               weights: RankWeights) -> list[float]:
-    """:func:`fused_relevance` of the pool ``memories`` (as :func:`_pool` gives them),
-    one value per memory in that order."""
     index = {m.id: i for i, m in enumerate(memories)}
+    return dict(zip(index, _relevance(hits, memories, index, weights), strict=True))
+
+
+def _relevance(hits: Sequence[QueryHits], memories: list[Memory], index: dict[str, int],
+               weights: RankWeights) -> list[float]:
+    """:func:`fused_relevance` of the pool ``memories`` (as :func:`_pool` gives them;
+    ``index``: each one's position by id), one value per memory in that order."""
     size = len(memories)
     combined = np.zeros(size)
     dense: _Dense | None = None
@@ -317,23 +321,26 @@ def _relevance(hits: Sequence[QueryHits], memories: list[Memory],
         combined = np.maximum(combined, query.weight * relevance)
     best = float(combined.max()) if size else 0.0
     scale = best if best > _EPSILON else 1.0
-    return [max(0.0, value) / scale for value in combined.tolist()]
+    # max(0.0, value) / scale per value (NaN and −0.0 → 0.0, as max gives them)
+    out: list[float] = (np.where(combined > 0.0, combined, 0.0) / scale).tolist()
+    return out
 
 
-def _context(pool: dict[str, Memory], relevance: dict[str, float]) -> dict[str, float]:
-    """Best relevance of another pool memory from the same source conversation."""
-    groups: dict[str, list[str]] = defaultdict(list)
-    for memory in pool.values():
+def _context(memories: Sequence[Memory], relevance: Sequence[float]) -> dict[str, float]:
+    """Best relevance of another pool memory from the same source conversation, by id
+    (``relevance``: one value per memory of the pool ``memories``, in its order)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for position, memory in enumerate(memories):
         if memory.source_conversation_id:
-            groups[memory.source_conversation_id].append(memory.id)
+            groups[memory.source_conversation_id].append(position)
     out: dict[str, float] = {}
     for members in groups.values():
         if len(members) < 2:
             continue
         ordered = sorted(members, key=lambda i: -relevance[i])
         first, second = relevance[ordered[0]], relevance[ordered[1]]
-        for memory_id in members:
-            out[memory_id] = second if memory_id == ordered[0] else first
+        for position in members:
+            out[memories[position].id] = second if position == ordered[0] else first
     return out
 
 
@@ -347,13 +354,11 @@ def rank(
 
     Only the final score is computed for every candidate; a :class:`Ranked` is built
     for the memories returned alone, and the near-duplicate check stops at ``limit``."""
-    pool, by_keyword, by_vector = _gather(hits)
-    if limit <= 0 or not pool:
+    memories, index, by_keyword, by_vector = _gather(hits)
+    if limit <= 0 or not memories:
         return []
-    memories = list(pool.values())
-    relevance = _relevance(hits, memories, weights)
-    context = _context(pool, dict(zip(pool, relevance, strict=True))) \
-        if weights.context > 0 else {}
+    relevance = _relevance(hits, memories, index, weights)
+    context = _context(memories, relevance) if weights.context > 0 else {}
     w_rel, w_when, w_ctx, w_q, w_e, w_r = (weights.relevance, weights.when, weights.context,
                                            weights.quality, weights.evidence, weights.recency)
     half_life, now_us, micros, strength = weights.half_life_days, _micros(now), _micros, \
@@ -365,12 +370,17 @@ def rank(
         when = time_match((m.created_at, m.last_seen_at), periods) if periods else 0.0
         near = context.get(m.id, 0.0)
         # recency(): (now − last_seen).total_seconds() is this quotient, exactly
-        days = max(0.0, (now_us - micros(m.last_seen_at)) / 1_000_000 / 86400)
+        days = (now_us - micros(m.last_seen_at)) / 1_000_000 / 86400
+        if not days > 0.0:  # max(0.0, days), without the call
+            days = 0.0
+        quality = m.score if m.score < 1.0 else 1.0  # max(0.0, min(1.0, score)), exactly
+        if not quality > 0.0:
+            quality = 0.0
         final = (
             w_rel * relevance[position]
             + w_when * when
             + w_ctx * near
-            + w_q * max(0.0, min(1.0, m.score))
+            + w_q * quality
             + w_e * strength(m.hits)
             + w_r * (math.pow(0.5, days / half_life) if half_life > 0 else 1.0)
         )

@@ -176,6 +176,32 @@ class ScoredTag:
         return {"text": self.text, "score": self.score, "hits": self.hits, "at": to_iso(self.at)}
 
 
+# tags tuple id → (the tuple, its latest ``at``, its order): see :func:`tag_order`.
+_TAG_ORDERS: dict[int, tuple[tuple[ScoredTag, ...], datetime, tuple[int, ...]]] = {}
+_TAG_ORDERS_KEPT = 1024
+
+
+def tag_order(tags: tuple[ScoredTag, ...], now: datetime) -> tuple[int, ...]:
+    """Indices of ``tags`` by effective score at ``now``, highest first (ties: by text,
+    then position) — the order the block and the injection record list them in.
+
+    Decay multiplies every tag's score by the same ``0.9 ^ (now / week)`` once ``now`` is
+    past each tag's ``at``, so from then on the order no longer depends on ``now``: it is
+    kept per tuple object (a user's decoded profile is memoised, so its tuples recur
+    request after request) and reused while ``now`` is at or after the latest ``at``."""
+    kept = _TAG_ORDERS.get(id(tags))
+    if kept is not None and kept[0] is tags and now >= kept[1]:
+        return kept[2]
+    order = tuple(sorted(range(len(tags)),
+                         key=lambda i: (-tags[i].effective_score(now), tags[i].text)))
+    latest = max((t.at for t in tags), default=now)
+    if latest <= now:
+        if len(_TAG_ORDERS) >= _TAG_ORDERS_KEPT:
+            _TAG_ORDERS.clear()
+        _TAG_ORDERS[id(tags)] = (tags, latest, order)
+    return order
+
+
 @dataclass(frozen=True, slots=True)
 class Profile:
     """The resident profile of one (tenant, user) (docs/design.md#memory-record)."""

@@ -47,7 +47,7 @@ from proxy.memory.index import RecallIndexes, UserIndex
 from proxy.memory.recall import QueryHits, Ranked, RankWeights, rank
 from proxy.memory.records import Memory
 from proxy.memory.store import Candidate, MemoryStore, SearchQuery
-from proxy.memory.text import load_segmenter_for, query_terms
+from proxy.memory.text import load_segmenter_for, query_terms, segmenter_loaded
 from proxy.memory.when import Period
 from proxy.request import Message, message_text
 
@@ -323,9 +323,11 @@ class Retriever:
                                             for v in vectors))
             vector_hits = [list(f) for f in found]
         # Ranking tokenises the candidates (near-duplicate check): their CJK, if any, needs
-        # the dictionary loaded off the loop first.
-        await load_segmenter_for(*(c.memory.content for found in (*keyword_hits, *vector_hits)
-                                   for c in found))
+        # the dictionary loaded off the loop first (an index knows whether it holds any).
+        if not segmenter_loaded() and (index is None or index.cjk):
+            await load_segmenter_for(*(c.memory.content
+                                       for found in (*keyword_hits, *vector_hits)
+                                       for c in found))
         hits = [
             QueryHits(_comparable(_merge(kw, vec), model),
                       vector=None if vectors is None else vectors[i], weight=q.weight)

@@ -77,9 +77,13 @@ class SearchQuery:
     embedding_model: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Candidate:
-    """A memory found by recall with its per-method ranks (1 = best) and raw scores."""
+    """A memory found by recall with its per-method ranks (1 = best) and raw scores.
+
+    Not frozen, but never changed once built: recall builds one per hit of every query
+    (~60 a request), and a frozen dataclass's ``__init__`` costs four times a plain
+    one's (0.61 vs 0.15 µs with five fields, CPython 3.11)."""
 
     memory: Memory
     keyword_rank: int | None = None

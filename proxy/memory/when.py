@@ -32,6 +32,8 @@ _MONTH_YEAR = re.compile(rf"\b{_MONTH}\.?,?\s+(?:of\s+)?{_YEAR}\b", re.IGNORECAS
 _ISO_DAY = re.compile(rf"\b{_YEAR}[-/.](\d{{1,2}})[-/.](\d{{1,2}})\b")
 _ZH_DAY = re.compile(rf"{_YEAR}\s*年\s*(\d{{1,2}})\s*月\s*(\d{{1,2}})\s*[日号]")
 _ZH_MONTH = re.compile(rf"{_YEAR}\s*年\s*(\d{{1,2}})\s*月(?!\s*\d)")
+# Every pattern above names a year: a text without one names no period (one scan, not six).
+_ANY_YEAR = re.compile(_YEAR)
 
 DAY_TAU_DAYS = 7.0
 MONTH_TAU_DAYS = 15.0
@@ -69,6 +71,8 @@ def _whole_month(year: int, month: int) -> Period | None:
 def mentioned_periods(text: str) -> tuple[Period, ...]:
     """Calendar days and months named in ``text``, in order of appearance, without
     duplicates; a month is dropped when a day inside it is named too."""
+    if _ANY_YEAR.search(text) is None:
+        return ()
     found: list[tuple[int, Period | None]] = []
     spans: list[tuple[int, int]] = []  # text covered by day mentions, valid or not
     for match in _DAY_MONTH_YEAR.finditer(text):

@@ -3,6 +3,7 @@ facts and profile fields are named as such, and the block's trims are honoured."
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from dataclasses import replace
@@ -21,13 +22,16 @@ from proxy.memory.explain import (
     from_stored,
     stored,
 )
+from proxy.memory.inject import fit_block
 from proxy.memory.recall import QueryHits, RankWeights, rank
 from proxy.memory.records import Profile, ScoredTag, new_id
 from proxy.memory.store import StoreUnavailableError
 from proxy.memory.when import mentioned_periods
+from proxy.settings import MemorySettings
 from tests.memory.test_recall import NOW, kw, mem, vec
 
 WEIGHTS = RankWeights(feedback=0)
+EN = MemorySettings().templates["en"]
 
 
 def reasons(items: tuple[object, ...]) -> dict[str, tuple[str, ...]]:
@@ -71,6 +75,47 @@ def test_resident_facts_and_profile_fields_are_named() -> None:
     # A block that kept only its first profile line names only that line's field.
     assert [i[1] for i in explain([], [], profile, 1, NOW)] == ["style"]
     assert explain([], [], profile, 0, NOW) == ()
+
+
+def test_profile_order_follows_effective_scores_as_time_passes() -> None:
+    """Traits are listed by effective score at the moment of the request. A trait dated
+    after that moment keeps its whole score until then while the others decay, so the
+    order turns as time passes — the record and the block follow it, for the very same
+    profile object asked again later."""
+    later = NOW + timedelta(weeks=10)
+    tags = (ScoredTag("decaying", 0.5, 1, NOW), ScoredTag("dated ahead", 0.45, 1, later))
+    profile = Profile(tenant="t", user_id="u", traits=tags)
+
+    def order(moment: datetime) -> list[str]:
+        return [i[1] for i in explain([], [], profile, 1, moment)]
+
+    def block(moment: datetime) -> str:
+        return fit_block(template=EN, profile=profile, facts=[], budget_tokens=500,
+                         count=len, now=moment).text
+
+    assert order(NOW) == ["traits[0]", "traits[1]"]  # 0.5 against 0.45
+    assert "decaying, dated ahead" in block(NOW)
+    assert order(later) == ["traits[1]", "traits[0]"]  # 0.5 × 0.9¹⁰ ≈ 0.17 against 0.45
+    assert "dated ahead, decaying" in block(later)
+    assert order(later + timedelta(weeks=30)) == ["traits[1]", "traits[0]"]
+    assert order(NOW) == ["traits[0]", "traits[1]"]  # an earlier moment: ordered afresh
+
+
+def test_profile_order_is_the_effective_score_order_at_every_moment() -> None:
+    """For tags of all ages, asked at moment after moment on the same profile, the
+    items are the six highest effective scores at that moment, each with its score."""
+    rng = random.Random(7)
+    tags = tuple(ScoredTag(f"t{i}", round(rng.random(), 2), 1,
+                           NOW - timedelta(days=rng.randrange(0, 400)))
+                 for i in range(12))
+    profile = Profile(tenant="t", user_id="u", traits=tags)
+    for weeks in (0, 1, 5, 26, 52, 104):
+        moment = NOW + timedelta(weeks=weeks)
+        expected = sorted(range(len(tags)),
+                          key=lambda i: (-tags[i].effective_score(moment), tags[i].text))[:6]
+        items = explain([], [], profile, 1, moment)
+        assert [i[1] for i in items] == [f"traits[{i}]" for i in expected]
+        assert [i[2] for i in items] == [tags[i].effective_score(moment) for i in expected]
 
 
 def test_the_stored_form_round_trips_without_text() -> None:

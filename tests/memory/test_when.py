@@ -41,6 +41,8 @@ def test_named_dates_become_periods(text: str,
     "on 31 February, 2023",  # no such day
     "2023-13-40",
     "version 3.11.2 is out",
+    "What did I say on 16 June?",  # a day without its year
+    "6月16日我说了什么",
     "",
 ])
 def test_no_period_without_an_absolute_date(text: str) -> None:
