@@ -7,8 +7,6 @@ feature off in the serving install with nothing but a warning in the log."""
 
 from __future__ import annotations
 
-import ast
-import re
 import sys
 import tomllib
 from collections.abc import Iterable
@@ -16,6 +14,9 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.test_layout import imports_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -28,11 +29,6 @@ EXTRA_MODULES = {
 }
 
 
-def normalized(name: str) -> str:
-    """A distribution name as PEP 503 compares them."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def installed_by(requirements: Iterable[str]) -> set[str]:
     """The distributions ``requirements`` install, with everything they require in turn
     (each requirement's extras and markers honoured; read from the installed metadata)."""
@@ -40,8 +36,8 @@ def installed_by(requirements: Iterable[str]) -> set[str]:
     todo = [Requirement(r) for r in requirements]
     while todo:
         req = todo.pop()
-        name = normalized(req.name)
-        if name in seen or name == "memory-proxy":
+        name = canonicalize_name(req.name)
+        if name in seen:
             continue
         seen.add(name)
         try:
@@ -59,12 +55,7 @@ def installed_by(requirements: Iterable[str]) -> set[str]:
 def third_party_imports(path: Path) -> set[str]:
     """Top-level names of the modules ``path`` imports anywhere (functions included),
     without the standard library and the project's own."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+    names = {name.partition(".")[0] for name in imports_of(path)}
     return {n for n in names
             if n not in sys.stdlib_module_names and n not in ("proxy", "__future__")}
 
@@ -74,15 +65,15 @@ def missing(base: list[str], extras: dict[str, list[str]]) -> dict[str, set[str]
     from ``base`` alone, inside them from ``base`` and their extra."""
     providers = metadata.packages_distributions()
     base_set = installed_by(base)
+    with_extra = {extra: base_set | installed_by(extras[extra]) for extra in EXTRA_MODULES}
     out: dict[str, set[str]] = {}
     for path in sorted((ROOT / "proxy").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        have = base_set
-        for extra, prefixes in EXTRA_MODULES.items():
-            if rel.startswith(prefixes):
-                have = base_set | installed_by(extras[extra])
+        have = next((with_extra[extra] for extra, prefixes in EXTRA_MODULES.items()
+                     if rel.startswith(prefixes)), base_set)
         lacking = {module for module in third_party_imports(path)
-                   if not {normalized(d) for d in providers.get(module, [module])} & have}
+                   if not {canonicalize_name(d) for d in providers.get(module, [module])}
+                   & have}
         if lacking:
             out[rel] = lacking
     return out
@@ -106,7 +97,7 @@ def test_a_requirement_left_out_is_found_in_a_function_level_import() -> None:
     """The stemmer is imported inside a function, on first use: without its line in the
     dependencies, the module that imports it is named."""
     base = [r for r in PROJECT["dependencies"]
-            if normalized(Requirement(r).name) != "snowballstemmer"]
+            if canonicalize_name(Requirement(r).name) != "snowballstemmer"]
     assert len(base) == len(PROJECT["dependencies"]) - 1
     lacking = missing(base, PROJECT["optional-dependencies"])
     assert lacking == {"proxy/memory/text.py": {"snowballstemmer"}}

@@ -60,7 +60,8 @@ TOP_LEVEL_FILES = ("README.md", "ARCHITECTURE.md", "pyproject.toml", "config.yam
                    "Dockerfile", ".ci/run")
 
 
-def _imports(path: Path) -> set[str]:
+def imports_of(path: Path) -> set[str]:
+    """Absolute module names ``path`` imports anywhere (function-level imports included)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -141,7 +142,7 @@ def test_the_walk_sees_the_core() -> None:
 
 @pytest.mark.parametrize("path", _core_files(), ids=_module_id)
 def test_no_storage_engine_outside_backends(path: Path) -> None:
-    bad = sorted(name for name in _imports(path)
+    bad = sorted(name for name in imports_of(path)
                  if name.split(".")[0] in ENGINE_MODULES)
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}: move it under proxy/backends/"
 
@@ -149,21 +150,21 @@ def test_no_storage_engine_outside_backends(path: Path) -> None:
 def test_only_resources_picks_a_backend() -> None:
     pickers = sorted(
         p.relative_to(ROOT).as_posix() for p in _core_files()
-        if any(name.startswith("proxy.backends") for name in _imports(p)))
+        if any(name.startswith("proxy.backends") for name in imports_of(p)))
     assert pickers == ["resources.py"]
 
 
 def test_the_rule_catches_an_engine_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("import sqlite3\nfrom redis.asyncio import Redis\n", encoding="utf-8")
-    assert {"sqlite3", "redis.asyncio"} <= _imports(sample)
+    assert {"sqlite3", "redis.asyncio"} <= imports_of(sample)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_each_backend_imports_no_other_backend(backend: str) -> None:
     other = "redis" if backend == "sqlite" else "sqlite"
     for path in (ROOT / "backends" / backend).rglob("*.py"):
-        assert not any(n.startswith(f"proxy.backends.{other}") for n in _imports(path)), path
+        assert not any(n.startswith(f"proxy.backends.{other}") for n in imports_of(path)), path
 
 
 # ------------------------------------------------------------------------ sizes
