@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.gateway.report import Cell, Scenario, TargetReport, recall_cost_targets
+from bench.gateway.report import Cell, Scenario, TargetReport, recall_cost_targets, render
 
 C1_JSON, C1_STREAM, C32_PACED, C32_JSON = (Scenario(1, "json"), Scenario(1, "stream"),
                                            Scenario(32, "paced"), Scenario(32, "json"))
@@ -67,3 +67,14 @@ def test_without_both_memory_columns_it_says_what_it_needs() -> None:
     off = report("gw-off", "gw mem-off", {C1_JSON: cell(1.0, 2.0)})
     assert recall_cost_targets([off], SCENARIOS) == [
         "(recall-cost targets need the gw-off and gw-on columns)"]
+
+
+def test_columns_stay_apart_when_a_variant_label_is_long() -> None:
+    reports = [report("gw-on", "gw mem-on", {C1_JSON: cell(1.5, 2.0)}),
+               report("slowflush-off", "slowflush mem-off", {C1_JSON: cell(0.8, 1.0)}),
+               report("slowflush-on", "slowflush mem-on", {C1_JSON: cell(1.4, 2.0)})]
+    table = render(reports, [C1_JSON], header="h")
+    header = table.splitlines()[2]
+    assert header.split() == ["gw", "mem-on", "slowflush", "mem-off", "slowflush", "mem-on"]
+    cpu = next(line for line in table.splitlines() if line.startswith("CPU ms/request"))
+    assert cpu.split()[-3:] == ["1.50", "0.80", "1.40"]

@@ -93,7 +93,11 @@ load (collapsed stacks and a summary per scenario in the run directory); ``--var
 NAME=DIR`` also runs the gateway from the source tree DIR (``git archive <commit> proxy |
 tar -x -C DIR``) as targets ``NAME-off`` / ``NAME-on`` (and ``NAME-static`` when gw-static is
 among the targets), for before/after figures from one run; ``--targets`` picks columns;
-``--concurrency`` the levels.
+``--concurrency`` the levels; ``--restart`` starts every server afresh (new process, fresh
+copy of its database) before each round after the first. Two processes of the same code
+have differed here by up to 0.24 ms CPU per request at c=1 (memory layout, string
+hashing): to compare two trees within less than that, run ``--restart`` with ``--rounds``
+5 or more, so that each column pools as many processes as rounds.
 
 ``--soak N`` starts only the gateway (memory on) and sends N requests — non-streaming and
 streaming segments alternating, 1 in 50 streams dropped by the client after the first

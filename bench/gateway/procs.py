@@ -143,10 +143,11 @@ class Proc:
 
 def start(name: str, argv: Sequence[str], *, core: int, port: int, logs: Path,
           env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Proc:
-    """Start ``argv`` pinned to ``core`` (``taskset -c``), output to ``logs/<name>.log``."""
+    """Start ``argv`` pinned to ``core`` (``taskset -c``), output appended to
+    ``logs/<name>.log`` (a restarted server's processes share one log)."""
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{name}.log"
-    handle = log.open("wb")
+    handle = log.open("ab")
     started = time.perf_counter()
     popen = subprocess.Popen(
         ["taskset", "-c", str(core), *argv], stdout=handle, stderr=subprocess.STDOUT,

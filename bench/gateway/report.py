@@ -88,7 +88,7 @@ def render(reports: Sequence[TargetReport], scenarios: Sequence[Scenario],
     direct = by_key.get("direct")
     columns = list(reports)
     on, lite = by_key.get("gw-on"), by_key.get("litellm")
-    width = 15
+    width = max(15, *(len(c.label) + 2 for c in columns))  # a variant's label can be long
     lines = [header, ""]
 
     def row(label: str, values: Sequence[str], ratio: str = "") -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,6 +204,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
                         help="also run the gateway from the source tree DIR (e.g. a `git "
                              "archive` of an older commit) as targets NAME-off, NAME-on")
+    parser.add_argument("--restart", action="store_true",
+                        help="start every server target afresh (new process, fresh copy of "
+                             "its database) before each round after the first, so the figures "
+                             "pool as many server processes as rounds")
     parser.add_argument("--profile", default="", metavar="TARGETS",
                         help="comma-separated targets to sample with py-spy during the "
                              "measured load (collapsed stacks + summary in the run directory)")
@@ -272,14 +276,30 @@ async def run(args: argparse.Namespace) -> int:
             gateway = table[0].proc
             assert gateway is not None
             return await soak.run(gateway, total=args.soak, concurrency=args.soak_concurrency)
-        return await compare(args, table, workdir, upstream)
+        async def restart(target: Target) -> None:
+            assert target.proc is not None
+            target.report.peak_rss_kb = max(target.report.peak_rss_kb, procs.status_kb(
+                target.proc.pid, "VmHWM"))
+            target.proc.stop()  # before its database is copied afresh
+            started.remove(target.proc)
+            fresh = await start_target(target.key, args, workdir=workdir, logs=logs,
+                                       upstream=upstream, started=started,
+                                       src=trees.get(target.key.rpartition("-")[0]),
+                                       quiet=True)
+            assert fresh.proc is not None
+            target.port, target.proc, target.cpu_proc = fresh.port, fresh.proc, fresh.proc
+            target.payloads = fresh.payloads
+
+        return await compare(args, table, workdir, upstream,
+                             restart=restart if args.restart else None)
 
 
 async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, logs: Path,
                        upstream: procs.Proc, started: list[procs.Proc],
-                       src: Path | None = None) -> Target:
+                       src: Path | None = None, quiet: bool = False) -> Target:
     """Start one server (others paused), time its first reply, read its idle RSS.
-    ``src``: run the gateway's code from that source tree (``PYTHONPATH``)."""
+    ``src``: run the gateway's code from that source tree (``PYTHONPATH``); ``quiet``:
+    print nothing (a restart between rounds)."""
     if key == "direct":
         target = Target(key, upstream.port, None, upstream, payloads(upstream.port, user=None))
         target.report.idle_rss_kb = procs.status_kb(upstream.pid, "VmRSS")
@@ -294,6 +314,8 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
                            env=targets.LITELLM_ENV, cwd=workdir)
     else:
         db = workdir / f"{key}.db"
+        for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+            stale.unlink(missing_ok=True)  # a restarted target's last process left them
         if memory_on(key):
             provider = embedder(key)
             shutil.copyfile(workdir / (f"seeded-{provider}.db" if provider else "seeded.db"), db)
@@ -314,15 +336,20 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
         proc, target.payloads["json"][0], within=180 if key == "litellm" else 60)
     await asyncio.sleep(2.0)
     target.report.idle_rss_kb = procs.status_kb(proc.pid, "VmRSS")
-    print(f"{label(key)}: first reply after {target.report.startup:.2f} s, idle RSS "
-          f"{target.report.idle_rss_kb / 1024:.0f} MB (pid {proc.pid}, core {args.server_core})",
-          flush=True)
+    if not quiet:
+        print(f"{label(key)}: first reply after {target.report.startup:.2f} s, idle RSS "
+              f"{target.report.idle_rss_kb / 1024:.0f} MB (pid {proc.pid}, core "
+              f"{args.server_core})", flush=True)
     proc.pause()
     return target
 
 
 async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
-                  upstream: procs.Proc) -> int:
+                  upstream: procs.Proc, *,
+                  restart: Callable[[Target], Awaitable[None]] | None = None) -> int:
+    """Measure every scenario on every target, round by round, and print the table.
+    ``restart``: called for each server target before each round after the first
+    (``--restart``)."""
     quick = args.quick
     base = args.requests or (150 if quick else 1000)
     plan = Plan(
@@ -344,6 +371,11 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
     started = time.perf_counter()
     for number in range(plan.rounds):
         order = table if number % 2 == 0 else list(reversed(table))
+        if restart is not None and number > 0:
+            for target in table:
+                if target.proc is not None:
+                    await restart(target)
+            print(f"round {number + 1}/{plan.rounds}: every server started afresh", flush=True)
         for scenario in scenarios:
             for target in order:
                 profile_to = None
@@ -374,7 +406,8 @@ async def compare(args: argparse.Namespace, table: list[Target], workdir: Path,
                       + (f"  errors {dict(result.errors)}" if result.errors else ""),
                       flush=True)
     for target in table:
-        target.report.peak_rss_kb = procs.status_kb(target.cpu_proc.pid, "VmHWM")
+        target.report.peak_rss_kb = max(target.report.peak_rss_kb, procs.status_kb(
+            target.cpu_proc.pid, "VmHWM"))
     header = (f"gateway overhead — {plan.rounds} round(s) A/B alternated, "
               f"{time.perf_counter() - started:.0f} s of measurement; server under test on "
               f"core {args.server_core} (others paused with SIGSTOP), fake upstream + load "
