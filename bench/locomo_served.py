@@ -6,7 +6,8 @@ own and ranks with query vectors computed beforehand. Here, per conversation, a 
 SQLite store receives one learning change set per session, oldest first — what
 :mod:`proxy.learning.consolidate` builds for new facts and the pipeline commits
 (:meth:`~proxy.memory.store.MemoryStore.apply`): ULID ids, ``source: auto``, the
-extraction parser's title for a fact without one (its first 30 characters), hits 1 with
+extraction parser's title for a fact without one (:func:`~proxy.memory.titles.short_title`
+of its content: up to 30 characters, cut at a word boundary), hits 1 with
 one evidence pair per batch, the session as ``source_conversation_id``, the session date
 as created / last seen / learned-from, a conversation record and ``created`` audit
 events, vectors from ``embed_documents`` with the embedder's model id. Each question is
@@ -32,10 +33,9 @@ from proxy.memory.records import ConversationRecord, Memory, new_id
 from proxy.memory.retrieve import Retriever, plan_queries
 from proxy.memory.service import rank_weights
 from proxy.memory.store import AuditEvent, ChangeSet
+from proxy.memory.titles import short_title
 from proxy.memory.when import mentioned_periods
 from proxy.settings import MemorySettings
-
-TITLE_CHARS = 30  # the extraction parser's title of a fact that has none
 
 
 def learned(memory: Memory, *, vector: Sequence[float] | None, model: str | None,
@@ -43,7 +43,7 @@ def learned(memory: Memory, *, vector: Sequence[float] | None, model: str | None
     """``memory`` (an observation) as learning stores a new fact of that session
     (``titled=False``: with no title, as the held-out protocol stores it)."""
     return memory.with_changes(
-        id=new_id(), title=memory.content[:TITLE_CHARS] if titled else "",
+        id=new_id(), title=short_title(memory.content) if titled else "",
         subject="user", source="auto",
         hits=1, embedding=None if vector is None else tuple(vector),
         embedding_model=None if vector is None else model)

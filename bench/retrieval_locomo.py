@@ -40,10 +40,12 @@ open-domain / single-hop / all; tuned in-sample per fold beside: conv 26,30,41 /
     none    0.343 / 0.765 / 0.335 / 0.811 / 0.671   (tuned 0.657 / 0.684; target 0.68)
 
 ``--served`` (one run beside the figures above; shipped weights, all conversations, r@5):
-local 0.742 → served 0.735, static 0.691 → 0.694, none 0.666 → 0.665. With
-``--served-untitled`` the served figures equal the protocol's (local 0.742, none 0.666):
-the difference is the title learning stores for a fact without one (its first 30
-characters, indexed beside the content, so those words count twice in BM25).
+local 0.742 → served 0.739, static 0.691 → 0.691, none 0.666 → 0.666; ``--served-untitled``
+local 0.740, none 0.666. Before, the keyword index counted a title's words beside the
+content's even when the title was cut from the content, as learning titles a fact given
+without one (:func:`proxy.memory.titles.indexed_text` now leaves such a title out), and
+this mode titled a fact with its first 30 characters rather than learning's
+:func:`~proxy.memory.titles.short_title`: served local 0.735, static 0.694, none 0.665.
 
 Tried to raise recall and dropped (untuned r@5 all, before → after, the other weights
 cross-validated as above; CPU = added recall CPU per query, keyword-only, 500 memories):

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from proxy.memory.records import Memory
 from proxy.memory.store import Candidate, RecallCorpus, SearchQuery
 from proxy.memory.text import has_cjk, index_terms, stemmed_terms
+from proxy.memory.titles import indexed_text
 
 # Bytes of all indexes of one process. Measured (tracemalloc, bench/gateway's 500
 # memories of ~53 characters; the memories' decoded objects included): ~0.6 MB a user with
@@ -52,8 +53,9 @@ Key = tuple[str, str]
 
 
 def memory_terms(memory: Memory) -> list[str]:
-    """The keyword terms the stores index for ``memory`` (title, content, tags)."""
-    text = f"{memory.title}\n{memory.content}\n{' '.join(memory.tags)}"
+    """The keyword terms the stores index for ``memory``
+    (:func:`~proxy.memory.titles.indexed_text`: title, content, tags)."""
+    text = indexed_text(memory.title, memory.content, memory.tags)
     return stemmed_terms(index_terms(text)).split()
 
 

@@ -31,8 +31,9 @@ _HAS_CJK = re.compile(rf"[{_CJK}]")
 _CJK_RUN = re.compile(rf"[{_CJK}]+")
 # The rule that turns text into index terms; stores compare it with the one their index
 # was built with and re-term stored memories when it changed. 1: jieba words only; 2: also
-# the character bigrams and characters of CJK runs.
-TERMS_VERSION = 2
+# the character bigrams and characters of CJK runs; 3: a title cut from the content is not
+# indexed beside it (proxy.memory.titles.indexed_text).
+TERMS_VERSION = 3
 _SPACE = re.compile(r"\s+")
 # Latin-1 Supplement, Latin Extended-A/B, Latin Extended Additional: letters with marks.
 _LATIN_MARKED = re.compile("[\u00c0-\u024f\u1e00-\u1eff]")

@@ -10,6 +10,8 @@ of the room would be kept — is cut inside the word.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from proxy.memory.records import TITLE_MAX_CHARS
 from proxy.memory.text import has_cjk
 
@@ -38,3 +40,14 @@ def short_title(text: str, *, limit: int = TITLE_MAX_CHARS) -> str:
     cut = next((at for at in range(room, room // 2, -1) if _breaks_at(flat, at)), room)
     head = flat[:cut].rstrip(_TRAILING) or flat[:room]
     return head + ELLIPSIS
+
+
+def indexed_text(title: str, content: str, tags: Sequence[str]) -> str:
+    """What the keyword index holds terms of, one per line: the title, the content and
+    the space-joined tags — the title left out (an empty first line) when it is the one
+    :func:`short_title` cuts from the content, as learning stores a fact that came without
+    one: its words are the content's first words, and indexing them twice would count
+    them twice in BM25 (docs/design.md#recall). A title of its own is indexed."""
+    if title and title == short_title(content):
+        title = ""
+    return f"{title}\n{content}\n{' '.join(tags)}"

@@ -24,7 +24,15 @@ from proxy.memory.recall import RankWeights
 from proxy.memory.records import Memory, new_id
 from proxy.memory.retrieve import Retriever, plan_queries
 from proxy.memory.store import ListQuery, MemoryStore, SearchQuery
-from proxy.memory.text import STOPWORDS, cjk_subwords, index_terms, query_terms, tokens
+from proxy.memory.text import (
+    STOPWORDS,
+    TERMS_VERSION,
+    cjk_subwords,
+    index_terms,
+    query_terms,
+    tokens,
+)
+from proxy.memory.titles import short_title
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 # The first migration after the words-only terms rule: re-terms CJK memories.
@@ -89,7 +97,7 @@ CASES: tuple[tuple[str, str, bool], ...] = (
 def mem(content: str, *, minutes: int = 0, **fields: Any) -> Memory:
     at = T0 + timedelta(minutes=minutes)
     return Memory(id=new_id(), tenant="t1", user_id="u1", content=content,
-                  title=fields.pop("title", content[:4]), scope="personal",
+                  title=fields.pop("title", short_title(content)), scope="personal",
                   created_at=at, updated_at=at, last_seen_at=at, **fields)
 
 
@@ -226,7 +234,7 @@ async def test_an_old_redis_store_finds_tea_after_a_restart(redis_url: str,
         await restarted.prepare()
         assert await recalled(restarted, "推荐一款茶吧") == [TEA]
         assert await recalled(restarted, "oolong tea") == ["Drinks oolong tea"]
-        assert await client.get(terms_version_key(layout)) == b"2"
+        assert await client.get(terms_version_key(layout)) == str(TERMS_VERSION).encode()
 
 
 @pytest.mark.parametrize("text", [

@@ -13,7 +13,8 @@ vector. Fields named ``ix_*`` exist only for the search index:
   ``ix_user`` is ``"shared"`` for memories with no user;
 - ``ix_active`` (enabled and not retired), ``ix_retired``, ``ix_about`` (subject is the
   user): ``"1"``/``"0"``; ``ix_chan``: digest of ``source_channel`` (absent when none);
-- ``ix_terms``: :func:`proxy.memory.text.index_terms` of title + content + tags as
+- ``ix_terms``: :func:`proxy.memory.text.index_terms` of title + content + tags
+  (:func:`proxy.memory.titles.indexed_text`: a title cut from the content left out) as
   :func:`stemmed_terms` (the terms SQLite's tokenizer would index), present only while the
   memory is active — like the SQLite keyword index, which holds active
   memories only, so BM25 statistics cover the same documents in both backends;
@@ -40,6 +41,7 @@ from proxy.backends.redis.keys import (
 from proxy.memory.records import ConversationRecord, Memory, from_iso, to_iso
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.memory.text import index_terms, normalize, stemmed_terms
+from proxy.memory.titles import indexed_text
 
 DOC_VERSION = "1"  # layout of a memory hash; a new layout bumps it and rewrites documents
 EMBEDDING_FIELD_PREFIX = "emb_"
@@ -127,7 +129,7 @@ def memory_to_hash(memory: Memory) -> dict[str, Value]:
 
 def terms_field(title: str, content: str, tags: Sequence[str]) -> str:
     """The ``ix_terms`` value of an active memory with this title, content and tags."""
-    return stemmed_terms(index_terms(f"{title}\n{content}\n{' '.join(tags)}"))
+    return stemmed_terms(index_terms(indexed_text(title, content, tags)))
 
 
 def memory_from_hash(data: Hash) -> Memory:

@@ -29,7 +29,7 @@ from proxy.backends.redis.codec import (
 from proxy.backends.redis.keys import KeyLayout, namespace_token
 from proxy.memory.records import Memory
 from proxy.memory.store import VectorUpdate
-from proxy.memory.text import TERMS_VERSION, has_cjk, load_segmenter_for
+from proxy.memory.text import TERMS_VERSION, load_segmenter_for
 
 log = structlog.get_logger("proxy.memory.redis")
 
@@ -175,8 +175,8 @@ def terms_version_key(layout: KeyLayout) -> str:
 async def reterm_documents(client: Redis, layout: KeyLayout) -> int:
     """Bring every active memory's ``ix_terms`` to today's terms rule, once per key prefix:
     when :func:`terms_version_key` holds an older rule (or none), one ``SCAN`` pass over the
-    memory hashes recomputes the terms of those whose text holds CJK (the only text whose
-    terms changed), writes them with a compare-and-set, then records the rule. RediSearch
+    memory hashes recomputes every active memory's terms (:func:`terms_field`), writes
+    those that changed with a compare-and-set, then records the rule. RediSearch
     re-indexes each rewritten hash by itself. A start that dies mid-pass leaves the marker
     old, so the next start runs the pass again. Returns how many hashes were rewritten."""
     marker = terms_version_key(layout)
@@ -197,8 +197,6 @@ async def reterm_documents(client: Redis, layout: KeyLayout) -> int:
                 continue
             title, content = as_text(raw_title), as_text(raw_content)
             names = orjson.loads(tags) if tags else []
-            if not has_cjk(f"{title}\n{content}\n{' '.join(names)}"):
-                continue
             await load_segmenter_for(title, content, *names)
             new = terms_field(title, content, names)
             if new != as_text(old):

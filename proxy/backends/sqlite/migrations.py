@@ -295,7 +295,7 @@ MIGRATIONS: tuple[str, ...] = (
         ON CONFLICT(tenant, user_id) DO NOTHING;
     """,
     # 12: keyword terms gained the character bigrams and characters of CJK runs (beside
-    # jieba's words): memories holding CJK are re-termed (reterm_index, in Python).
+    # jieba's words): memories whose terms changed are re-termed (reterm_index, in Python).
     "python:reterm_index",
     # 13: erasure leaves nothing of the user (docs/design.md#erasure). A buffered group
     # line records the user whose request brought it (``speaker``), so their erasure finds
@@ -402,6 +402,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX jobs_postponed ON jobs (tenant) WHERE postponed = 1 AND status = 'ready';
     """,
+    # 19: a title cut from the content (learning's, proxy.memory.titles.indexed_text) is
+    # no longer indexed beside it: memories whose terms changed are re-termed.
+    "python:reterm_index",
 )
 # Migrations written in Python: the entry "python:<name>" runs the function of that name.
 _PYTHON_MIGRATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {

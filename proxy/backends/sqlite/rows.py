@@ -6,19 +6,14 @@ caller's write transaction. Errors are the caller's to translate.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from proxy.backends.sqlite.codec import COLUMNS, ns_token, row_values
 from proxy.memory.records import Memory
-from proxy.memory.text import has_cjk, index_terms
-
-
-def indexed_text(title: str, content: str, tags: Sequence[str]) -> str:
-    """What the keyword index holds terms of: title, content and tags, one per line."""
-    return f"{title}\n{content}\n{' '.join(tags)}"
+from proxy.memory.text import index_terms
+from proxy.memory.titles import indexed_text
 
 
 def upsert_memory(conn: sqlite3.Connection, memory: Memory) -> None:
@@ -53,20 +48,21 @@ def delete_memories(conn: sqlite3.Connection, where: str,
 
 
 def reterm_index(conn: sqlite3.Connection) -> int:
-    """Rewrite the keyword-index terms of every indexed memory whose text holds CJK with
-    today's :func:`~proxy.memory.text.index_terms` (a migration: the terms rule gained CJK
-    sub-words; text without CJK has the same terms under both rules and is left alone).
-    Runs in the caller's transaction; loads the Chinese dictionary when such a memory
-    exists. Returns how many index rows were rewritten."""
+    """Rewrite the keyword-index terms of every indexed memory whose stored terms differ
+    from today's rule (:func:`~proxy.memory.titles.indexed_text` then
+    :func:`~proxy.memory.text.index_terms`) — a migration, run whenever that rule changed:
+    CJK text gained sub-words, and a title cut from the content stopped being indexed
+    beside it. Rows already at today's terms are left alone. Runs in the caller's
+    transaction; loads the Chinese dictionary when a memory holds CJK. Returns how many
+    index rows were rewritten."""
     rows = conn.execute(
-        "SELECT m.rowid, m.title, m.content, m.tags FROM memories m "
+        "SELECT m.rowid, m.title, m.content, m.tags, f.terms FROM memories m "
         "JOIN memories_fts f ON f.rowid = m.rowid"
     ).fetchall()
     changed = 0
-    for rowid, title, content, tags in rows:
-        text = indexed_text(title, content, orjson.loads(tags))
-        if has_cjk(text):
-            conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?",
-                         (index_terms(text), rowid))
+    for rowid, title, content, tags, old in rows:
+        terms = index_terms(indexed_text(title, content, orjson.loads(tags)))
+        if terms != old:
+            conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?", (terms, rowid))
             changed += 1
     return changed
