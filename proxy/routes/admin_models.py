@@ -5,17 +5,17 @@ models: the routes validate with them and ``/openapi.json`` documents them
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from proxy.memory.categories import Category
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from proxy.routes.params import MemoryCursor
+from proxy.routes.shapes import MAX_SUBCATEGORY_CHARS, MAX_TAGS, Tag
 from proxy.settings.overrides import TENANT_OVERRIDABLE, BudgetValue
 
 AdminScope = Literal["shared", "system"]
-Tag = Annotated[str, Field(max_length=60)]
 
 
 class _Query(BaseModel):
@@ -250,8 +250,8 @@ class NewAdminMemory(_Body):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     category: Category = "organizational"
-    subcategory: str = Field(default="", max_length=60)
-    tags: list[Tag] = Field(default_factory=list, max_length=20)
+    subcategory: str = Field(default="", max_length=MAX_SUBCATEGORY_CHARS)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
     scope: AdminScope | None = None  # else ?scope=, default shared
 
 
@@ -259,8 +259,8 @@ class AdminMemoryPatch(_Body):
     content: str | None = Field(default=None, min_length=1, max_length=MAX_CONTENT_CHARS)
     title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
     category: Category | None = None
-    subcategory: str | None = Field(default=None, max_length=60)
-    tags: list[Tag] | None = Field(default=None, max_length=20)
+    subcategory: str | None = Field(default=None, max_length=MAX_SUBCATEGORY_CHARS)
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     enabled: bool | None = None
 
 

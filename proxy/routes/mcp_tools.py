@@ -45,7 +45,7 @@ from proxy.routes.memories import (
     vector_fields,
 )
 from proxy.routes.owner import Owner
-from proxy.routes.shapes import MAX_TAGS, NewMemory
+from proxy.routes.shapes import MAX_TAG_CHARS, MAX_TAGS, NewMemory
 from proxy.routes.users import user_profile
 
 SEARCH_LIMIT_MIN, SEARCH_LIMIT_MAX = 1, 50  # results per search_memories call
@@ -242,6 +242,12 @@ async def _edited(res: Resources, memory: Memory, *, content: str | None,
         if len(tags) > MAX_TAGS:
             raise InvalidRequestError(f"tags must be at most {MAX_TAGS} (got {len(tags)}).",
                                       param="tags", code="invalid_value")
+        for i, tag in enumerate(tags):
+            if len(tag) > MAX_TAG_CHARS:
+                raise InvalidRequestError(
+                    f"tags.{i}: a tag must be at most {MAX_TAG_CHARS} characters.",
+                    param=f"tags.{i}",
+                    code="invalid_value")
         cleaned = (clean_text(t, "tags") for t in tags)
         changes["tags"] = tuple(dict.fromkeys(t for t in cleaned if t))
     if not changes:

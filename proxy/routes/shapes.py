@@ -8,7 +8,7 @@ envelope, …); ``tests/test_openapi.py`` checks live answers against them (sche
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
@@ -25,6 +25,10 @@ from proxy.settings import MAX_ID_LENGTH
 SourceName = Literal["auto", "manual", "system"]
 MAX_TAGS = 20
 MAX_SUBCATEGORY_CHARS = 60
+# Longest tag, in characters: a tag is a label, bounded like a subcategory (the memory API,
+# import, MCP and the admin API alike; learning keeps its own, shorter 40).
+MAX_TAG_CHARS = MAX_SUBCATEGORY_CHARS
+Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS)]
 MAX_SUBJECT_CHARS = 120
 MAX_PAGE = 500  # largest page of GET /v1/memories
 # How far after the gateway's clock a given created_at may be: a client's clock that runs
@@ -201,7 +205,7 @@ class NewMemory(_Strict):
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     category: CategoryName = "user_preference"
     subcategory: str = Field(default="", max_length=MAX_SUBCATEGORY_CHARS)
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
     subject: str = Field(default="user", max_length=MAX_SUBJECT_CHARS)
     created_at: str | None = Field(
         default=None, max_length=64,
@@ -217,7 +221,7 @@ class MemoryPatch(_Strict):
     content: str | None = Field(default=None, min_length=1, max_length=MAX_CONTENT_CHARS)
     category: CategoryName | None = None
     subcategory: str | None = Field(default=None, max_length=MAX_SUBCATEGORY_CHARS)
-    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     enabled: bool | None = None
     user: str | None = None
 
@@ -370,7 +374,7 @@ class ExportedMemory(BaseModel):
     scope: Literal["personal", "shared", "system"] = "personal"
     category: CategoryName = "user_preference"
     subcategory: str = Field(default="", max_length=MAX_SUBCATEGORY_CHARS)
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
     subject: str = Field(default="user", min_length=1, max_length=MAX_SUBJECT_CHARS)
     source: SourceName = "manual"
     source_conversation_id: str | None = Field(default=None, max_length=256)

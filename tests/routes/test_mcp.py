@@ -177,8 +177,9 @@ async def test_search_limits_at_the_bounds_are_taken_and_declared(gateway: Gatew
 async def test_too_many_tags_or_a_long_title_are_tool_errors_not_truncated(
     gateway: Gateway
 ) -> None:
-    """add_memory and update_memory refuse 21 tags or a title past 200 characters with an
-    error naming the argument; the stored memory is unchanged."""
+    """add_memory and update_memory refuse 21 tags, a tag past 60 characters or a title
+    past 200 characters with an error naming the argument; the stored memory is
+    unchanged."""
     tags = [f"t{i}" for i in range(21)]
     async with mcp_client(gateway, user="alice") as client:
         assert "tags" in await failure(client, "add_memory", content="Enjoys hiking",
@@ -190,6 +191,10 @@ async def test_too_many_tags_or_a_long_title_are_tool_errors_not_truncated(
                                         title="x" * 201)
         assert "title" in await failure(client, "add_memory", content="Enjoys sailing",
                                         title="x" * 201)
+        assert "tags" in await failure(client, "add_memory", content="Enjoys sailing",
+                                       tags=["x" * 61])
+        assert "tags.1" in await failure(client, "update_memory", memory_id=added["id"],
+                                         tags=["ok", "x" * 61])
         found = await call(client, "search_memories", query="")
     assert [(m["content"], len(m["tags"]), m["title"]) for m in found["data"]] == [
         ("Enjoys hiking", 20, added["title"])]

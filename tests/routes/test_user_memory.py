@@ -182,6 +182,31 @@ async def test_patch_refuses_bad_input_and_other_users(gw: Gateway) -> None:
     assert (await call(gw, "GET", path, U1)).json()["content"] == "Likes hiking"
 
 
+
+async def test_a_tag_past_60_characters_is_refused_everywhere_it_can_be_written(
+        gw: Gateway) -> None:
+    """Add, edit and import bound each tag like a subcategory (60 characters): past it
+    add and edit answer 400 naming the tag's position and change nothing, and import
+    lists the item as rejected and stores the others. 60 is accepted."""
+    long_tag, full_tag = "y" * 61, "y" * 60
+    assert error(await call(gw, "POST", "/v1/memories", U1, json={
+        "content": "Likes green tea", "tags": ["tea", long_tag]}), 400)["param"] == "tags.1"
+    memory = await add(gw, "Likes hiking", tags=[full_tag])
+    assert memory["tags"] == [full_tag]
+    path = f"/v1/memories/{memory['id']}"
+    assert error(await call(gw, "PATCH", path, U1, json={"tags": [long_tag]}),
+                 400)["param"] == "tags.0"
+    imported = await call(gw, "POST", "/v1/memories/import", U1, json={
+        "memories": [{"content": "Plays chess"}, {"content": "Sails", "tags": [long_tag]}]})
+    assert imported.status_code == 200, imported.text
+    body = imported.json()
+    assert (body["imported"], [r["index"] for r in body["rejected"]]) == (1, [1])
+    assert "tags" in body["rejected"][0]["message"]
+    listed = (await call(gw, "GET", "/v1/memories", U1)).json()["data"]
+    assert sorted((m["content"], m["tags"]) for m in listed) == [
+        ("Likes hiking", [full_tag]), ("Plays chess", [])]
+
+
 # listing ------------------------------------------------------------------------------
 
 async def test_list_pages_by_cursor_in_openai_list_shape(gw: Gateway) -> None:
