@@ -33,19 +33,19 @@ from pydantic import Field, ValidationError
 from proxy.errors import InvalidRequestError, ProxyError, invalid_value
 from proxy.identity import resolve_user
 from proxy.memory.categories import Category
-from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, Memory
+from proxy.memory.records import Memory
 from proxy.memory.search import search
 from proxy.memory.store import AuditEvent, ListQuery
 from proxy.resources import Resources
 from proxy.routes.memories import (
     add_manual,
     check_manual,
-    clean_text,
     embed_manual,
+    text_changes,
     vector_fields,
 )
 from proxy.routes.owner import Owner
-from proxy.routes.shapes import MAX_TAG_CHARS, MAX_TAGS, NewMemory
+from proxy.routes.shapes import MemoryPatch, NewMemory
 from proxy.routes.users import user_profile
 
 SEARCH_LIMIT_MIN, SEARCH_LIMIT_MAX = 1, 50  # results per search_memories call
@@ -168,9 +168,16 @@ async def update_memory(memory_id: str, ctx: Context, *, content: str | None = N
     memory = await res.store.get(tenant, who, memory_id)
     if memory is None:
         raise ToolError(f"No memory {memory_id!r} for this user.")
+    given = {"content": content, "title": title, "category": category, "tags": tags}
+    arguments = {name: value for name, value in given.items() if value is not None}
     try:
-        updated = await _edited(res, memory, content=content, title=title,
-                                category=category, tags=tags)
+        if not arguments:
+            raise InvalidRequestError("Give at least one of content, title, category, tags.")
+        updated = await _edited(res, memory, MemoryPatch.model_validate(arguments))
+    except ValidationError as exc:
+        await _rejected(res, tenant, who, memory.id, tool="update_memory",
+                        code="invalid_value")
+        raise ToolError(f"Invalid memory: {invalid_value(exc, arguments).message}") from exc
     except ProxyError as exc:
         await _rejected(res, tenant, who, memory.id, tool="update_memory",
                         code=exc.code)
@@ -218,41 +225,11 @@ def build_server() -> MCPServer:
     return server
 
 
-async def _edited(res: Resources, memory: Memory, *, content: str | None,
-                  title: str | None, category: str | None,
-                  tags: list[str] | None) -> Memory:
-    """``memory`` with the given fields replaced, cleaned and checked like a new manual
-    memory (re-embedded when its text changed). Raises :class:`InvalidRequestError`."""
-    changes: dict[str, Any] = {}
-    if content is not None:
-        text = clean_text(content, "content")
-        if not text or len(text) > MAX_CONTENT_CHARS:
-            raise InvalidRequestError(
-                f"content must be 1 to {MAX_CONTENT_CHARS} characters.", param="content",
-                code="invalid_value")
-        changes["content"] = text
-    if title is not None:
-        changes["title"] = clean_text(title, "title")
-        if len(changes["title"]) > MAX_TITLE_CHARS:
-            raise InvalidRequestError(f"title must be at most {MAX_TITLE_CHARS} characters.",
-                                      param="title", code="invalid_value")
-    if category is not None:
-        changes["category"] = category
-    if tags is not None:
-        if len(tags) > MAX_TAGS:
-            raise InvalidRequestError(f"tags must be at most {MAX_TAGS} (got {len(tags)}).",
-                                      param="tags", code="invalid_value")
-        for i, tag in enumerate(tags):
-            if len(tag) > MAX_TAG_CHARS:
-                raise InvalidRequestError(
-                    f"tags.{i}: a tag must be at most {MAX_TAG_CHARS} characters.",
-                    param=f"tags.{i}",
-                    code="invalid_value")
-        cleaned = (clean_text(t, "tags") for t in tags)
-        changes["tags"] = tuple(dict.fromkeys(t for t in cleaned if t))
-    if not changes:
-        raise InvalidRequestError("Give at least one of content, title, category, tags.")
-    updated = memory.with_changes(**changes)
+async def _edited(res: Resources, memory: Memory, patch: MemoryPatch) -> Memory:
+    """``memory`` with the fields of ``patch`` replaced, cleaned and checked as ``PATCH
+    /v1/memories/{id}`` does (re-embedded when its content changed). Raises
+    :class:`InvalidRequestError`."""
+    updated = memory.with_changes(**text_changes(patch, memory))
     check_manual(f"{updated.title}\n{updated.content}\n{updated.subject}",
                  res.scrubbers.for_tenant(memory.tenant))
     if updated.content != memory.content:

@@ -366,9 +366,10 @@ def clean_text(value: str, param: str) -> str:
     return strip_invisible(check_text(value, param)).strip()
 
 
-def _text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
-    """The text fields ``patch`` really changes, cleaned as stored. 400 for a blank
-    content."""
+def text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
+    """The text fields ``patch`` really changes, cleaned as stored (``PATCH
+    /v1/memories/{id}`` and MCP ``update_memory``). Raises :class:`InvalidRequestError`
+    (400) for a blank content or a control character."""
     changes: dict[str, Any] = {}
     if patch.content is not None:
         content = clean_text(patch.content, "content")
@@ -408,7 +409,7 @@ async def patch_memory(request: Request) -> Response:
     memory = await res.store.get(me.tenant, me.user, memory_id)
     if memory is None:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
-    changes = _text_changes(patch, memory)
+    changes = text_changes(patch, memory)
     edited = sorted(changes)
     if "content" in changes or "title" in changes:
         check_manual(f"{changes.get('title', memory.title)}\n"

@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from proxy.memory.records import Profile, ScoredTag
+from proxy.memory.titles import short_title
 from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
 
 TOOLS = {"search_memories", "add_memory", "update_memory", "delete_memory", "get_profile"}
@@ -198,6 +199,29 @@ async def test_too_many_tags_or_a_long_title_are_tool_errors_not_truncated(
         found = await call(client, "search_memories", query="")
     assert [(m["content"], len(m["tags"]), m["title"]) for m in found["data"]] == [
         ("Enjoys hiking", 20, added["title"])]
+
+
+async def test_update_memory_edits_as_the_memory_api_does(gateway: Gateway) -> None:
+    """update_memory applies PATCH /v1/memories/{id}'s rules: a blank title becomes the
+    content's short title, a blank content or no field at all is refused and changes
+    nothing; the REST and MCP edits of the same memory read back alike."""
+    async with mcp_client(gateway, user="alice") as client:
+        added = await call(client, "add_memory", content="Keeps bees on the roof of the house",
+                           title="Bees")
+        assert "at least one" in await failure(client, "update_memory",
+                                               memory_id=added["id"])
+        assert "blank" in await failure(client, "update_memory", memory_id=added["id"],
+                                        content="   ")
+        untitled = await call(client, "update_memory", memory_id=added["id"], title="")
+    async with gateway.client() as http:
+        rest = await http.patch(f"/v1/memories/{added['id']}", headers={"X-User-Id": "alice"},
+                                json={"title": "Bees"})
+        again = await http.patch(f"/v1/memories/{added['id']}",
+                                 headers={"X-User-Id": "alice"}, json={"title": ""})
+    assert untitled["content"] == "Keeps bees on the roof of the house"
+    assert untitled["title"] == short_title(untitled["content"])
+    assert rest.json()["title"] == "Bees"
+    assert again.json()["title"] == untitled["title"]
 
 
 async def test_users_are_isolated(gateway: Gateway) -> None:
