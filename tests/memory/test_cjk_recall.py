@@ -35,7 +35,8 @@ from proxy.memory.text import (
 from proxy.memory.titles import short_title
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
-# The first migration after the words-only terms rule: re-terms CJK memories.
+# The first migration after the words-only terms rule: re-terms every memory whose
+# stored terms differ from the current rule.
 RETERM_MIGRATION = 12
 
 TEA = "喜欢喝乌龙茶，不喜欢咖啡"
