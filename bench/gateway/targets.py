@@ -20,8 +20,11 @@ MODEL = "gpt-4o-mini"  # what clients ask for; the upstream model id is the same
 PACED_MODEL = MODEL + "-paced"  # same upstream; it spaces this model's stream events
 UPSTREAM_KEY_ENV = "BENCH_UPSTREAM_KEY"
 GATEWAY_KEY_ENV = "BENCH_GATEWAY_KEY"
+ADMIN_KEY_ENV = "BENCH_ADMIN_KEY"
 # The key clients present to every target: our gateway's auth key, LiteLLM's master key.
 CLIENT_KEY = "sk-bench-4d1c9e7a0b2f46a8b3e5c7d9f1a2b3c4"
+# The admin key of tenant ``default`` (a config made with ``admin=True``).
+ADMIN_KEY = "sk-bench-admin-8e2f6a1c9d3b47e5a0c4f7b2d6e8a1c3"
 # 1.108.7 is the release the reference figures were measured with. 1.82.7 and 1.82.8 were
 # compromised releases (supply-chain incident) and must never be installed.
 LITELLM_SPEC = "litellm[proxy]==1.108.7"
@@ -31,6 +34,7 @@ BASE_ENV = {
     "HF_HUB_OFFLINE": "1",
     UPSTREAM_KEY_ENV: "sk-bench-upstream",
     GATEWAY_KEY_ENV: CLIENT_KEY,
+    ADMIN_KEY_ENV: ADMIN_KEY,
     "PYTHONUNBUFFERED": "1",
 }
 
@@ -53,13 +57,16 @@ def _model_list(upstream_port: int) -> list[dict[str, object]]:
 
 
 def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path,
-                   embedder: str | None = None, cache_dir: Path | None = None) -> Path:
+                   embedder: str | None = None, cache_dir: Path | None = None,
+                   admin: bool = False) -> Path:
     """A ``memory-proxy`` config: one relayed model on the fake upstream, embedded SQLite,
     one gateway key (tenant ``default``), learning off (the benchmark measures the request
     path, not what learning spends). ``embedder``: hybrid recall with that provider
     (``local``: all-MiniLM-L6-v2; ``static``: its model2vec distillation in ``cache_dir``)
     and its query cache off — a real user's every turn is a new
-    text, while the benchmark repeats 48 questions, which a cache would answer for free."""
+    text, while the benchmark repeats 48 questions, which a cache would answer for free.
+    ``admin``: also an admin key for the tenant (:data:`ADMIN_KEY`, from
+    :data:`ADMIN_KEY_ENV`), for benchmarks that change its run-time settings."""
     config: dict[str, object] = {
         "model_list": _model_list(upstream_port),
         "server": {"host": "127.0.0.1", "port": port},
@@ -67,6 +74,10 @@ def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path,
         "learning": {"enabled": False},
         "auth": {"keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}]},
     }
+    if admin:
+        config["auth"] = {"keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}],
+                          "admin_keys": [{"key": f"os.environ/{ADMIN_KEY_ENV}",
+                                          "name": "bench-admin"}]}
     if embedder:
         config["memory"] = {"embedder": {"provider": embedder, "model": "all-MiniLM-L6-v2",
                                          "cache_size": 0, "cache_dir": str(cache_dir or ""),
