@@ -15,12 +15,12 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import orjson
 import structlog
 
-from proxy.memory.records import Memory, Profile, ScoredTag, from_iso, tag_order, to_iso
+from proxy.memory.records import Memory, Profile, from_iso, tag_order, to_iso
 
 if TYPE_CHECKING:
     from proxy.memory.recall import Ranked
@@ -41,6 +41,10 @@ MAX_PENDING = 10_000
 # One item: (kind, memory id or profile field, score, reasons); its rank is its position.
 Item = tuple[Literal["memory", "profile"], str, float, tuple[str, ...]]
 _RESIDENT = ("resident",)
+# Profile field names "traits[i]" / "topics[i]" for the first tags, made once (a profile
+# holds at most this many of each in practice; a later index is formatted when met).
+_TRAIT_FIELDS = tuple(f"traits[{i}]" for i in range(64))
+_TOPIC_FIELDS = tuple(f"topics[{i}]" for i in range(64))
 # A ranked memory's reasons by (keyword hit, vector hit, date match, context), in this
 # order: one shared tuple per combination, so no request builds them.
 _REASONS: dict[tuple[bool, ...], tuple[str, ...]] = {
@@ -50,10 +54,17 @@ _REASONS: dict[tuple[bool, ...], tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class InjectionRecord:
+class InjectionRecord(NamedTuple):
     """One reply's injection: ``id`` (ULID), the (tenant, user) it belongs to, when,
-    the request's model, conversation id and channel, and its items best first."""
+    the request's model, conversation id and channel, and its items best first.
+
+    A named tuple, not a dataclass: one is built per reply that injects memory and kept
+    until the next flush (up to a second), and a tuple of strings, times and tuples is
+    built in a fraction of a frozen dataclass's time and is dropped from the cyclic
+    collector's watch within its first passes (the collector untracks a tuple that holds
+    only untracked values), where a dataclass instance would be carried into
+    the older generations and walked by every full collection (``bench/setting_ab.py``
+    measures what records cost a request)."""
 
     id: str
     tenant: str
@@ -167,9 +178,11 @@ def _profile_items(profile: Profile, now: datetime) -> list[Item]:
         items.append(("profile", "style", 1.0, _RESIDENT))
     if profile.impression:
         items.append(("profile", "impression", 1.0, _RESIDENT))
-    for name, tags in (("traits", profile.traits), ("topics", profile.topics)):
-        items.extend(("profile", f"{name}[{i}]", score, _RESIDENT)
-                     for i, score in _top(tags, now))
+    for name, names, tags in (("traits", _TRAIT_FIELDS, profile.traits),
+                              ("topics", _TOPIC_FIELDS, profile.topics)):
+        for i in tag_order(tags, now)[:PROFILE_TAGS]:
+            ref = names[i] if i < len(names) else f"{name}[{i}]"
+            items.append(("profile", ref, tags[i].effective_score(now), _RESIDENT))
     return items
 
 
@@ -180,10 +193,6 @@ def _items_within(profile: Profile, lines: int) -> int:
     sizes += [n for n in (min(PROFILE_TAGS, len(profile.traits)),
                           min(PROFILE_TAGS, len(profile.topics))) if n]
     return sum(sizes[:lines])
-
-
-def _top(tags: tuple[ScoredTag, ...], now: datetime) -> list[tuple[int, float]]:
-    return [(i, tags[i].effective_score(now)) for i in tag_order(tags, now)[:PROFILE_TAGS]]
 
 
 @dataclass(frozen=True, slots=True)

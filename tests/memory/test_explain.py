@@ -77,6 +77,16 @@ def test_resident_facts_and_profile_fields_are_named() -> None:
     assert explain([], [], profile, 0, NOW) == ()
 
 
+def test_a_tag_far_down_a_long_profile_is_named_by_its_index() -> None:
+    """Field names hold the tag's index in the stored profile however long it is: in a
+    profile of 100 traits and topics the strongest are the last, named ``traits[99]``…"""
+    tags = tuple(ScoredTag(f"t{i}", score=i / 100, hits=1, at=NOW) for i in range(100))
+    profile = Profile(tenant="t", user_id="u", traits=tags, topics=tags)
+    fields = [i[1] for i in explain([], [], profile, 2, NOW)]
+    assert fields == [*(f"traits[{i}]" for i in range(99, 93, -1)),
+                      *(f"topics[{i}]" for i in range(99, 93, -1))]
+
+
 def test_profile_order_follows_effective_scores_as_time_passes() -> None:
     """Traits are listed by effective score at the moment of the request. A trait dated
     after that moment keeps its whole score until then while the others decay, so the
