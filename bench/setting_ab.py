@@ -30,7 +30,10 @@ pairs), the paired difference true − false (mean, its 95 % confidence interval
 Student's t over the pairs, and each pair's difference), and the verdict against a budget
 of ``--bound-ms`` (0.1) or ``--bound-share`` (3 %) of the "true" figure, whichever is
 larger: "within" when the interval's upper end is under it, "over" when its lower end is
-above it, "unresolved" otherwise. ``results.json`` and the server's log go to
+above it, "unresolved" otherwise. Then the same difference split by thread: the event
+loop's (``main``; the request path proper) and every other thread's (the store's writer
+thread, executors), each measurement's CPU divided in the shares ``/proc/<pid>/task``
+gives its threads over the measurement and its warm-up. ``results.json`` and the server's log go to
 ``.bench/setting_ab/<time>/``. ``--tree DIR`` runs the gateway from another source tree
 (``PYTHONPATH``), e.g. to see which part of a feature costs what.
 """
@@ -98,13 +101,27 @@ class Paired:
 
 @dataclass
 class Readings:
-    """CPU ms per request of one scenario's measurements, by setting value."""
+    """CPU ms per request of one scenario's measurements, by setting value; ``*_main``
+    the part of each that the process's main thread (the event loop) took."""
 
     on: list[float] = field(default_factory=list)
     off: list[float] = field(default_factory=list)
+    on_main: list[float] = field(default_factory=list)
+    off_main: list[float] = field(default_factory=list)
 
     def paired(self) -> Paired:
         return Paired(tuple(a - b for a, b in zip(self.on, self.off, strict=True)))
+
+    def paired_main(self) -> Paired:
+        return Paired(tuple(a - b for a, b in zip(self.on_main, self.off_main, strict=True)))
+
+
+def main_share(before: dict[str, float], after: dict[str, float]) -> float:
+    """The main thread's share of the CPU all threads took between two
+    :func:`~bench.gateway.procs.thread_cpu_seconds` readings (1.0 when none was taken)."""
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    total = sum(spent.values())
+    return spent.get("main", 0.0) / total if total > 0 else 1.0
 
 
 def budget(on_ms: float, *, bound_ms: float, bound_share: float) -> float:
@@ -125,6 +142,13 @@ def render(setting: str, results: dict[Scenario, Readings], *, bound_ms: float,
         low, high = pair.mean - pair.half_width, pair.mean + pair.half_width
         lines.append(f"{scenario.name:<12}{on:8.3f}{off:8.3f}{pair.mean:+12.3f}"
                      f"{f'[{low:+.3f}, {high:+.3f}]':>20}{limit:9.3f}  {pair.verdict(limit)}")
+    lines.append("")
+    lines.append("by thread, true−false: the event loop (main) and every other thread (the "
+                 "store's writer, executors)")
+    for scenario, readings in results.items():
+        main = readings.paired_main()
+        lines.append(f"  {scenario.name:<12}main {main.mean:+.3f} ± {main.half_width:.3f}"
+                     f"   others {readings.paired().mean - main.mean:+.3f}")
     lines.append("")
     for scenario, readings in results.items():
         each = " ".join(f"{d:+.3f}" for d in readings.paired().differences)
@@ -203,6 +227,7 @@ async def run(args: argparse.Namespace) -> int:
                 for value in order:
                     server.resume()
                     await set_value(port, args.setting, value)
+                    threads = procs.thread_cpu_seconds(server.pid)
                     for attempt in range(args.retries + 1):
                         result, cpu, foreign = await measure(
                             target, scenario, plan, server_core=args.server_core,
@@ -216,7 +241,10 @@ async def run(args: argparse.Namespace) -> int:
                         raise SystemExit(f"{scenario.name}: errors {dict(result.errors)}, "
                                          f"memory {dict(result.memory_status)}")
                     ms = 1000 * cpu / max(1, result.count)
-                    (results[scenario].on if value else results[scenario].off).append(ms)
+                    main = ms * main_share(threads, procs.thread_cpu_seconds(server.pid))
+                    readings = results[scenario]
+                    (readings.on if value else readings.off).append(ms)
+                    (readings.on_main if value else readings.off_main).append(main)
                     print(f"pair {number + 1}/{args.pairs} {scenario.name:<11} "
                           f"{args.setting}={str(value).lower():<5} {result.count:5d} req "
                           f"CPU {ms:6.3f} ms/req  others "
@@ -229,7 +257,8 @@ async def run(args: argparse.Namespace) -> int:
                            bound_share=args.bound_share)))
     (workdir / "results.json").write_text(json.dumps({
         "setting": args.setting,
-        "scenarios": {s.name: {"true": r.on, "false": r.off} for s, r in results.items()},
+        "scenarios": {s.name: {"true": r.on, "false": r.off, "true_main": r.on_main,
+                               "false_main": r.off_main} for s, r in results.items()},
     }, indent=2))
     print(f"\nraw figures: {workdir / 'results.json'}")
     return 0

@@ -54,6 +54,24 @@ def cpu_seconds(pid: int) -> float:
     return ticks / CLOCK_TICKS
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of ``pid`` by name: ``main`` for the
+    process's own thread, the thread's ``comm`` for the others (threads of one name
+    summed; Python 3.11 leaves a thread's ``comm`` the process's, so its threads read as
+    one)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+                name = "main" if task == str(pid) else \
+                    stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) \
+                    / CLOCK_TICKS
+    return out
+
+
 def core_busy_seconds(core: int) -> float:
     """CPU seconds core ``core`` spent busy (not idle / iowait) since boot, ``/proc/stat``."""
     for line in Path("/proc/stat").read_text().splitlines():
