@@ -51,3 +51,11 @@ def indexed_text(title: str, content: str, tags: Sequence[str]) -> str:
     if title and title == short_title(content):
         title = ""
     return f"{title}\n{content}\n{' '.join(tags)}"
+
+
+def retitled(title: str, content: str, new_content: str) -> str:
+    """The title of a memory whose ``content`` becomes ``new_content`` when no title is
+    given with the edit: a title :func:`short_title` cut from the old content is cut again
+    from the new one (it would otherwise keep the old words, indexed and searched as a
+    title of its own: :func:`indexed_text`); a title of its own stays."""
+    return short_title(new_content) if title == short_title(content) else title

@@ -33,7 +33,7 @@ from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedErr
 from proxy.memory.records import Memory, new_id
 from proxy.memory.sharing import about_owner
 from proxy.memory.store import AuditEvent, ListQuery
-from proxy.memory.titles import short_title
+from proxy.memory.titles import retitled, short_title
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
 from proxy.routes.admin_scope import caller
@@ -148,6 +148,10 @@ async def patch_admin_memory(request: Request) -> Response:
     if changes.get("content") == "":
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
+    if "content" in changes and patch.title is None:
+        derived = retitled(memory.title, memory.content, str(changes["content"]))
+        if derived != memory.title:
+            changes["title"] = derived
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     if patch.tags is not None:

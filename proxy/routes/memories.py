@@ -52,7 +52,7 @@ from proxy.memory.records import Memory, new_id, to_iso
 from proxy.memory.search import is_page_token, search
 from proxy.memory.store import ChangeSet, ListQuery
 from proxy.memory.text import strip_invisible
-from proxy.memory.titles import short_title
+from proxy.memory.titles import retitled, short_title
 from proxy.memory.vectors import MemoryVectors
 from proxy.resources import Resources
 from proxy.routes.conflicts import release_partner, switch_in_pair
@@ -381,6 +381,10 @@ def text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
     title = None if patch.title is None else clean_text(patch.title, "title")
     if title is not None and title != memory.title:
         changes["title"] = title or short_title(changes.get("content", memory.content))
+    elif title is None and "content" in changes:
+        derived = retitled(memory.title, memory.content, changes["content"])
+        if derived != memory.title:
+            changes["title"] = derived
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     subcategory = None if patch.subcategory is None else clean_text(patch.subcategory,

@@ -15,6 +15,7 @@ from typing import Any
 import jwt
 import pytest
 
+from proxy.memory.titles import short_title
 from tests.fakes import FakeUpstream, Gateway, backend_overrides, make_settings, running_gateway
 from tests.routes.test_mcp import call, failure, mcp_client
 
@@ -237,3 +238,35 @@ async def test_post_memories_names_only_the_body_for_user(gw: Gateway) -> None:
     assert by_body.status_code == 201
     assert [m["content"] for m in listed.json()["data"]] == ["Likes tea"]
     assert "'user' in the query string)" in unnamed.json()["error"]["message"]
+
+
+# --- a title cut from the content follows the content -----------------------------------------
+OLD = "Has a golden retriever named Biscuit who is five years old"
+NEW = "Has a black cat named Pepper who is two years old"
+
+
+async def test_an_edited_content_recuts_a_title_cut_from_it_on_every_path(gw: Gateway) -> None:
+    """A memory added without a title carries one cut from its content; an edit of the
+    content alone (REST PATCH, MCP update_memory, the admin PATCH) cuts it again from the
+    new content, so a search for the old words no longer finds it. A title of its own
+    stays through the same edit."""
+    async with gw.client(headers=ALICE) as client:
+        rest = (await client.post("/v1/memories", json={"content": OLD})).json()
+        own = (await client.post("/v1/memories", json={"content": OLD,
+                                                        "title": "Dog"})).json()
+        mcp_made = (await client.post("/v1/memories", json={"content": OLD})).json()
+        assert rest["title"] == short_title(OLD)
+        edited = (await client.patch(f"/v1/memories/{rest['id']}",
+                                     json={"content": NEW})).json()
+        kept = (await client.patch(f"/v1/memories/{own['id']}", json={"content": NEW})).json()
+    async with mcp_client(gw, user="alice", key="app-key") as session:
+        by_mcp = await call(session, "update_memory", memory_id=mcp_made["id"], content=NEW)
+    async with gw.client(headers=ADMIN) as admin:
+        system = (await admin.post("/v1/admin/memories", json={"content": OLD})).json()
+        by_admin = (await admin.patch(f"/v1/admin/memories/{system['id']}",
+                                      json={"content": NEW})).json()
+    assert [edited["title"], by_mcp["title"], by_admin["title"]] == [short_title(NEW)] * 3
+    assert kept["title"] == "Dog"
+    async with gw.client(headers=ALICE) as client:
+        found = (await client.get("/v1/memories", params={"q": "golden retriever"})).json()
+    assert found["data"] == []  # every content is the cat's now, the kept title "Dog"
