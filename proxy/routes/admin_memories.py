@@ -25,6 +25,8 @@ text is embedded when an embedder is configured. Audited with actor ``admin``:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -41,6 +43,9 @@ from proxy.routes.governance import body, ok, query
 from proxy.routes.json import json_response
 from proxy.routes.memories import check_manual, clean_text, embed_texts, vector_fields
 from proxy.settings import GLOBAL_NAMESPACE
+
+# What the manual-memory rules read of a shared or system memory: its subject is no one's.
+ADMIN_FIELDS = ("title", "content", "subcategory", "tags")
 
 PROMOTED_TAG = "promoted-from:"  # tag of shared copies made by earlier versions: dropped
 
@@ -116,7 +121,6 @@ async def create_admin_memory(request: Request) -> Response:
     if not content:
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
-    check_manual(f"{title}\n{content}", res.scrubbers.for_tenant(tenant))
     now = res.clock()
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=None, content=content,
@@ -125,8 +129,9 @@ async def create_admin_memory(request: Request) -> Response:
         tags=tuple(dict.fromkeys(t for t in tags if t)),
         source="system" if scope == "system" else "manual",
         score=1.0, created_at=now, updated_at=now, last_seen_at=now,
-        **vector_fields(res, await _vector(res, content, tenant)),
     )
+    check_manual(memory, res.scrubbers.for_tenant(tenant), fields=ADMIN_FIELDS)
+    memory = replace(memory, **vector_fields(res, await _vector(res, content, tenant)))
     await res.store.add(memory, audit=_event(tenant, "created", memory.id, now,
                                              reason=scope, detail={"by": actor}))
     return json_response(memory.to_api(), status_code=201)
@@ -159,10 +164,9 @@ async def patch_admin_memory(request: Request) -> Response:
                                    if t))
         if tags != memory.tags:
             changes["tags"] = tags
-    if "content" in changes or "title" in changes:
-        check_manual(f"{changes.get('title', memory.title)}\n"
-                     f"{changes.get('content', memory.content)}",
-                     res.scrubbers.for_tenant(tenant))
+    if changes.keys() & set(ADMIN_FIELDS):  # a category alone reads no text
+        check_manual(memory.with_changes(**changes), res.scrubbers.for_tenant(tenant),
+                     fields=ADMIN_FIELDS)
     if "content" in changes:
         changes.update(vector_fields(res, await _vector(res, str(changes["content"]), tenant)))
     switched = patch.enabled is not None and patch.enabled != memory.enabled
@@ -223,7 +227,7 @@ async def promote(request: Request) -> Response:
     # The personal memory passed the learning filters for its owner; shared, it reaches
     # every user of the tenant, so personal data is checked again, and it must not read
     # as a fact about whoever is asking (docs/design.md#promotion).
-    check_manual(f"{personal.title}\n{personal.content}", res.scrubbers.for_tenant(tenant))
+    check_manual(personal, res.scrubbers.for_tenant(tenant), fields=ADMIN_FIELDS)
     _general(personal)
     now = res.clock()
     # The shared copy names no owner, conversation or personal memory id (every user of

@@ -230,8 +230,7 @@ async def _edited(res: Resources, memory: Memory, patch: MemoryPatch) -> Memory:
     /v1/memories/{id}`` does (re-embedded when its content changed). Raises
     :class:`InvalidRequestError`."""
     updated = memory.with_changes(**text_changes(patch, memory))
-    check_manual(f"{updated.title}\n{updated.content}\n{updated.subject}",
-                 res.scrubbers.for_tenant(memory.tenant))
+    check_manual(updated, res.scrubbers.for_tenant(memory.tenant))
     if updated.content != memory.content:
         embedding = await embed_manual(res, memory.tenant, memory.user_id or "",
                                        updated.content)

@@ -33,6 +33,7 @@ parameter).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -80,25 +81,42 @@ from proxy.routes.shapes import (
 )
 from proxy.settings import GLOBAL_NAMESPACE
 
+# The fields of a memory a person writes, in the order a refusal names the first bad one.
+MANUAL_FIELDS = ("title", "content", "subject", "subcategory", "tags")
 
-def check_manual(text: str, scrubber: Scrubber) -> None:
-    """Manual memories meet the rules learned ones do: statements, not orders, links or
-    role markers (docs/design.md#memory-text-is-data), and no personal data or secrets
-    (docs/design.md#privacy). Both checks see
-    through full-width, look-alike and invisible-character spellings
-    (:func:`~proxy.memory.text.detection_form`). Raises :class:`InvalidRequestError`
+
+def check_manual(memory: Memory, scrubber: Scrubber, *,
+                 fields: Sequence[str] = MANUAL_FIELDS) -> None:
+    """A memory a person writes meets the rules learned ones do, in every field it stores
+    (``fields`` of :data:`MANUAL_FIELDS`; its tags one by one): statements, not orders,
+    links or role markers (docs/design.md#memory-text-is-data), and no personal data or
+    secrets (docs/design.md#privacy). Both checks see through full-width, look-alike and
+    invisible-character spellings (:func:`~proxy.memory.text.detection_form`). The fields
+    are read together first (a rule's words split between title and content count); only a
+    refusal reads them one by one, to name the first that breaks a rule (``title``,
+    ``tags.N``; ``content`` when only their sum does). Raises :class:`InvalidRequestError`
     (400 ``instruction_not_allowed`` / ``pii_not_allowed``)."""
-    if is_directive(text):
+    parts: list[tuple[str, str]] = []
+    for name in fields:
+        value = getattr(memory, name)
+        if isinstance(value, str):
+            parts.append((name, value))
+        else:
+            parts.extend((f"{name}.{i}", tag) for i, tag in enumerate(value))
+    whole = "\n".join(text for _, text in parts)
+    if is_directive(whole):
+        param = next((name for name, text in parts if is_directive(text)), "content")
         raise InvalidRequestError(
             "A memory is a statement about the user, not an instruction to the assistant "
             "(no orders, no links). Rephrase it, e.g. 'Prefers short answers'.",
-            param="content", code="instruction_not_allowed",
+            param=param, code="instruction_not_allowed",
         )
-    found = pii_kinds(scrubber, text)
+    found = pii_kinds(scrubber, whole)
     if found:
+        param = next((name for name, text in parts if pii_kinds(scrubber, text)), "content")
         raise InvalidRequestError(
             f"The memory contains personal data or a secret ({', '.join(sorted(found))}); "
-            "memories never store it.", param="content", code="pii_not_allowed",
+            "memories never store it.", param=param, code="pii_not_allowed",
         )
 
 
@@ -211,8 +229,6 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
     subject = clean_text(new.subject, "subject") or "user"
     subcategory = clean_text(new.subcategory, "subcategory")
     tags = [clean_text(t, "tags") for t in new.tags]
-    # The subject is injected too ("About <subject>: …"), so it meets the same rules.
-    check_manual(f"{title}\n{content}\n{subject}", res.scrubbers.for_tenant(tenant))
     memory = Memory(
         id=new_id(), tenant=tenant, user_id=user, content=content,
         title=title or short_title(content), category=new.category,
@@ -220,6 +236,8 @@ async def add_manual(res: Resources, me: Owner, new: NewMemory, *,
         subject=subject, source="manual", score=1.0, source_conversation_id=conversation,
         created_at=created, updated_at=now, last_seen_at=created,
     )
+    # The subject is injected too ("About <subject>: …"), so it meets the same rules.
+    check_manual(memory, res.scrubbers.for_tenant(tenant))
     evicted = await _make_room(res, tenant, user, now)
     embedding = await embed_manual(res, tenant, user, memory.content)
     if embedding is not None:  # no vector (embedder down) → stored all the same
@@ -415,10 +433,8 @@ async def patch_memory(request: Request) -> Response:
         raise NotFoundError("No such memory.", param="memory_id", code="memory_not_found")
     changes = text_changes(patch, memory)
     edited = sorted(changes)
-    if "content" in changes or "title" in changes:
-        check_manual(f"{changes.get('title', memory.title)}\n"
-                      f"{changes.get('content', memory.content)}\n{memory.subject}",
-                      res.scrubbers.for_tenant(me.tenant))
+    if changes.keys() & set(MANUAL_FIELDS):  # a category alone reads no text
+        check_manual(memory.with_changes(**changes), res.scrubbers.for_tenant(me.tenant))
     switched = patch.enabled is not None and patch.enabled != memory.enabled
     if not edited and not switched:
         return json_response(memory.to_api())

@@ -247,12 +247,12 @@ def check_links(items: list[Any], field: str, stored: set[str]) -> None:
 
 
 def _accept(me: Owner, raw: Any, now: datetime,
-            conversation: str | None = None) -> tuple[Memory, str]:
-    """Our memory for one import item (new id), its fields validated and cleaned, and the
-    text the manual-memory rules judge (title, content and subject as given; checked by
-    the caller, :func:`_check`). An item naming no ``source_conversation_id`` takes
-    ``conversation`` (the request's). Raises :class:`InvalidRequestError` with the rule it
-    breaks (a ``created_at`` beyond the allowed clock skew after ``now`` is one)."""
+            conversation: str | None = None) -> Memory:
+    """Our memory for one import item (new id), its fields validated and cleaned (the
+    manual-memory rules are checked by the caller, :func:`_check`). An item naming no
+    ``source_conversation_id`` takes ``conversation`` (the request's). Raises
+    :class:`InvalidRequestError` with the rule it breaks (a ``created_at`` beyond the
+    allowed clock skew after ``now`` is one)."""
     if not isinstance(raw, dict):
         raise InvalidRequestError("an item must be an object", code="invalid_type")
     try:
@@ -286,13 +286,13 @@ def _accept(me: Owner, raw: Any, now: datetime,
         superseded_at=given["superseded_at"],
         superseded_by=item.superseded_by,  # the old id: remapped once all are read
         supersede_reason=item.supersede_reason,
-    ), f"{title}\n{content}\n{subject}"
+    )
 
 
-def _check(res: Resources, me: Owner, text: str) -> None:
-    """The manual-memory rules (:func:`~proxy.routes.memories.check_manual`) on the text an
+def _check(res: Resources, me: Owner, memory: Memory) -> None:
+    """The manual-memory rules (:func:`~proxy.routes.memories.check_manual`) on what an
     item would store. Raises :class:`InvalidRequestError`."""
-    check_manual(text, res.scrubbers.for_tenant(me.tenant))
+    check_manual(memory, res.scrubbers.for_tenant(me.tenant))
 
 
 def _items(body: ImportBody) -> tuple[list[Any], str]:
@@ -342,14 +342,14 @@ def _prepare(res: Resources, me: Owner, items: list[Any], *, field_name: str,
     old_ids: dict[str, str] = {}
     for index, item in enumerate(items):
         try:
-            memory, text = _accept(me, item, now, conversation)
+            memory = _accept(me, item, now, conversation)
             key = (normalize(memory.content), memory.superseded_at is not None)
             twin = existing.get(key)
             if twin is None:
                 # Only text that will be stored is checked: an item that merges into a
                 # memory the user has (or an earlier item) adds to its hits, its own text
                 # is not kept — so re-importing an export costs no text scan.
-                _check(res, me, text)
+                _check(res, me, memory)
         except InvalidRequestError as exc:
             out.rejected.append({"index": index, "reason": exc.code or exc.message,
                                  "message": exc.message})
