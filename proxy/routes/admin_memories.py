@@ -35,13 +35,19 @@ from proxy.errors import InvalidRequestError, NotFoundError, PermissionDeniedErr
 from proxy.memory.records import Memory, new_id
 from proxy.memory.sharing import about_owner
 from proxy.memory.store import AuditEvent, ListQuery
-from proxy.memory.titles import retitled, short_title
+from proxy.memory.titles import short_title
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
 from proxy.routes.admin_scope import caller
 from proxy.routes.governance import body, ok, query
 from proxy.routes.json import json_response
-from proxy.routes.memories import check_manual, clean_text, embed_texts, vector_fields
+from proxy.routes.memories import (
+    check_manual,
+    clean_text,
+    embed_texts,
+    recut_title,
+    vector_fields,
+)
 from proxy.settings import GLOBAL_NAMESPACE
 
 # What the manual-memory rules read of a shared or system memory: its subject is no one's.
@@ -153,10 +159,8 @@ async def patch_admin_memory(request: Request) -> Response:
     if changes.get("content") == "":
         raise InvalidRequestError("content: must not be blank", param="content",
                                   code="invalid_value")
-    if "content" in changes and patch.title is None:
-        derived = retitled(memory.title, memory.content, str(changes["content"]))
-        if derived != memory.title:
-            changes["title"] = derived
+    if patch.title is None:
+        recut_title(memory, changes)
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     if patch.tags is not None:

@@ -99,6 +99,8 @@ def check_manual(memory: Memory, scrubber: Scrubber, *,
     parts: list[tuple[str, str]] = []
     for name in fields:
         value = getattr(memory, name)
+        if name == "title" and value == short_title(memory.content):
+            continue  # cut from the content: no text of its own, and no field the writer gave
         if isinstance(value, str):
             parts.append((name, value))
         else:
@@ -384,6 +386,16 @@ def clean_text(value: str, param: str) -> str:
     return strip_invisible(check_text(value, param)).strip()
 
 
+def recut_title(memory: Memory, changes: dict[str, Any]) -> None:
+    """Add to ``changes`` (an edit that gives no title) the title
+    :func:`~proxy.memory.titles.retitled` cuts again from a changed content, when it
+    differs from ``memory``'s."""
+    if "content" in changes:
+        derived = retitled(memory.title, memory.content, str(changes["content"]))
+        if derived != memory.title:
+            changes["title"] = derived
+
+
 def text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
     """The text fields ``patch`` really changes, cleaned as stored (``PATCH
     /v1/memories/{id}`` and MCP ``update_memory``). Raises :class:`InvalidRequestError`
@@ -399,10 +411,8 @@ def text_changes(patch: MemoryPatch, memory: Memory) -> dict[str, Any]:
     title = None if patch.title is None else clean_text(patch.title, "title")
     if title is not None and title != memory.title:
         changes["title"] = title or short_title(changes.get("content", memory.content))
-    elif title is None and "content" in changes:
-        derived = retitled(memory.title, memory.content, changes["content"])
-        if derived != memory.title:
-            changes["title"] = derived
+    elif title is None:
+        recut_title(memory, changes)
     if patch.category is not None and patch.category != memory.category:
         changes["category"] = patch.category
     subcategory = None if patch.subcategory is None else clean_text(patch.subcategory,

@@ -324,3 +324,15 @@ async def test_rules_split_between_two_fields_are_still_refused(gw: Gateway) -> 
     assert alone.status_code == 201
     assert split.status_code == 400, split.text
     assert split.json()["error"]["param"] == "content"
+
+
+async def test_a_title_cut_from_the_content_is_not_named_for_the_contents_fault(
+        gw: Gateway) -> None:
+    """Personal data at the start of a content given without a title is a 400 naming
+    ``content``: the title cut from it is no field the writer gave."""
+    async with gw.client(headers=ALICE) as client:
+        refused = await client.post("/v1/memories",
+                                    json={"content": "bob@example.com is my brother"})
+    assert refused.status_code == 400, refused.text
+    assert (refused.json()["error"]["param"], refused.json()["error"]["code"]) == (
+        "content", "pii_not_allowed")
