@@ -67,17 +67,17 @@ def gateway_config(path: Path, *, port: int, upstream_port: int, db: Path,
     text, while the benchmark repeats 48 questions, which a cache would answer for free.
     ``admin``: also an admin key for the tenant (:data:`ADMIN_KEY`, from
     :data:`ADMIN_KEY_ENV`), for benchmarks that change its run-time settings."""
+    auth: dict[str, object] = {
+        "keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}]}
+    if admin:
+        auth["admin_keys"] = [{"key": f"os.environ/{ADMIN_KEY_ENV}", "name": "bench-admin"}]
     config: dict[str, object] = {
         "model_list": _model_list(upstream_port),
         "server": {"host": "127.0.0.1", "port": port},
         "storage": {"backend": "sqlite", "path": str(db)},
         "learning": {"enabled": False},
-        "auth": {"keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}]},
+        "auth": auth,
     }
-    if admin:
-        config["auth"] = {"keys": [{"key": f"os.environ/{GATEWAY_KEY_ENV}", "name": "bench"}],
-                          "admin_keys": [{"key": f"os.environ/{ADMIN_KEY_ENV}",
-                                          "name": "bench-admin"}]}
     if embedder:
         config["memory"] = {"embedder": {"provider": embedder, "model": "all-MiniLM-L6-v2",
                                          "cache_size": 0, "cache_dir": str(cache_dir or ""),
