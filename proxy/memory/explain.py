@@ -14,13 +14,21 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import orjson
 import structlog
 
-from proxy.memory.records import Memory, Profile, from_iso, tag_order, to_iso
+from proxy.memory.records import (
+    IdSequence,
+    Memory,
+    Profile,
+    ScoredTag,
+    from_iso,
+    tag_order,
+    to_iso,
+)
 
 if TYPE_CHECKING:
     from proxy.memory.recall import Ranked
@@ -41,10 +49,19 @@ MAX_PENDING = 10_000
 # One item: (kind, memory id or profile field, score, reasons); its rank is its position.
 Item = tuple[Literal["memory", "profile"], str, float, tuple[str, ...]]
 _RESIDENT = ("resident",)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_WEEK_SECONDS = 7 * 86400
+# ScoredTag.effective_score's default decay (docs/design.md#traits).
+_DECAY_PER_WEEK = 0.9
+# tags tuple id → (the tuple, each tag's (score, at in µs since the epoch)): _tag_times.
+_TAG_TIMES: dict[int, tuple[tuple[ScoredTag, ...], tuple[tuple[float, int], ...]]] = {}
+_TAG_TIMES_KEPT = 1024
 # Profile field names "traits[i]" / "topics[i]" for the first tags, made once (a profile
 # holds at most this many of each in practice; a later index is formatted when met).
-_TRAIT_FIELDS = tuple(f"traits[{i}]" for i in range(64))
-_TOPIC_FIELDS = tuple(f"topics[{i}]" for i in range(64))
+_NAMED_TAGS = 64
+_TRAIT_FIELDS = tuple(f"traits[{i}]" for i in range(_NAMED_TAGS))
+_TOPIC_FIELDS = tuple(f"topics[{i}]" for i in range(_NAMED_TAGS))
 # A ranked memory's reasons by (keyword hit, vector hit, date match, context), in this
 # order: one shared tuple per combination, so no request builds them.
 _REASONS: dict[tuple[bool, ...], tuple[str, ...]] = {
@@ -59,12 +76,11 @@ class InjectionRecord(NamedTuple):
     the request's model, conversation id and channel, and its items best first.
 
     A named tuple, not a dataclass: one is built per reply that injects memory and kept
-    until the next flush (up to a second), and a tuple of strings, times and tuples is
-    built in a fraction of a frozen dataclass's time and is dropped from the cyclic
-    collector's watch within its first passes (the collector untracks a tuple that holds
-    only untracked values), where a dataclass instance would be carried into
-    the older generations and walked by every full collection (``bench/setting_ab.py``
-    measures what records cost a request)."""
+    until the next flush (up to a second); it is built in a fraction of a frozen
+    dataclass's time, and its items — plain tuples of strings and floats — leave the
+    cyclic collector's watch at its first pass (the collector untracks an exact tuple
+    that holds only untracked values; the record itself, a subclass, stays watched until
+    the flush drops it). ``bench/setting_ab.py`` measures what records cost a request."""
 
     id: str
     tenant: str
@@ -155,44 +171,77 @@ def explain(memories: Sequence[Memory], ranked: Sequence[Ranked],
     reasons ranking computed (``keyword``/``vector`` search hit, ``date`` match ≥
     :data:`DATE_REASON`, ``conversation`` context > 0); one from the resident layer
     scored by its quality score, reason ``resident``. ``profile_lines``: how many profile
-    lines the block kept."""
+    lines the block kept.
+
+    ``memories`` is the block's facts in the order the memory step chose them: the ranked
+    ones in ``ranked``'s order (some maybe left out), then resident ones; so one walk
+    along ``ranked`` names each."""
     items: list[Item] = []
     if profile is not None and profile_lines > 0:
-        items.extend(_profile_items(profile, now)[:_items_within(profile, profile_lines)])
+        _add_profile_items(items, profile, profile_lines, now)
     if not memories:
         return tuple(items)
-    by_id = {r.memory.id: r for r in ranked}
+    walk = iter(ranked)
+    r = next(walk, None)
     for memory in memories:
-        r = by_id.get(memory.id)
+        while r is not None and r.memory.id != memory.id:
+            r = next(walk, None)
         if r is None:
-            items.append(("memory", memory.id, max(0.0, min(1.0, memory.score)), _RESIDENT))
+            score = memory.score if memory.score < 1.0 else 1.0  # max(0, min(1, score))
+            items.append(("memory", memory.id, score if score > 0.0 else 0.0, _RESIDENT))
         else:
             items.append(("memory", memory.id, r.final, _REASONS[
                 r.keyword, r.vector, r.when >= DATE_REASON, r.context > 0]))
+            r = next(walk, None)
     return tuple(items)
 
 
-def _profile_items(profile: Profile, now: datetime) -> list[Item]:
-    items: list[Item] = []
+def _add_profile_items(items: list[Item], profile: Profile, lines: int,
+                       now: datetime) -> None:
+    """Append the items of the block's first ``lines`` profile lines to ``items``: style,
+    impression (one item each), then the top :data:`PROFILE_TAGS` traits and topics in
+    :func:`tag_order` (one line each kind). A tag's
+    effective score is :meth:`ScoredTag.effective_score`'s, computed from whole
+    microseconds since the epoch kept per tags tuple (:func:`_tag_times`): the same
+    float, without a ``timedelta`` per tag."""
     if profile.style:
         items.append(("profile", "style", 1.0, _RESIDENT))
-    if profile.impression:
+        lines -= 1
+    if profile.impression and lines > 0:
         items.append(("profile", "impression", 1.0, _RESIDENT))
+        lines -= 1
+    now_us = -1
     for name, names, tags in (("traits", _TRAIT_FIELDS, profile.traits),
                               ("topics", _TOPIC_FIELDS, profile.topics)):
+        if lines <= 0:
+            return
+        if not tags:
+            continue
+        lines -= 1
+        if now_us < 0:
+            now_us = (now - _EPOCH) // _MICROSECOND
+        times = _tag_times(tags)
         for i in tag_order(tags, now)[:PROFILE_TAGS]:
-            ref = names[i] if i < len(names) else f"{name}[{i}]"
-            items.append(("profile", ref, tags[i].effective_score(now), _RESIDENT))
-    return items
+            score, at_us = times[i]
+            weeks = (now_us - at_us) / 1_000_000 / _WEEK_SECONDS
+            ref = names[i] if i < _NAMED_TAGS else f"{name}[{i}]"
+            items.append(("profile", ref,
+                          score * _DECAY_PER_WEEK ** (weeks if weeks > 0.0 else 0.0),
+                          _RESIDENT))
 
 
-def _items_within(profile: Profile, lines: int) -> int:
-    """How many profile items the first ``lines`` lines of the block hold (one each for
-    style and impression, up to :data:`PROFILE_TAGS` for traits and for topics)."""
-    sizes = [1] * bool(profile.style) + [1] * bool(profile.impression)
-    sizes += [n for n in (min(PROFILE_TAGS, len(profile.traits)),
-                          min(PROFILE_TAGS, len(profile.topics))) if n]
-    return sum(sizes[:lines])
+def _tag_times(tags: tuple[ScoredTag, ...]) -> tuple[tuple[float, int], ...]:
+    """``(score, at in whole microseconds since the epoch)`` of each tag, kept per tags
+    tuple object (a user's decoded profile is memoised, so its tuples recur request after
+    request; at most :data:`_TAG_TIMES_KEPT` tuples, then the memo starts over)."""
+    kept = _TAG_TIMES.get(id(tags))
+    if kept is not None and kept[0] is tags:
+        return kept[1]
+    times = tuple((t.score, (t.at - _EPOCH) // _MICROSECOND) for t in tags)
+    if len(_TAG_TIMES) >= _TAG_TIMES_KEPT:
+        _TAG_TIMES.clear()
+    _TAG_TIMES[id(tags)] = (tags, times)
+    return times
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +261,9 @@ class InjectionLog:
 
     keeping: Keeping = field(default_factory=Keeping)
     pending: list[InjectionRecord] = field(default_factory=list)
+    # Record ids: monotonic ULIDs of the record's time, so that this process's records
+    # sort in the order they were made (the per-user cap drops the oldest).
+    ids: IdSequence = field(default_factory=IdSequence)
     dropped: int = 0
     on_drop: Callable[[int], None] | None = None
 

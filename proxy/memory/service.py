@@ -26,7 +26,7 @@ from proxy.memory.explain import InjectionLog, InjectionRecord, Item, Keeping, e
 from proxy.memory.index import RecallIndexes
 from proxy.memory.inject import BlockPlan, choose_language, fit_block, splice
 from proxy.memory.recall import Ranked, RankWeights, distinct
-from proxy.memory.records import Memory, Profile, new_id, utcnow
+from proxy.memory.records import Memory, Profile, utcnow
 from proxy.memory.retrieve import THROTTLE, Retriever, plan_queries
 from proxy.memory.store import READ_TURN, MemoryStore, StoreBusyError, StoreUnavailableError
 from proxy.memory.text import load_segmenter_for
@@ -303,12 +303,12 @@ class MemoryService:
                 items: tuple[Item, ...]) -> str:
         """Queue the injection record of this request; its id."""
         assert identity.user is not None
-        record = InjectionRecord(
-            id=new_id(), tenant=identity.tenant, user=identity.user, created_at=self._clock(),
-            model=request.model, conversation_id=identity.conversation,
-            channel=identity.channel, items=items)
-        self.injections.add(record)
-        return record.id
+        at = self._clock()
+        injection_id = self.injections.ids(at)
+        self.injections.add(InjectionRecord(
+            injection_id, identity.tenant, identity.user, at, request.model,
+            identity.conversation, identity.channel, items))
+        return injection_id
 
     async def _recall(
         self, identity: Identity, request: ChatRequest, latest: str,

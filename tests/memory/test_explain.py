@@ -24,7 +24,7 @@ from proxy.memory.explain import (
 )
 from proxy.memory.inject import fit_block
 from proxy.memory.recall import QueryHits, RankWeights, rank
-from proxy.memory.records import Profile, ScoredTag, new_id
+from proxy.memory.records import IdSequence, Profile, ScoredTag, new_id
 from proxy.memory.store import StoreUnavailableError
 from proxy.memory.when import mentioned_periods
 from proxy.settings import MemorySettings
@@ -211,3 +211,21 @@ def test_record_ids_are_ulids_unique_and_in_time_order() -> None:
     time.sleep(0.002)
     assert new_id()[:10] > max(ids)[:10]  # a later millisecond sorts after
     assert all(re.fullmatch(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", value) for value in ids)
+
+
+def test_a_sequence_makes_ulids_of_the_given_moment_in_the_order_made() -> None:
+    """Record ids (one sequence per process): the canonical ULID of the record's moment
+    to the millisecond, strictly increasing in the order made — four to a millisecond
+    too, where random ids would fall in any order — and the time leads, so an id made
+    later for an earlier moment sorts first. Another sequence starts elsewhere."""
+    ids = IdSequence()
+    moments = [NOW + timedelta(microseconds=250 * i) for i in range(40)]
+    made = [ids(at) for at in moments]
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+    for value, at in zip(made, moments, strict=True):
+        parsed = ULID.from_str(value)
+        assert str(parsed) == value
+        assert parsed.datetime == at.replace(microsecond=at.microsecond // 1000 * 1000)
+    assert ids(NOW - timedelta(milliseconds=1)) < made[0]
+    assert IdSequence()(NOW)[10:] != ids(NOW)[10:]
