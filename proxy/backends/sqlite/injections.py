@@ -7,6 +7,7 @@ reader thread."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 from collections import Counter
@@ -25,6 +26,21 @@ _OVERFLOW = (
     "DELETE FROM injections WHERE rowid IN (SELECT rowid FROM injections "
     "WHERE tenant = ? AND user_id = ? ORDER BY created_at DESC, rowid DESC "
     "LIMIT -1 OFFSET ?)")
+
+
+# Rows one INSERT statement writes (5 bound values each, far under SQLite's 32,766): the
+# rows of a statement are bound and stepped in C in one call, where ``executemany`` made a
+# call per row, and the writer thread releases and takes back the GIL (which ``sqlite3``
+# drops around each step) once per statement instead of once per row, so a flush of
+# hundreds of records hands the GIL to and from the event loop a few times, not hundreds
+# (``bench/injection_cost.py``).
+ROWS_PER_INSERT = 100
+
+
+@functools.lru_cache(maxsize=8)
+def _insert_rows(count: int) -> str:
+    return ("INSERT OR IGNORE INTO injections (id, tenant, user_id, created_at, record) "
+            "VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * count))
 
 
 class Counts:
@@ -82,10 +98,11 @@ def insert(conn: sqlite3.Connection, records: Sequence[InjectionRecord], *, cuto
     """Insert ``records``, then drop records older than ``cutoff`` (all users) and each
     written user's records beyond their newest ``per_user`` (walked only when ``counts``
     says the user may be over it)."""
-    conn.executemany(
-        "INSERT OR IGNORE INTO injections (id, tenant, user_id, created_at, record) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [(r.id, r.tenant, r.user, to_iso(r.created_at), stored(r)) for r in records])
+    for start in range(0, len(records), ROWS_PER_INSERT):
+        chunk = records[start:start + ROWS_PER_INSERT]
+        conn.execute(_insert_rows(len(chunk)), [
+            value for r in chunk
+            for value in (r.id, r.tenant, r.user, to_iso(r.created_at), stored(r))])
     conn.execute("DELETE FROM injections WHERE created_at < ?", (to_iso(cutoff),))
     counts.start()
     for owner, written in Counter((r.tenant, r.user) for r in records).items():

@@ -101,3 +101,25 @@ def test_rows_another_writer_added_are_capped_at_the_recount(
     assert len(write(conn, records(1, start=13), counts)) == 1
     assert len(stored_ids(conn)) == 5
     assert stored_ids(conn, "u2") == [r.id for r in neighbour]  # their cap is their own
+
+
+def test_a_flush_of_several_statements_writes_each_record_once(
+        conn: sqlite3.Connection) -> None:
+    """A flush larger than one INSERT statement's rows writes every record in order,
+    each reading back as written; the cap then keeps the newest across statements; the
+    same records sent again (a flush retried after a write whose outcome was lost) add
+    no second row."""
+    counts = injections.Counts(Clock())
+    items = (("memory", "m1", 0.5, ("keyword",)),)
+    size = injections.ROWS_PER_INSERT * 2 + 7
+    batch = [r._replace(items=items) for r in records(size)]
+    write(conn, batch, counts, per_user=size)
+    assert stored_ids(conn) == [r.id for r in batch]
+    for r in (batch[0], batch[injections.ROWS_PER_INSERT], batch[-1]):
+        assert injections.get(conn, "t1", "u1", r.id, since=T0) == r
+    write(conn, batch, counts, per_user=size)
+    assert stored_ids(conn) == [r.id for r in batch]
+    newer = records(3, start=size)
+    write(conn, newer, counts, per_user=size)
+    assert stored_ids(conn) == [r.id for r in batch[3:] + newer]
+    assert injections.get(conn, "t1", "u1", batch[2].id, since=T0) is None
