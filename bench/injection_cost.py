@@ -8,7 +8,9 @@ What it measures, in a child process per tree (``PYTHONPATH`` = that tree first,
                       lines kept) and 11 facts — 5 of 40 ranked memories, 6 resident ones
                       (bench/gateway/seed.py) — as the memory step calls it per request.
     record µs         one :class:`~proxy.memory.explain.InjectionRecord` with a fresh id
-                      (:func:`proxy.memory.records.new_id`), as the memory step queues it.
+                      (the log's :class:`~proxy.memory.records.IdSequence`; in an older
+                      tree :func:`proxy.memory.records.new_id`), as the memory step
+                      queues it.
     flush µs/record   ``SqliteMemoryStore.record_injections`` of batches of 1, 30 and
                       300 such records for one user already at the per-user cap (1,000)
                       — the benchmark user's steady state, where every record written
@@ -69,7 +71,7 @@ def child(repeats: int) -> dict[str, float]:
     from bench.gateway.seed import TENANT, USER, build_memories, build_profile
     from proxy.backends.sqlite.database import SqliteDatabase
     from proxy.backends.sqlite.store import SqliteMemoryStore
-    from proxy.memory.explain import InjectionRecord, explain
+    from proxy.memory.explain import InjectionLog, InjectionRecord, explain
     from proxy.memory.recall import Ranked
     from proxy.memory.records import new_id, utcnow
 
@@ -85,10 +87,14 @@ def child(repeats: int) -> dict[str, float]:
     out["explain Python calls"] = pstats.Stats(profiler).total_calls  # type: ignore[attr-defined]
     items = explain(block, ranked, profile, 4, now)
 
+    # The memory step's record ids: the log's id sequence, or new_id() in a tree without
+    # one.
+    ids = getattr(InjectionLog(), "ids", None)
+
     def record(user: str = USER) -> InjectionRecord:
-        return InjectionRecord(id=new_id(), tenant=TENANT, user=user, created_at=utcnow(),
-                               model="bench-model", conversation_id=None, channel="private",
-                               items=items)
+        at = utcnow()
+        return InjectionRecord(ids(at) if ids is not None else new_id(), TENANT, user, at,
+                               "bench-model", None, "private", items)
 
     out["record µs"] = _best(record, loops=2000, repeats=repeats)
     crowd = [f"user-{i}" for i in range(CROWD)]

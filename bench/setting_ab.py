@@ -16,7 +16,8 @@ Command (from the repository root, after ``scripts/bootstrap test``)::
 What runs: ``bench.gateway``'s store (one user, 500 memories and a profile, seeded through
 the store API), fake upstream and load generator on core 0 (``--client-core``), one
 ``memory-proxy serve`` on core 1 (``--server-core``; embedded SQLite, keyword recall,
-learning off, an admin key), every request carrying the seeded user (memory on). For each
+learning off, an admin key), every request carrying the seeded user (memory on), measured
+once the server is idle after its first reply (``procs.wait_idle``). For each
 scenario, ``--pairs`` pairs of measurements: the setting true then false in even pairs,
 false then true in odd ones (ABBA, so a drift over the run cancels too). Each measurement is
 ``bench.gateway``'s: 100 discarded warm-up requests, then up to ``--requests`` (c=1;
@@ -213,6 +214,7 @@ async def run(args: argparse.Namespace) -> int:
         started.append(server)
         target = Target("gw-on", port, server, server, payloads(port, user=seed.USER))
         await wait_first_reply(server, target.payloads["json"][0], within=60)
+        await procs.wait_idle(server.pid)
         plan = Plan(rounds=args.pairs,
                     requests={c: args.requests * (1 if c == 1 else 3)
                               for c in (1, 2, 4, 8, 16, 32, 64, 128)},

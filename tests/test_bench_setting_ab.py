@@ -112,3 +112,21 @@ def test_the_admin_config_adds_a_tenant_admin_key(tmp_path: Path) -> None:
     assert admin["auth"]["admin_keys"] == [
         {"key": f"os.environ/{targets.ADMIN_KEY_ENV}", "name": "bench-admin"}]
     assert targets.BASE_ENV[targets.ADMIN_KEY_ENV] == targets.ADMIN_KEY
+
+
+async def test_measuring_waits_until_the_server_is_idle() -> None:
+    """A process still busy after its first reply (a background import, say) is waited
+    for until a window of it passes idle; an idle one is not held past one window."""
+    import asyncio
+    import sys
+
+    busy = await asyncio.create_subprocess_exec(
+        sys.executable, "-c",
+        "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\ntime.sleep(30)")
+    try:
+        waited = await procs.wait_idle(busy.pid, window=0.3, within=10)
+        assert 1.2 <= waited < 5
+        assert await procs.wait_idle(busy.pid, window=0.3, within=10) < 0.6
+    finally:
+        busy.kill()
+        await busy.wait()

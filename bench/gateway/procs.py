@@ -9,6 +9,7 @@ runs must cost seconds of CPU for the per-request figure to mean anything). Memo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -52,6 +53,21 @@ def cpu_seconds(pid: int) -> float:
             # fields[0] is field 3 (state); utime..cstime are fields 14..17.
             ticks += sum(int(v) for v in fields[11:15])
     return ticks / CLOCK_TICKS
+
+
+async def wait_idle(pid: int, *, share: float = 0.02, window: float = 1.0,
+                    within: float = 30.0) -> float:
+    """Wait until ``pid``'s tree uses at most ``share`` of a core over ``window`` seconds
+    (what a server finishes after its first reply — the MCP SDK's import in a thread, the
+    collector's passes — would otherwise land in the first measurement); give up after
+    ``within`` seconds. Returns the seconds waited."""
+    started = time.perf_counter()
+    while True:
+        before = cpu_seconds(pid)
+        await asyncio.sleep(window)
+        waited = time.perf_counter() - started
+        if cpu_seconds(pid) - before <= share * window or waited >= within:
+            return waited
 
 
 def thread_cpu_seconds(pid: int) -> dict[str, float]:

@@ -336,6 +336,7 @@ async def start_target(key: str, args: argparse.Namespace, *, workdir: Path, log
         proc, target.payloads["json"][0], within=180 if key == "litellm" else 60)
     await asyncio.sleep(2.0)
     target.report.idle_rss_kb = procs.status_kb(proc.pid, "VmRSS")
+    await procs.wait_idle(proc.pid)
     if not quiet:
         print(f"{label(key)}: first reply after {target.report.startup:.2f} s, idle RSS "
               f"{target.report.idle_rss_kb / 1024:.0f} MB (pid {proc.pid}, core "
