@@ -292,8 +292,9 @@ async def test_profile_history_is_weekly_with_the_live_week_last(
     assert weeks[-1]["topics"] == [{"text": "hiking", "score": 1.0}]
     since = (await call(gw, "GET", path, U1, params={"since": now_week})).json()["data"]
     assert [w["week"] for w in since] == [now_week]
-    until = await call(gw, "GET", path, U1,
-                       params={"until": (earlier + timedelta(days=1)).date().isoformat()})
+    # A date selects up to the end of its ISO week: the stored week's own day (a day
+    # later would be the next week whenever that day is a Sunday).
+    until = await call(gw, "GET", path, U1, params={"until": earlier.date().isoformat()})
     assert [w["week"] for w in until.json()["data"]] == [iso_week(earlier)]
     assert error(await call(gw, "GET", path, U1, params={"since": "soon"}), 400)["param"] \
         == "since"
