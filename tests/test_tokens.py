@@ -25,3 +25,11 @@ def test_unknown_tokenizer_falls_back_to_cl100k() -> None:
     counter = TokenCounter()
     assert counter.count("hello world", "no-such-encoding") == \
         counter.count("hello world", "cl100k_base")
+
+
+def test_a_tokenizer_is_loaded_once_per_process() -> None:
+    """Every counter uses the one tokenizer the process loaded (building one costs ~0.2 s;
+    preflight and the gateway, or the gateways of one test process, each have a counter)."""
+    first, second = TokenCounter(), TokenCounter()
+    assert first.encoder("cl100k_base") is second.encoder("cl100k_base")
+    assert first.encoder("o200k_base") is not first.encoder("cl100k_base")
