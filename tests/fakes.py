@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -315,6 +317,13 @@ def backend_overrides(request: Any, tmp_path: Any) -> dict[str, Any]:
                                      request.getfixturevalue("redis_prefix"))}
 
 
+@functools.cache
+def client_ssl_context() -> ssl.SSLContext:
+    """httpx's default TLS context (the one ``AsyncClient()`` builds), made once: building
+    it reads the CA bundle (~25 ms), and the suite opens thousands of clients."""
+    return httpx.create_ssl_context()
+
+
 @dataclass
 class Gateway:
     """A gateway served by uvicorn on 127.0.0.1 with a fake upstream behind it."""
@@ -324,6 +333,7 @@ class Gateway:
     upstream: FakeUpstream
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        kwargs.setdefault("verify", client_ssl_context())
         return httpx.AsyncClient(base_url=self.base_url, timeout=10, **kwargs)
 
     async def settle(self) -> None:
