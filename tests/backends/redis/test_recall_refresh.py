@@ -81,7 +81,10 @@ async def test_a_refresh_reads_only_the_memories_written_since(
     """After another process adds one memory and updates another, the next recall reads
     exactly those two hashes and no search; with no write it reads none."""
     reader, writer, plain = stores
-    kept = [mem(f"Drinks tea number {i}") for i in range(20)]
+    # Two digits each: a single digit is no term and "…number 1" lies inside "…number 12",
+    # so with one digit the first-ranked text decides how many near-duplicates recall
+    # drops, and ids made in one millisecond rank in a random order.
+    kept = [mem(f"Drinks tea number {i:02d}") for i in range(20)]
     for memory in kept:
         await writer.add(memory)
     found = retriever(reader)
