@@ -346,8 +346,13 @@ async def _running(res: Resources) -> AsyncIterator[None]:
         await _bounded(record_injections, "injection_records")
 
 
-def create_app(settings: Settings, resources: Resources | None = None) -> Starlette:
-    """The gateway app. ``resources`` (tests) are used as given and not closed here."""
+def create_app(settings: Settings, resources: Resources | None = None, *,
+               freeze_gc: bool = True) -> Starlette:
+    """The gateway app. ``resources`` (tests) are used as given and not closed here.
+    ``freeze_gc``: keep what the lifespan loaded out of the cyclic collector while the app
+    runs (below); ``False`` leaves the process's collector alone — for a process that runs
+    many apps one after another (the test suite's gateways), where the full collection
+    before each freeze walks everything that process holds."""
 
     drain = Drain(settings.server.shutdown_grace_seconds)
 
@@ -384,9 +389,10 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Starle
             # The freeze lasts as long as the lifespan: unfrozen at its end, so that what
             # this app held can be collected (several apps in one process, as in tests,
             # would otherwise keep every earlier one).
-            gc.collect()
-            gc.freeze()
-            stack.callback(gc.unfreeze)
+            if freeze_gc:
+                gc.collect()
+                gc.freeze()
+                stack.callback(gc.unfreeze)
             await stack.enter_async_context(_running(res))
             await stack.enter_async_context(mcp_endpoint.running())
             log.info("gateway_started", models=res.registry.names,

@@ -462,12 +462,18 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
                           embedder: Embedder | None = None,
                           run_worker: bool = False,
                           clock: Callable[[], datetime] | None = None,
+                          freeze_gc: bool = False,
                           ) -> AsyncIterator[Gateway]:
     """Serve the app on a free port. The relay reaches ``upstream`` over HTTP
     (:func:`relay_to`); litellm routes (``upstream.transport: litellm``) reach it through
     respx; ``embedder`` (a fake) replaces the configured one. The app runs the learning
     worker only with ``run_worker`` (tests otherwise drive it with :meth:`Gateway.settle`);
     ``clock`` stamps every record and budget period (default: the real time).
+    ``freeze_gc``: the lifespan's collector freeze (``create_app``), off unless asked for:
+    the full collection before it walks the whole test process (0.1–0.6 s a gateway, as
+    the process grows; about 40 % of the suite's time when every gateway froze), and it
+    changes no answer. tests/test_app.py checks the freeze; the gateways the suite starts
+    as processes (``python -m proxy``) freeze as deployed.
     """
     fake = upstream or FakeUpstream()
     async with contextlib.AsyncExitStack() as stack:
@@ -486,7 +492,7 @@ async def running_gateway(settings: Settings, upstream: FakeUpstream | None = No
         settings_no_worker = settings.model_copy(update={
             "server": settings.server.model_copy(update={"run_worker": run_worker})})
         res.settings = settings_no_worker
-        app = create_app(settings_no_worker, resources=res)
+        app = create_app(settings_no_worker, resources=res, freeze_gc=freeze_gc)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

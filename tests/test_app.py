@@ -115,7 +115,8 @@ async def test_what_a_stopped_gateway_held_can_be_collected(tmp_path: Path) -> N
     first one's resources (frozen objects are never freed)."""
     async def serve_once(path: Path) -> weakref.ref[Resources]:
         async with open_resources(make_settings(path)) as res:
-            async with running_gateway(res.settings, FakeUpstream(), resources=res) as gw:
+            async with running_gateway(res.settings, FakeUpstream(), resources=res,
+                                       freeze_gc=True) as gw:
                 async with gw.client() as client:
                     assert (await client.get("/healthz")).status_code == 200
                 assert gc.get_freeze_count() > 0  # frozen while it runs
