@@ -131,6 +131,29 @@ def stored(record: InjectionRecord, *, timed: bool = False) -> str:
     return orjson.dumps((to_iso(record.created_at), *body) if timed else body).decode()
 
 
+# A record as it is queued and written: (id, tenant, user, created_at as ISO 8601
+# (``to_iso``), created_at as POSIX seconds, body — :func:`stored`'s compact JSON). Built on
+# the request path, so a queued record is a plain tuple of strings and a float: the cyclic
+# collector stops watching it at its first pass. A queued record object and its item tuples
+# stayed watched until the flush — some twenty objects per reply, which made collections
+# of every generation more frequent, and records only ever reached the old generation
+# that full collections walk (``bench/setting_ab.py``; docs/design.md#injection-records).
+RecordRow = tuple[str, str, str, str, float, str]
+
+
+def row(record: InjectionRecord) -> RecordRow:
+    """``record`` as it is queued and written (:data:`RecordRow`)."""
+    at = record.created_at
+    return (record.id, record.tenant, record.user, to_iso(at) or "", at.timestamp(),
+            stored(record))
+
+
+def timed_body(queued: RecordRow) -> str:
+    """The body with ``created_at`` first — ``stored(record, timed=True)`` — for a store
+    that keeps no time column."""
+    return '["' + queued[3] + '",' + queued[5][1:]
+
+
 def from_stored(tenant: str, user: str, injection_id: str, raw: str | bytes, *,
                 created_at: datetime | None = None) -> InjectionRecord:
     """The record :func:`stored` wrote (``created_at``: its time, unless it was
@@ -260,7 +283,7 @@ class InjectionLog:
     (newest dropped, counted in ``dropped``)."""
 
     keeping: Keeping = field(default_factory=Keeping)
-    pending: list[InjectionRecord] = field(default_factory=list)
+    pending: list[RecordRow] = field(default_factory=list)
     # Record ids: monotonic ULIDs of the record's time, so that this process's records
     # sort in the order they were made (the per-user cap drops the oldest).
     ids: IdSequence = field(default_factory=IdSequence)
@@ -268,8 +291,9 @@ class InjectionLog:
     on_drop: Callable[[int], None] | None = None
 
     def add(self, record: InjectionRecord) -> None:
+        """Queue ``record`` in its written form (:func:`row`)."""
         if len(self.pending) < MAX_PENDING:
-            self.pending.append(record)
+            self.pending.append(row(record))
             return
         self.dropped += 1
         if self.on_drop is not None:
@@ -278,11 +302,11 @@ class InjectionLog:
     def discard(self, injection_id: str) -> None:
         """Drop a buffered record whose block was not sent after all (the retry without
         memory after a context overflow); one already written stays."""
-        self.pending = [r for r in self.pending if r.id != injection_id]
+        self.pending = [r for r in self.pending if r[0] != injection_id]
 
     def forget(self, tenant: str, user: str) -> None:
         """Drop the user's buffered records (erasure)."""
-        self.pending = [r for r in self.pending if (r.tenant, r.user) != (tenant, user)]
+        self.pending = [r for r in self.pending if r[1] != tenant or r[2] != user]
 
     async def flush(self, store: MemoryStore, now: datetime) -> None:
         """Write the buffered records. Raises what the store raised (the records stay)."""

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from proxy.errors import MemoryProxyError, ProxyError
 from proxy.memory.conflicts import Conflict, ProfileWeek
-from proxy.memory.explain import InjectionRecord
+from proxy.memory.explain import InjectionRecord, RecordRow
 from proxy.memory.records import ConversationRecord, Memory, Profile
 from proxy.memory.synonyms import SynonymStore
 from proxy.memory.text import load_segmenter_for, query_terms
@@ -341,11 +341,12 @@ class MemoryStore(SynonymStore, Protocol):
         ...
 
     # injection records (docs/design.md#injection-records) --------------------------------
-    async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
+    async def record_injections(self, records: Sequence[RecordRow], *, now: datetime,
                                 retention: timedelta, per_user: int) -> None:
-        """Store ``records`` (each under its own tenant and user), then drop every record
-        of those users older than ``now - retention`` and all but their newest
-        ``per_user``. Raises :class:`StoreUnavailableError`."""
+        """Store ``records`` — each in its written form (:func:`proxy.memory.explain.row`),
+        under its own tenant and user — then drop every record of those users older than
+        ``now - retention`` and all but their newest ``per_user``. Raises
+        :class:`StoreUnavailableError`."""
         ...
 
     async def get_injection(self, tenant: str, user: str, injection_id: str, *,

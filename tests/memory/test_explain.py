@@ -3,6 +3,7 @@ facts and profile fields are named as such, and the block's trims are honoured."
 
 from __future__ import annotations
 
+import gc
 import random
 import re
 import time
@@ -20,11 +21,13 @@ from proxy.memory.explain import (
     api_items,
     explain,
     from_stored,
+    row,
     stored,
+    timed_body,
 )
 from proxy.memory.inject import fit_block
 from proxy.memory.recall import QueryHits, RankWeights, rank
-from proxy.memory.records import IdSequence, Profile, ScoredTag, new_id
+from proxy.memory.records import IdSequence, Profile, ScoredTag, from_iso, new_id
 from proxy.memory.store import StoreUnavailableError
 from proxy.memory.when import mentioned_periods
 from proxy.settings import MemorySettings
@@ -153,7 +156,7 @@ class FlakyStore:
     async def record_injections(self, records: Any, **_: Any) -> None:
         if self.down:
             raise StoreUnavailableError("down")
-        self.written += [r.id for r in records]
+        self.written += [r[0] for r in records]
 
 
 def record(injection_id: str, user: str = "u") -> InjectionRecord:
@@ -169,7 +172,7 @@ async def test_the_buffer_keeps_records_until_a_write_succeeds_and_forgets_on_er
     log.discard("c")  # its reply went out without memory
     with pytest.raises(StoreUnavailableError):
         await log.flush(store, NOW)  # type: ignore[arg-type]
-    assert [r.id for r in log.pending] == ["a", "b"]
+    assert [r[0] for r in log.pending] == ["a", "b"]
     log.forget("t", "erased")
     store.down = False
     await log.flush(store, NOW)  # type: ignore[arg-type]
@@ -229,3 +232,28 @@ def test_a_sequence_makes_ulids_of_the_given_moment_in_the_order_made() -> None:
         assert parsed.datetime == at.replace(microsecond=at.microsecond // 1000 * 1000)
     assert ids(NOW - timedelta(milliseconds=1)) < made[0]
     assert IdSequence()(NOW)[10:] != ids(NOW)[10:]
+
+
+def test_a_queued_record_is_its_written_form_and_leaves_the_collectors_watch() -> None:
+    """The log queues a record as the stores write it — id, owner, time (ISO 8601 and
+    POSIX seconds) and the compact body, which reads back as the record — in a plain tuple
+    the cyclic collector stops watching at its first pass, where the record object itself
+    (a named tuple) stays watched: a second of queued replies must not pile up in the
+    collector's generations."""
+    items = (("profile", "traits[0]", 0.5, ("resident",)),
+             ("memory", "m1", 0.91234, ("keyword",)))
+    record = InjectionRecord(id="01ARZ3NDEKTSV4RRFFQ69G5FAV", tenant="t", user="u",
+                             created_at=NOW + timedelta(microseconds=7), model="m",
+                             conversation_id=None, channel="private", items=items)
+    log = InjectionLog()
+    log.add(record)
+    queued = log.pending[0]
+    assert queued == row(record)
+    assert queued[:3] == ("01ARZ3NDEKTSV4RRFFQ69G5FAV", "t", "u")
+    assert from_iso(queued[3]) == record.created_at
+    assert queued[4] == record.created_at.timestamp()
+    assert from_stored("t", "u", record.id, queued[5], created_at=record.created_at) == record
+    assert timed_body(queued) == stored(record, timed=True)
+    gc.collect()
+    assert not gc.is_tracked(queued)
+    assert gc.is_tracked(record)

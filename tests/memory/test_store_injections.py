@@ -18,7 +18,7 @@ import pytest
 from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.store import SqliteMemoryStore
-from proxy.memory.explain import InjectionRecord, Item
+from proxy.memory.explain import InjectionRecord, Item, row
 from proxy.memory.records import new_id, to_iso
 from proxy.memory.store import MemoryStore
 
@@ -42,7 +42,8 @@ async def test_a_record_reads_back_as_written_and_only_for_its_owner(
     an unknown id or a ``since`` after it finds nothing."""
     mine = record(T0 + timedelta(microseconds=123))
     other = record(T0, user="u2", items=())
-    await store.record_injections([mine, other], now=T0, retention=WEEK, per_user=10)
+    await store.record_injections([row(mine), row(other)], now=T0, retention=WEEK,
+                                  per_user=10)
     back = await store.get_injection("t1", "u1", mine.id, since=T0 - WEEK)
     assert back == mine
     assert back is not None
@@ -60,10 +61,12 @@ async def test_each_write_keeps_only_the_users_newest_and_drops_expired_ones(
     """A user over the cap keeps their newest ``per_user``, across batches; records older
     than the retention window are not read; another user's cap is theirs."""
     first = [record(T0 + timedelta(seconds=s)) for s in range(4)]
-    await store.record_injections(first, now=T0, retention=WEEK, per_user=3)
+    await store.record_injections([row(r) for r in first], now=T0, retention=WEEK,
+                                  per_user=3)
     later = [record(T0 + timedelta(seconds=s)) for s in (10, 11)]
     neighbour = record(T0, user="u2")
-    await store.record_injections([*later, neighbour], now=T0, retention=WEEK, per_user=3)
+    await store.record_injections([row(r) for r in (*later, neighbour)], now=T0,
+                                  retention=WEEK, per_user=3)
 
     async def present(records: list[InjectionRecord], user: str = "u1", *,
                       now: datetime = T0) -> list[bool]:
@@ -76,7 +79,8 @@ async def test_each_write_keeps_only_the_users_newest_and_drops_expired_ones(
     # A week on, those older than the window (first[3], at T0 + 3 s) are gone and a new
     # record's write keeps the rest within the cap.
     fresh = record(T0 + WEEK + timedelta(seconds=5))
-    await store.record_injections([fresh], now=fresh.created_at, retention=WEEK, per_user=3)
+    await store.record_injections([row(fresh)], now=fresh.created_at, retention=WEEK,
+                                  per_user=3)
     assert await present([first[3], *later, fresh], now=fresh.created_at) == [
         False, True, True, True]
 
@@ -116,6 +120,6 @@ async def test_a_record_stored_as_api_json_still_reads_and_is_capped(
     assert back.to_api() == old.to_api()  # scores as the API rounds them
     assert await store.get_injection("t1", "u2", old.id, since=T0 - WEEK) is None
     newer = record(T0 + timedelta(seconds=1))
-    await store.record_injections([newer], now=T0, retention=WEEK, per_user=1)
+    await store.record_injections([row(newer)], now=T0, retention=WEEK, per_user=1)
     assert await store.get_injection("t1", "u1", old.id, since=T0 - WEEK) is None
     assert await store.get_injection("t1", "u1", newer.id, since=T0 - WEEK) == newer

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from proxy.backends.redis.keys import KeyLayout, user_token
 from proxy.backends.redis.memories import as_text
-from proxy.memory.explain import InjectionRecord, from_stored, stored
+from proxy.memory.explain import InjectionRecord, RecordRow, from_stored, timed_body
 
 
 class InjectionRecords:
@@ -24,7 +24,7 @@ class InjectionRecords:
         self._redis = client
         self._keys = layout
 
-    async def write(self, records: Sequence[InjectionRecord], *, now: datetime,
+    async def write(self, records: Sequence[RecordRow], *, now: datetime,
                     retention: timedelta, per_user: int) -> None:
         """Store ``records``; per written user, drop ids older than ``now - retention``
         and all but the newest ``per_user`` (their records with them). Two round trips
@@ -34,18 +34,17 @@ class InjectionRecords:
         only add ids, so what is dropped was beyond the cap either way."""
         seconds = max(1, math.ceil(retention.total_seconds()))
         cutoff = (now - retention).timestamp()
-        by_ns: dict[str, list[InjectionRecord]] = defaultdict(list)
+        by_ns: dict[str, list[RecordRow]] = defaultdict(list)
         for record in records:
-            by_ns[user_token(record.tenant, record.user)].append(record)
+            by_ns[user_token(record[1], record[2])].append(record)
         if not by_ns:
             return
         async with self._redis.pipeline(transaction=False) as pipe:
             for ns, mine in by_ns.items():
                 index = self._keys.injections(ns)
                 for r in mine:
-                    pipe.set(self._keys.injection(ns, r.id), stored(r, timed=True),
-                             ex=seconds)
-                pipe.zadd(index, {r.id: r.created_at.timestamp() for r in mine})
+                    pipe.set(self._keys.injection(ns, r[0]), timed_body(r), ex=seconds)
+                pipe.zadd(index, {r[0]: r[4] for r in mine})
                 pipe.zremrangebyscore(index, "-inf", f"({cutoff}")
                 pipe.zrange(index, 0, -(per_user + 1))
                 pipe.expire(index, seconds)

@@ -20,7 +20,7 @@ from proxy.backends.redis.index import IndexMismatchError
 from proxy.backends.redis.injections import InjectionRecords
 from proxy.backends.redis.synonyms import SynonymRecords
 from proxy.memory.conflicts import Conflict, ProfileWeek
-from proxy.memory.explain import InjectionRecord
+from proxy.memory.explain import InjectionRecord, RecordRow
 from proxy.memory.synonyms import SynonymCandidate, SynonymExample, SynonymStatus
 
 
@@ -39,7 +39,7 @@ class RecordParts:
     _synonyms: SynonymRecords
     _injections: InjectionRecords
 
-    async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
+    async def record_injections(self, records: Sequence[RecordRow], *, now: datetime,
                                 retention: timedelta, per_user: int) -> None:
         with store_unavailable("record_injections"):
             await self._injections.write(records, now=now, retention=retention,

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from proxy.memory.explain import InjectionRecord, from_stored, stored
+from proxy.memory.explain import InjectionRecord, RecordRow, from_stored
 from proxy.memory.records import from_iso, to_iso
 
 # The user's rows beyond their newest ``per_user``, newest first by time then by insertion
@@ -93,7 +93,7 @@ def _count(conn: sqlite3.Connection, owner: tuple[str, str]) -> int:
     return int(row[0])
 
 
-def insert(conn: sqlite3.Connection, records: Sequence[InjectionRecord], *, cutoff: datetime,
+def insert(conn: sqlite3.Connection, records: Sequence[RecordRow], *, cutoff: datetime,
            per_user: int, counts: Counts) -> None:
     """Insert ``records``, then drop records older than ``cutoff`` (all users) and each
     written user's records beyond their newest ``per_user`` (walked only when ``counts``
@@ -101,11 +101,10 @@ def insert(conn: sqlite3.Connection, records: Sequence[InjectionRecord], *, cuto
     for start in range(0, len(records), ROWS_PER_INSERT):
         chunk = records[start:start + ROWS_PER_INSERT]
         conn.execute(_insert_rows(len(chunk)), [
-            value for r in chunk
-            for value in (r.id, r.tenant, r.user, to_iso(r.created_at), stored(r))])
+            value for r in chunk for value in (r[0], r[1], r[2], r[3], r[5])])
     conn.execute("DELETE FROM injections WHERE created_at < ?", (to_iso(cutoff),))
     counts.start()
-    for owner, written in Counter((r.tenant, r.user) for r in records).items():
+    for owner, written in Counter((r[1], r[2]) for r in records).items():
         counts.trim(conn, owner, written, per_user=per_user)
 
 

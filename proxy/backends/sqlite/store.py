@@ -35,7 +35,7 @@ from proxy.backends.sqlite.database import SqliteDatabase
 from proxy.backends.sqlite.rows import delete_memories, upsert_memory
 from proxy.backends.sqlite.search import Recall
 from proxy.memory.conflicts import Conflict, ProfileWeek
-from proxy.memory.explain import InjectionRecord
+from proxy.memory.explain import InjectionRecord, RecordRow
 from proxy.memory.records import ConversationRecord, Memory, Profile, to_iso, utcnow
 from proxy.memory.store import (
     DEFAULT_PURGE_SECONDS,
@@ -142,7 +142,7 @@ class SqliteMemoryStore:
             [(n, stamp, i, tenant) for i, n in counts.items()],
         ))
 
-    async def record_injections(self, records: Sequence[InjectionRecord], *, now: datetime,
+    async def record_injections(self, records: Sequence[RecordRow], *, now: datetime,
                                 retention: timedelta, per_user: int) -> None:
         if records:
             await self._write(lambda c: injections.insert(

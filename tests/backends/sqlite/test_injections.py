@@ -12,7 +12,7 @@ import pytest
 
 from proxy.backends.sqlite import injections
 from proxy.backends.sqlite.migrations import migrate
-from proxy.memory.explain import InjectionRecord
+from proxy.memory.explain import InjectionRecord, row
 from proxy.memory.records import new_id
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -47,8 +47,8 @@ def write(conn: sqlite3.Connection, batch: list[InjectionRecord], counts: inject
     """Insert ``batch``; the statements that walked a user's rows for the cap."""
     walks: list[str] = []
     conn.set_trace_callback(lambda sql: walks.append(sql) if "OFFSET" in sql else None)
-    injections.insert(conn, batch, cutoff=T0 - timedelta(days=7), per_user=per_user,
-                      counts=counts)
+    injections.insert(conn, [row(r) for r in batch], cutoff=T0 - timedelta(days=7),
+                      per_user=per_user, counts=counts)
     conn.set_trace_callback(None)
     return walks
 
