@@ -231,9 +231,10 @@ class MemoryService:
         language = choose_language(request.messages, self._settings.language)
         template = self._settings.templates[language]
         tokenizer = route.tokenizer
+        now = self._clock()  # the block's moment: its tags' decay, its items' and record's
         plan = fit_block(
             template=template, profile=profile, facts=facts, budget_tokens=budget,
-            count=lambda text: self._block_tokens(text, tokenizer), now=self._clock(),
+            count=lambda text: self._block_tokens(text, tokenizer), now=now,
         )
         if not plan.text:
             return Injection(
@@ -248,7 +249,7 @@ class MemoryService:
         record = count_access and not explain_only and settings.record_injections
         return self._injected(identity, request, route, plan, outcome, count=count_access,
                               explained=(ranked, profile) if record or explain_only else None,
-                              record=record)
+                              record=record, now=now)
 
     def _recall_failed(self, identity: Identity, exc: Exception) -> str:
         """Log why recall failed (rate-limited where it can repeat per request); the
@@ -276,10 +277,11 @@ class MemoryService:
     def _injected(self, identity: Identity, request: ChatRequest, route: Route,
                   plan: BlockPlan, outcome: Outcome, *, count: bool,
                   explained: tuple[list[Ranked], Profile | None] | None,
-                  record: bool) -> Injection:
+                  record: bool, now: datetime) -> Injection:
         """The spliced request for a non-empty ``plan``; access counted with ``count``;
         its items built from ``explained`` (ranked memories, profile) when given, and
-        recorded with ``record``."""
+        recorded with ``record``; ``now``: the moment the block was fitted (its tags'
+        effective scores), which the items' scores and the record's time share."""
         messages = splice(request.messages, plan.text, position=self._settings.position,
                           developer_ok=route.supports_developer_role,
                           system_ok=route.supports_system_messages)
@@ -287,8 +289,8 @@ class MemoryService:
         items: tuple[Item, ...] = ()
         if explained is not None:
             items = explain(plan.memories, explained[0], explained[1], plan.profile_lines,
-                            self._clock())
-        injection_id = self._record(identity, request, items) if record else None
+                            now)
+        injection_id = self._record(identity, request, items, now) if record else None
         if count:
             self.access.add(identity.tenant, ids)
         return Injection(
@@ -300,10 +302,9 @@ class MemoryService:
         )
 
     def _record(self, identity: Identity, request: ChatRequest,
-                items: tuple[Item, ...]) -> str:
-        """Queue the injection record of this request; its id."""
+                items: tuple[Item, ...], at: datetime) -> str:
+        """Queue the injection record of this request, made at ``at``; its id."""
         assert identity.user is not None
-        at = self._clock()
         injection_id = self.injections.ids(at)
         self.injections.add(InjectionRecord(
             injection_id, identity.tenant, identity.user, at, request.model,

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.memory.records import utcnow
+from proxy.memory.records import Profile, ScoredTag, from_iso, utcnow
 from tests.fakes import FakeUpstream, Gateway, backend_overrides, make_settings, running_gateway
 
 ALICE = {"X-User-Id": "alice", "X-Conversation-Id": "conv-1"}
@@ -113,6 +113,46 @@ async def test_a_reply_names_its_record_and_the_record_explains_it(gw: Gateway) 
     # Ids and scores only: neither the memory's text nor the prompt.
     assert "green tea" not in found.text
     assert "drink" not in found.text
+
+
+class SteppingClock(Clock):
+    """A clock a week later at every reading while ``step`` is on."""
+
+    step = False
+
+    def __call__(self) -> datetime:
+        if self.step:
+            self.now += timedelta(weeks=1)
+        return self.now
+
+
+async def test_a_records_time_is_the_moment_its_items_were_scored(
+        build: Build, upstream: FakeUpstream) -> None:
+    """The block's tag decay, the items' scores and the record's time share one reading of
+    the clock: with a clock a week later at every reading, a trait's recorded score is its
+    effective score (score × 0.9^weeks) at the record's own time, not a week before or
+    after it."""
+    clock = SteppingClock()
+    settings = build(memory={"injection_retention_days": 365})
+    async with running_gateway(settings, upstream, clock=clock) as gw:
+        stamped = clock.now
+        await gw.res.store.put_profile(Profile(
+            tenant="default", user_id="alice",
+            traits=(ScoredTag("curious", 0.8, 3, stamped),)))
+        await add(gw, TEA)
+        clock.step = True
+        injection_id = (await chat(gw)).headers["x-memory-injection-id"]
+        clock.step = False
+        await flushed(gw)
+        record = (await read(gw, injection_id)).json()
+    created = from_iso(record["created_at"])
+    assert created is not None
+    weeks = (created - stamped) / timedelta(weeks=1)
+    assert weeks >= 1  # the clock was read before the block was fitted
+    [trait] = [i for i in record["items"] if i.get("field") == "traits[0]"]
+    assert trait["score"] == pytest.approx(0.8 * 0.9 ** weeks, abs=1e-4)
+    assert trait["score"] != pytest.approx(0.8 * 0.9 ** (weeks - 1), abs=1e-3)
+    assert [i["kind"] for i in record["items"]] == ["profile", "memory"]
 
 
 async def test_no_memory_no_record(gw: Gateway) -> None:
