@@ -102,8 +102,9 @@ class Paired:
 
 @dataclass
 class Readings:
-    """CPU ms per request of one scenario's measurements, by setting value; ``*_main``
-    the part of each that the process's main thread (the event loop) took."""
+    """Per-request figures of one scenario's measurements, by setting value — CPU ms
+    here, instructions in ``bench/instructions_ab.py``; ``*_main`` the part of each that
+    the process's main thread (the event loop) took."""
 
     on: list[float] = field(default_factory=list)
     off: list[float] = field(default_factory=list)
