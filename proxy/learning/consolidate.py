@@ -45,6 +45,7 @@ from proxy.memory.conflicts import (
     unmarked,
 )
 from proxy.memory.records import (
+    TAG_DECAY_PER_WEEK,
     USER_SUBJECT,
     ConversationRecord,
     Memory,
@@ -58,7 +59,6 @@ from proxy.memory.text import has_cjk, normalize
 MIN_CONTAINMENT_CHARS = 12  # shorter texts are too generic to merge by containment
 TRAIT_CAP = 12  # docs/design.md#traits: 12 traits + 12 topics
 TOPIC_CAP = 12
-DECAY_PER_WEEK = 0.9  # per week since last seen, docs/design.md#traits
 
 Similarity = Callable[[Memory, str], float]
 
@@ -373,7 +373,7 @@ def canonical_tag(text: str, synonyms: Sequence[Sequence[str]]) -> str:
 
 def merge_tags(
     existing: Sequence[ScoredTag], texts: Iterable[str], *, now: datetime,
-    synonyms: Sequence[Sequence[str]], cap: int, decay: float = DECAY_PER_WEEK,
+    synonyms: Sequence[Sequence[str]], cap: int, decay: float = TAG_DECAY_PER_WEEK,
 ) -> tuple[ScoredTag, ...]:
     """Add one hit per text (matching by synonym group, equality or containment), then keep
     the ``cap`` best by effective score."""

@@ -21,6 +21,8 @@ import orjson
 import structlog
 
 from proxy.memory.records import (
+    TAG_DECAY_PER_WEEK,
+    WEEK_SECONDS,
     IdSequence,
     Memory,
     Profile,
@@ -51,9 +53,6 @@ Item = tuple[Literal["memory", "profile"], str, float, tuple[str, ...]]
 _RESIDENT = ("resident",)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_WEEK_SECONDS = 7 * 86400
-# ScoredTag.effective_score's default decay (docs/design.md#traits).
-_DECAY_PER_WEEK = 0.9
 # tags tuple id → (the tuple, each tag's (score, at in µs since the epoch)): _tag_times.
 _TAG_TIMES: dict[int, tuple[tuple[ScoredTag, ...], tuple[tuple[float, int], ...]]] = {}
 _TAG_TIMES_KEPT = 1024
@@ -246,10 +245,10 @@ def _add_profile_items(items: list[Item], profile: Profile, lines: int,
         times = _tag_times(tags)
         for i in tag_order(tags, now)[:PROFILE_TAGS]:
             score, at_us = times[i]
-            weeks = (now_us - at_us) / 1_000_000 / _WEEK_SECONDS
+            weeks = (now_us - at_us) / 1_000_000 / WEEK_SECONDS
             ref = names[i] if i < _NAMED_TAGS else f"{name}[{i}]"
             items.append(("profile", ref,
-                          score * _DECAY_PER_WEEK ** (weeks if weeks > 0.0 else 0.0),
+                          score * TAG_DECAY_PER_WEEK ** (weeks if weeks > 0.0 else 0.0),
                           _RESIDENT))
 
 

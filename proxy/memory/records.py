@@ -204,6 +204,12 @@ class Memory:
         }
 
 
+# A trait's or topic's score decays by this factor per week since it was last seen
+# (docs/design.md#traits); ``WEEK_SECONDS``: a week.
+TAG_DECAY_PER_WEEK = 0.9
+WEEK_SECONDS = 7 * 86400
+
+
 @dataclass(frozen=True, slots=True)
 class ScoredTag:
     """A profile trait or topic: ``{text, score, hits, at}`` (docs/design.md#traits)."""
@@ -213,10 +219,11 @@ class ScoredTag:
     hits: int
     at: datetime
 
-    def effective_score(self, now: datetime, *, decay_per_week: float = 0.9) -> float:
-        """score × decay^(weeks since ``at``), applied lazily (0.9 per week,
+    def effective_score(self, now: datetime, *,
+                        decay_per_week: float = TAG_DECAY_PER_WEEK) -> float:
+        """score × decay^(weeks since ``at``), applied lazily (:data:`TAG_DECAY_PER_WEEK`,
         docs/design.md#traits)."""
-        weeks = max(0.0, (now - self.at).total_seconds() / (7 * 86400))
+        weeks = max(0.0, (now - self.at).total_seconds() / WEEK_SECONDS)
         return self.score * math.pow(decay_per_week, weeks)
 
     def to_api(self) -> dict[str, Any]:
