@@ -47,7 +47,7 @@ def new_id() -> str:
     """A sortable unique id: a ULID (26 Crockford base-32 characters: 48 bits of Unix
     milliseconds, then 80 random bits from ``os.urandom``), the string
     ``str(ulid.ULID())`` writes, encoded ten bits at a time from a table (about two thirds
-    of that call's CPU; every reply that injects memory takes one for its record)."""
+    of that call's CPU). Ids made once per reply use :class:`IdSequence`."""
     value = time.time_ns() // 1_000_000 << 80 | int.from_bytes(os.urandom(10))
     return "".join([_ID_PAIRS[value >> shift & 1023] for shift in _ID_SHIFTS])
 
