@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.memory.conflicts import Conflict, ProfileWeek, WeightedTag, iso_week, mark_pair
@@ -44,6 +44,22 @@ INJECTED = [0]  # own memories seen injected (the injection check is not vacuous
 OPENED = [0]  # conflicts opened (the conflict checks are not vacuous)
 PREVIEWED = [0]  # own memories seen in a recall preview (the preview check is not vacuous)
 SNAPSHOTS = [0]  # snapshot markers seen in a profile history (nor is the history check)
+# Run in every test beside the random examples, so each counter above is reached whatever
+# the draw: two owners in two tenants, a conflict, chat and preview that recall, an
+# injection record read by its owner and by a foreign key, snapshots read back.
+COVERING = [
+    ("create", ("t0", "app", "u0")),
+    ("create", ("t1", "u0", "u1")),
+    ("contest", ("t0", "app", "u0")),
+    ("snapshot", ("t0", "app", "u0"), 1),
+    ("chat", ("t0", "app", "u0"), 0, None),
+    ("preview", ("t0", "app", "u0"), 0, None),
+    ("injection", ("t0", "u1", "u2"), 0),
+    ("injection", ("t0", "app", "u0"), 0),
+    ("history", ("t0", "app", "u0")),
+    ("snapshot", ("t1", "app", "u2"), 2),
+    ("history", ("t1", "u1", "u0")),
+]
 
 
 def _key(name: str) -> str:
@@ -381,6 +397,7 @@ def test_no_operation_crosses_a_namespace(backend: str, tmp_path_factory: pytest
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(ops=operations)
+    @example(ops=COVERING)
     def scenario(ops: list[tuple[Any, ...]]) -> None:
         tmp_path = tmp_path_factory.mktemp("iso")
         storage, prefix = None, ""
@@ -395,7 +412,7 @@ def test_no_operation_crosses_a_namespace(backend: str, tmp_path_factory: pytest
         totals["examples"] += 1
 
     scenario()
-    assert totals["examples"] >= EXAMPLES
+    assert totals["examples"] >= EXAMPLES + 1  # the random draws and COVERING
     assert INJECTED[0] > 0  # the injection checks saw real memory blocks
     assert OPENED[0] > 0  # the conflict routes had conflicts to list and settle
     assert PREVIEWED[0] > 0  # the previews named real memories
