@@ -103,6 +103,20 @@ class InvalidRequestError(ProxyError):
     error_type = "invalid_request_error"
 
 
+def decode_json(raw: bytes, expected: str) -> Any:
+    """``raw`` decoded as JSON, ``None`` when empty. Raises :class:`InvalidRequestError`
+    (400 ``invalid_json``) saying what the decoder found and where — ``depth limit
+    exceeded`` for nesting past its 1,024 levels alike — then what to send
+    (``expected``, a sentence). The one reading of a request body as JSON, so every
+    route words a bad body alike."""
+    try:
+        return orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(
+            f"The request body is not valid JSON ({exc.msg} at position {exc.pos}). "
+            f"{expected}", code="invalid_json") from exc
+
+
 def error_path(error: Mapping[str, Any], data: Any) -> tuple[str | int, ...]:
     """Where a pydantic ``error`` lies in the validated ``data``: its ``loc`` without the
     parts that are not positions in the input — the member tag of a union

@@ -25,9 +25,9 @@ from proxy.auth import Principal
 from proxy.errors import InvalidRequestError
 from proxy.request import Message, message_text
 from proxy.settings import (
-    MAX_ID_LENGTH,
+    ID_RULE,
     IdentitySettings,
-    printable_id,
+    id_problem,
     reserved_user_id,
     user_id_problem,
 )
@@ -91,9 +91,18 @@ def resolve_user(
     Raises :class:`InvalidRequestError` for an id that is empty, longer than 256 characters
     or contains control characters, for an id the gateway reserves for its own namespaces
     (:func:`~proxy.settings.reserved_user_id`: a group chat's ``group:<id>``, the global
-    namespace) and for a ``metadata.user_id`` that is not a string: the one user-id rule
-    (:func:`~proxy.settings.user_id_problem`), also held by JWTs and key bindings.
+    namespace): the one user-id rule (:func:`~proxy.settings.user_id_problem`), also held
+    by JWTs and key bindings; and for a ``metadata.user_id`` that is not a string, whichever
+    source names the user.
     """
+    metadata = body.get("metadata") if body is not None else None
+    meta_user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if meta_user is not None and not isinstance(meta_user, str):
+        # OpenAI's metadata values are strings; a number here is a caller's mistake, refused
+        # whichever source names the user (as a non-string ``user`` is), so it is never
+        # silently ignored nor silently read.
+        raise InvalidRequestError("metadata.user_id must be a string.",
+                                  param="metadata.user_id", code="invalid_type")
     if principal.bound_user is not None:
         return principal.bound_user, "key"
     header_value = header_text(headers.get(settings.user_header.lower()))
@@ -104,16 +113,8 @@ def resolve_user(
     user = body.get("user")
     if isinstance(user, str) and user.strip():
         return _check_user(user.strip(), "user"), "body"
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict):
-        meta_user = metadata.get("user_id")
-        if meta_user is not None and not isinstance(meta_user, str):
-            # OpenAI's metadata values are strings; a number here is a caller's mistake that
-            # would otherwise lose the user's memory without a word.
-            raise InvalidRequestError("metadata.user_id must be a string.",
-                                      param="metadata.user_id", code="invalid_type")
-        if isinstance(meta_user, str) and meta_user.strip():
-            return _check_user(meta_user.strip(), "metadata.user_id"), "metadata"
+    if isinstance(meta_user, str) and meta_user.strip():
+        return _check_user(meta_user.strip(), "metadata.user_id"), "metadata"
     safety = body.get("safety_identifier")
     if isinstance(safety, str) and safety.strip():
         return _check_user(safety.strip(), "safety_identifier"), "body"
@@ -236,11 +237,12 @@ def _conversation(
 
 
 def _check_id(value: str, param: str) -> str:
-    if not printable_id(value):
-        raise InvalidRequestError(
-            f"{param} must be at most {MAX_ID_LENGTH} printable characters.",
-            param=param, code="invalid_value",
-        )
+    """``value`` when it keeps the id rule; else :class:`InvalidRequestError` (400 naming
+    ``param``) saying what breaks it (:func:`~proxy.settings.id_problem`)."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise InvalidRequestError(f"{param} {problem}; {ID_RULE}.", param=param,
+                                  code="invalid_value")
     return value
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Required, TypedDict
 
-import orjson
 from pydantic import ValidationError
 
-from proxy.errors import InvalidRequestError
+from proxy.errors import InvalidRequestError, decode_json
 from proxy.request.problems import INDEX, Pattern, Rule, invalid_request
 from proxy.request.shapes import CHAT_BODY, MAX_NAME_CHARS
 
@@ -89,15 +88,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     Raises :class:`InvalidRequestError` (HTTP 400, ``code="invalid_json"``) for a body that
     is not a JSON object.
     """
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(
-            f"The request body is not valid JSON ({exc.msg} at position {exc.pos}). "
-            "Send a JSON object with 'model' and 'messages'.",
-            code="invalid_json",
-        ) from exc
-    return parse_chat_body(body)
+    return parse_chat_body(decode_json(raw, "Send a JSON object with 'model' and 'messages'."))
 
 
 def parse_chat_body(body: Any) -> ChatRequest:

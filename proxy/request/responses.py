@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from proxy.errors import InvalidRequestError
+from proxy.errors import InvalidRequestError, decode_json
 from proxy.request.problems import INDEX, Pattern, Rule, checked
 
 _READ_ONLY = ConfigDict(extra="allow", strict=True)
@@ -131,11 +130,7 @@ def parse_responses_request(raw: bytes) -> dict[str, Any]:
     """The request body (the client's JSON object), checked as :class:`ResponsesEnvelope`.
     Raises :class:`InvalidRequestError` (400): ``invalid_json`` for a body that is not a
     JSON object, else naming the part."""
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"The request body is not valid JSON ({exc.msg}).",
-                                  code="invalid_json") from exc
+    body = decode_json(raw, "Send a JSON object with 'model' and 'input'.")
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object with 'model' and "
                                   "'input'.", code="invalid_json")

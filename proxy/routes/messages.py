@@ -35,7 +35,7 @@ from starlette.responses import Response
 
 from proxy import openapi
 from proxy.auth import Principal
-from proxy.errors import InvalidRequestError, ProxyError
+from proxy.errors import InvalidRequestError, ProxyError, decode_json
 from proxy.http import read_body
 from proxy.identity import resolve_identity
 from proxy.memory.inject import splice
@@ -97,11 +97,8 @@ async def _read(request: Request, *, counting: bool = False,
         headers["authorization"] = f"Bearer {headers[ANTHROPIC_KEY_HEADER]}"
     principal = res.keyring.authenticate(headers)
     raw = await read_body(request, res.settings.server.max_request_bytes)
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        body = None
     wanted = "'model' and 'messages'" if counting else "'model', 'max_tokens' and 'messages'"
+    body = decode_json(raw, f"Send a JSON object with {wanted}.")
     if not isinstance(body, dict):
         raise InvalidRequestError(f"The request body must be a JSON object with {wanted}.",
                                   code="invalid_json")

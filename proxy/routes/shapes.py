@@ -10,17 +10,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, TypeVar
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.requests import Request
 
-from proxy.errors import InvalidRequestError, invalid_value
+from proxy.errors import InvalidRequestError, decode_json, invalid_value
 from proxy.http import read_body
 from proxy.identity import header_text
 from proxy.memory.categories import Category as CategoryName
 from proxy.memory.records import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, from_iso
 from proxy.routes.params import check_query
-from proxy.settings import MAX_ID_LENGTH
+from proxy.settings import ID_RULE, id_problem
 
 SourceName = Literal["auto", "manual", "system"]
 MAX_TAGS = 20
@@ -51,11 +50,7 @@ async def read_json(request: Request) -> Any:
     ``server.max_request_bytes``. Raises :class:`InvalidRequestError` (400 ``invalid_json``)
     and :class:`~proxy.errors.RequestTooLargeError` (413)."""
     limit = request.app.state.resources.settings.server.max_request_bytes
-    try:
-        return orjson.loads(await read_body(request, limit) or b"null")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError("The request body is not valid JSON.",
-                                  code="invalid_json") from exc
+    return decode_json(await read_body(request, limit), "Send a JSON object.")
 
 
 def given_time(value: str | None, param: str, *,
@@ -90,10 +85,10 @@ def request_conversation(request: Request) -> str | None:
     if not value or not value.strip():
         return None
     value = value.strip()
-    if len(value) > MAX_ID_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise InvalidRequestError(
-            f"{header} must be at most {MAX_ID_LENGTH} printable characters.",
-            param=header, code="invalid_value")
+    problem = id_problem(value)
+    if problem is not None:
+        raise InvalidRequestError(f"{header} {problem}; {ID_RULE}.", param=header,
+                                  code="invalid_value")
     return value
 
 

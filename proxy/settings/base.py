@@ -33,12 +33,22 @@ RESERVED_IDS_RULE = (f"ids starting with '{GROUP_PREFIX}' and the id '{GLOBAL_NA
 MAX_ID_LENGTH = 256
 
 
-def printable_id(value: str) -> bool:
-    """Whether ``value`` is at most :data:`MAX_ID_LENGTH` characters without a C0 control
-    character (NUL, tab, line breaks, escape …) or DEL — the rule for every id a caller
-    names (user, conversation, group)."""
-    return len(value) <= MAX_ID_LENGTH and not any(ord(c) < 32 or ord(c) == 127
-                                                    for c in value)
+ID_RULE = (f"an id is at most {MAX_ID_LENGTH} characters without control characters "
+           "(NUL, tab, line breaks, escape, DEL)")
+
+
+def id_problem(value: str) -> str | None:
+    """What breaks the id rule in ``value`` (at most :data:`MAX_ID_LENGTH` characters
+    without a C0 control character or DEL — the rule for every id a caller names: user,
+    conversation, group), worded to follow the id's name — ``"is 300 characters long"``,
+    ``"holds the control character U+0009 at character 4"`` — or ``None`` when it keeps
+    the rule. The length is reported first."""
+    if len(value) > MAX_ID_LENGTH:
+        return f"is {len(value)} characters long"
+    for at, char in enumerate(value, 1):
+        if ord(char) < 32 or ord(char) == 127:
+            return f"holds the control character U+{ord(char):04X} at character {at}"
+    return None
 
 
 def user_id_problem(user: str) -> str | None:
@@ -48,8 +58,9 @@ def user_id_problem(user: str) -> str | None:
     key binding alike."""
     if not user.strip():
         return "it is blank"
-    if not printable_id(user):
-        return f"it must be at most {MAX_ID_LENGTH} printable characters"
+    problem = id_problem(user)
+    if problem is not None:
+        return f"it {problem}; {ID_RULE}"
     if reserved_user_id(user):
         return RESERVED_IDS_RULE
     return None

@@ -48,6 +48,31 @@ async def test_absurd_nesting_is_400(gateway: Gateway) -> None:
     assert response.json()["error"]["code"] == "invalid_json"
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                  "/v1/memories", "/v1/memories/preview", "/v1/memories/import"])
+async def test_nesting_past_the_decoder_is_told_alike_on_every_route(gateway: Gateway,
+                                                                     path: str) -> None:
+    """A body nested past the JSON decoder's 1,024 levels is a 400 ``invalid_json`` that
+    says so (``depth limit exceeded`` and where) on chat and the memory API alike — not a
+    bare "not valid JSON" on some routes; nothing is stored or sent upstream. The same
+    body five levels deep is read (whatever else the route says of it)."""
+    deep = b"[" * 2000 + b"]" * 2000
+    shallow = b"[" * 5 + b"]" * 5
+    async with gateway.client(headers={"X-User-Id": "u"}) as client:
+        refused = await client.post(path, content=b'{"content": ' + deep + b"}",
+                                    headers={"content-type": "application/json"})
+        read = await client.post(path, content=b'{"content": ' + shallow + b"}",
+                                 headers={"content-type": "application/json"})
+        listing = await client.get("/v1/memories")
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert message.startswith("The request body is not valid JSON (depth limit exceeded "
+                              "at position "), message
+    assert "not valid JSON" not in read.text
+    assert listing.json()["data"] == []
+    assert gateway.upstream.requests == []
+
+
 @pytest.mark.parametrize(("field", "value"), [("user", 5), ("safety_identifier", ["a"]),
                                                ("metadata", "x")])
 async def test_identity_fields_of_the_wrong_type_are_400(

@@ -93,18 +93,24 @@ async def test_user_precedence(gateway: Gateway, header: str | None, body: dict[
 
 
 @pytest.mark.parametrize("value", [42, True, ["alice"], {"id": "alice"}])
-async def test_a_metadata_user_id_that_is_not_a_string_is_400(gateway: Gateway,
-                                                              value: Any) -> None:
+@pytest.mark.parametrize(("header", "beside"), [
+    (None, {}), ("alice", {}), (None, {"user": "alice"}),
+], ids=["alone", "beside-header", "beside-body-user"])
+async def test_a_metadata_user_id_that_is_not_a_string_is_400(
+        gateway: Gateway, value: Any, header: str | None, beside: dict[str, Any]) -> None:
     """``metadata.user_id`` of another JSON type is a 400 naming it, like a non-string body
-    ``user`` — not a request silently answered without the user's memory; nothing reaches
-    the upstream. ``null`` means absent."""
-    response = await chat(gateway, None, "hi", body={"metadata": {"user_id": value}})
+    ``user`` — not a request silently answered without the user's memory, nor one whose
+    malformed field goes unread because a header or the body's ``user`` names the user;
+    nothing reaches the upstream. ``null`` means absent."""
+    response = await chat(gateway, None, "hi", header_user=header,
+                          body={**beside, "metadata": {"user_id": value}})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "metadata.user_id"
     assert gateway.upstream.chat_requests == []
-    absent = await chat(gateway, None, "hi", body={"metadata": {"user_id": None}})
+    absent = await chat(gateway, None, "hi", header_user=header,
+                        body={**beside, "metadata": {"user_id": None}})
     assert absent.status_code == 200
-    assert absent.headers["x-memory-status"] == "no_user"
+    assert (absent.headers["x-memory-status"] == "no_user") == (not (header or beside))
 
 
 async def test_no_user_means_plain_pass_through(gateway: Gateway) -> None:

@@ -90,12 +90,19 @@ async def test_a_bad_body_is_an_anthropic_invalid_request_error(
 
 
 async def test_a_body_that_is_not_json_is_an_anthropic_400(gateway: Gateway) -> None:
-    """Not a JSON object: 400 ``invalid_request_error`` in Anthropic's shape."""
+    """Not JSON, or JSON but not an object: 400 ``invalid_request_error`` in Anthropic's
+    shape, saying what the decoder found and where, or what to send."""
     async with gateway.client() as client:
-        response = await client.post("/v1/messages/count_tokens", content=b"[1, 2",
-                                     headers={"content-type": "application/json"})
-    assert response.status_code == 400
-    assert response.json() == {"type": "error", "error": {
+        broken = await client.post("/v1/messages/count_tokens", content=b"[1, 2",
+                                   headers={"content-type": "application/json"})
+        listed = await client.post("/v1/messages/count_tokens", content=b"[1, 2]",
+                                   headers={"content-type": "application/json"})
+    assert broken.status_code == listed.status_code == 400
+    assert broken.json() == {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "The request body is not valid JSON (unexpected end of data at position "
+                   "5). Send a JSON object with 'model' and 'messages'."}}
+    assert listed.json() == {"type": "error", "error": {
         "type": "invalid_request_error",
         "message": "The request body must be a JSON object with 'model' and 'messages'."}}
 

@@ -81,6 +81,32 @@ async def test_a_jwt_user_breaking_the_user_id_rule_is_401(gw: Gateway, sub: str
     assert await gw.res.store.count("t", sub) == await gw.res.store.count("t", "nobody")
 
 
+@pytest.mark.parametrize(("header", "value", "said"), [
+    ("X-User-Id", "al\tice", "X-User-Id holds the control character U+0009 at character 3"),
+    ("X-User-Id", "u" * 257, "X-User-Id is 257 characters long"),
+    ("X-Conversation-Id", "c\t1", "X-Conversation-Id holds the control character U+0009 "
+                                  "at character 2"),
+])
+async def test_an_id_header_breaking_the_rule_is_told_what_breaks_it(
+        gw: Gateway, upstream: FakeUpstream, header: str, value: str, said: str) -> None:
+    """A tab inside an id is not "too long": the 400 names the header and says which rule
+    the value breaks (the character and where, or the length), on chat and on the memory
+    API alike; nothing is stored and nothing reaches the upstream."""
+    headers = {**ALICE, header: value}
+    async with gw.client(headers=headers) as client:
+        chat = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        write = await client.post("/v1/memories", json={"content": "Likes tea"})
+    for refused in (chat, write):
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert (error["param"], error["code"]) == (header, "invalid_value")
+        assert error["message"].startswith(said), error["message"]
+        assert "at most 256 characters without control characters" in error["message"]
+    assert await contents(gw, "alice") == []
+    assert upstream.chat_requests == []
+
+
 @pytest.mark.parametrize("sub", ["u" * 256, "张伟 (sales)", "alice@example.com", "Group-1"])
 async def test_a_jwt_user_within_the_rule_is_served(gw: Gateway, sub: str) -> None:
     """The longest allowed id, non-ASCII and punctuated ids are users like any other."""

@@ -617,6 +617,25 @@ async def test_forget_me_erases_everything_of_the_user_only(
     assert response.headers["x-memory-status"] != "injected"
 
 
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/me"])
+async def test_confirm_is_a_query_flag_word_and_nothing_else_deletes(gw: Gateway,
+                                                                     path: str) -> None:
+    """``confirm`` reads as every query flag does: ``false``/``0``/``no``/``off`` and any
+    other word (``maybe``, ``2``, empty) delete nothing — a refusal (400 naming
+    ``confirm``) keeps every memory; ``YES`` (a boolean word, any case) deletes."""
+    await add(gw, "Has two kids")
+    for value in ("false", "0", "no", "off"):
+        refused = await call(gw, "DELETE", path, U1, params={"confirm": value})
+        assert error(refused, 400)["code"] == "confirmation_required", value
+    for value in ("maybe", "2", ""):
+        refused = await call(gw, "DELETE", path, U1, params={"confirm": value})
+        assert error(refused, 400)["param"] == "confirm", value
+    assert len((await call(gw, "GET", "/v1/memories", U1)).json()["data"]) == 1
+    done = await call(gw, "DELETE", path, U1, params={"confirm": "YES"})
+    assert done.status_code == 200, done.text
+    assert (await call(gw, "GET", "/v1/memories", U1)).json()["data"] == []
+
+
 async def test_forget_me_by_an_admin_and_never_across_tenants(gw: Gateway) -> None:
     """An admin key erases a user of its own tenant (tombstone audited admin); the same
     user id in another tenant is untouched."""
