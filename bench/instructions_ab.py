@@ -175,21 +175,31 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setting", default="memory.record_injections",
                         help="a boolean the admin API may change (default: %(default)s)")
-    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=4,
+                        help="ABBA pairs measured, after one dropped pair (default: %(default)s)")
     parser.add_argument("--requests", type=int, default=300,
                         help="requests per measurement under callgrind")
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="requests in flight (default: %(default)s)")
     parser.add_argument("--kinds", default="json", help="json, stream (comma-separated)")
     parser.add_argument("--calibrate", type=int, default=5,
                         help="native measurements of CPU ms per request (their median)")
-    parser.add_argument("--memories", type=int, default=seed.MEMORIES)
-    parser.add_argument("--server-core", type=int, default=1)
-    parser.add_argument("--client-core", type=int, default=0)
-    parser.add_argument("--bound-ms", type=float, default=0.1)
-    parser.add_argument("--bound-share", type=float, default=0.03)
+    parser.add_argument("--memories", type=int, default=seed.MEMORIES,
+                        help="memories seeded for the benchmark user (default: %(default)s)")
+    parser.add_argument("--server-core", type=int, default=1,
+                        help="CPU the gateway is pinned to (default: %(default)s)")
+    parser.add_argument("--client-core", type=int, default=0,
+                        help="CPU the load client and fake upstream are pinned to "
+                             "(default: %(default)s)")
+    parser.add_argument("--bound-ms", type=float, default=0.1,
+                        help="the cost bound is the larger of this (CPU ms per request) "
+                             "and --bound-share of memory-on (default: %(default)s)")
+    parser.add_argument("--bound-share", type=float, default=0.03,
+                        help="share of memory-on CPU per request (default: %(default)s)")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="the gateway's source tree (default this checkout)")
-    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "instructions_ab")
+    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "instructions_ab",
+                        help="where each run's directory goes (default: %(default)s)")
     return parser.parse_args(argv)
 
 

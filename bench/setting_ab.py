@@ -173,23 +173,38 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setting", default="memory.record_injections",
                         help="a boolean the admin API may change (default: %(default)s)")
-    parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--concurrency", default="32,1")
+    parser.add_argument("--pairs", type=int, default=8,
+                        help="ABBA pairs measured (default: %(default)s)")
+    parser.add_argument("--concurrency", default="32,1",
+                        help="requests in flight, comma-separated (default: %(default)s)")
     parser.add_argument("--kinds", default="json", help="json, stream (comma-separated)")
     parser.add_argument("--requests", type=int, default=1000,
                         help="per measurement at c=1 (×3 at c > 1)")
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--memories", type=int, default=seed.MEMORIES)
-    parser.add_argument("--server-core", type=int, default=1)
-    parser.add_argument("--client-core", type=int, default=0)
-    parser.add_argument("--quiet", type=float, default=0.15)
-    parser.add_argument("--retries", type=int, default=2)
-    parser.add_argument("--bound-ms", type=float, default=0.1)
-    parser.add_argument("--bound-share", type=float, default=0.03)
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="longest one measurement may run (default: %(default)s)")
+    parser.add_argument("--memories", type=int, default=seed.MEMORIES,
+                        help="memories seeded for the benchmark user (default: %(default)s)")
+    parser.add_argument("--server-core", type=int, default=1,
+                        help="CPU the gateway is pinned to (default: %(default)s)")
+    parser.add_argument("--client-core", type=int, default=0,
+                        help="CPU the load client and fake upstream are pinned to "
+                             "(default: %(default)s)")
+    parser.add_argument("--quiet", type=float, default=0.15,
+                        help="share of the cores other processes may take during a "
+                             "measurement before it is taken again (default: %(default)s)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help="times a measurement that was not quiet is taken again "
+                             "(default: %(default)s)")
+    parser.add_argument("--bound-ms", type=float, default=0.1,
+                        help="the cost bound is the larger of this (CPU ms per request) "
+                             "and --bound-share of memory-on (default: %(default)s)")
+    parser.add_argument("--bound-share", type=float, default=0.03,
+                        help="share of memory-on CPU per request (default: %(default)s)")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="the gateway's source tree (default this checkout; e.g. a `git "
                              "archive <commit> proxy | tar -x -C DIR`)")
-    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "setting_ab")
+    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "setting_ab",
+                        help="where each run's directory goes (default: %(default)s)")
     return parser.parse_args(argv)
 
 
