@@ -298,6 +298,12 @@ class InjectionLog:
         if self.on_drop is not None:
             self.on_drop(1)
 
+    def holds(self, tenant: str, user: str, injection_id: str) -> bool:
+        """Whether record ``injection_id`` of (``tenant``, ``user``) waits in this
+        process's buffer, not yet written (a scan of at most :data:`MAX_PENDING` rows)."""
+        return any(r[0] == injection_id and r[1] == tenant and r[2] == user
+                   for r in self.pending)
+
     def discard(self, injection_id: str) -> None:
         """Drop a buffered record whose block was not sent after all (the retry without
         memory after a context overflow); one already written stays."""

@@ -77,18 +77,26 @@ class PreviewOut(BaseModel):
 
 
 async def get_injection(request: Request) -> Response:
-    """``GET /v1/memories/injections/{id}``. Raises :class:`NotFoundError` (404
-    ``injection_not_found``) for an id that is not the caller's user's, is malformed,
-    expired or was dropped by the per-user cap."""
+    """``GET /v1/memories/injections/{id}``. A record of the caller's still waiting in
+    this process's buffer (a reply of the last second) is written first, so the id a reply
+    just carried is found. Raises :class:`NotFoundError` (404 ``injection_not_found``) for
+    an id that is not the caller's user's, is malformed, expired, was dropped by the
+    per-user cap, or waits in another replica's buffer (written within about a second)."""
     res: Resources = request.app.state.resources
     me = owner(request, res, dict(request.query_params))
     injection_id = request.path_params["injection_id"]
     record = None
     if _RECORD_ID.fullmatch(injection_id):
-        since = res.clock() - res.memory.injections.keeping.retention
+        log = res.memory.injections
+        since = res.clock() - log.keeping.retention
         record = await res.store.get_injection(me.tenant, me.user, injection_id, since=since)
+        if record is None and log.holds(me.tenant, me.user, injection_id):
+            await log.flush(res.store, res.clock())
+            record = await res.store.get_injection(me.tenant, me.user, injection_id,
+                                                   since=since)
     if record is None:
-        raise NotFoundError("No such injection record (records are kept "
+        raise NotFoundError("No such injection record (a reply's record is written about a "
+                            "second after it and kept "
                             f"{res.settings.memory.injection_retention_days} days).",
                             param="injection_id", code="injection_not_found")
     return json_response(record.to_api())

@@ -115,6 +115,25 @@ async def test_a_reply_names_its_record_and_the_record_explains_it(gw: Gateway) 
     assert "drink" not in found.text
 
 
+async def test_a_record_is_found_the_moment_its_reply_arrives(gw: Gateway) -> None:
+    """The id a reply just carried is found at once, its record written from the buffer
+    for the read (the background writes it within a second); another user asking for it
+    finds nothing and writes nothing. Five replies: the background flush may land between
+    a reply and a read, but not in all five windows."""
+    log = gw.res.memory.injections
+    seen: list[tuple[bool, bool]] = []  # per reply: buffered before / after Bob's read
+    for _ in range(5):
+        injection_id = (await chat(gw)).headers["x-memory-injection-id"]
+        before = log.holds("default", "alice", injection_id)
+        assert (await read(gw, injection_id, BOB)).status_code == 404
+        seen.append((before, log.holds("default", "alice", injection_id)))
+        found = await read(gw, injection_id)
+        assert found.status_code == 200, found.text
+        assert found.json()["id"] == injection_id
+        assert not log.holds("default", "alice", injection_id)
+    assert (True, True) in seen, seen
+
+
 class SteppingClock(Clock):
     """A clock a week later at every reading while ``step`` is on."""
 
