@@ -38,7 +38,7 @@ from proxy.memory.store import AuditEvent, ListQuery
 from proxy.memory.titles import short_title
 from proxy.resources import Resources
 from proxy.routes import admin_models as m
-from proxy.routes.admin_scope import caller
+from proxy.routes.admin_scope import Admin, caller
 from proxy.routes.governance import body, ok, query
 from proxy.routes.json import json_response
 from proxy.routes.memories import (
@@ -56,11 +56,12 @@ ADMIN_FIELDS = ("title", "content", "subcategory", "tags")
 PROMOTED_TAG = "promoted-from:"  # tag of shared copies made by earlier versions: dropped
 
 
-def _space(request: Request, scope: str | None) -> tuple[Resources, str, str, str]:
-    """``(resources, tenant of the space, scope, actor)`` for the caller. A global key
-    works on system memories only, a tenant key on its shared memories (and reads system
-    ones). Raises 403 otherwise."""
-    admin = caller(request, global_use="system")
+def _space(request: Request, scope: str | None, admin: Admin | None = None) -> tuple[
+        Resources, str, str, str]:
+    """``(resources, tenant of the space, scope, actor)`` for the caller (``admin`` when the
+    route authenticated it already). A global key works on system memories only, a tenant
+    key on its shared memories (and reads system ones). Raises 403 otherwise."""
+    admin = admin or caller(request, global_use="system")
     if admin.is_global:
         if scope not in (None, "system"):
             raise PermissionDeniedError("A global admin key manages system memories; "
@@ -97,8 +98,9 @@ def _not_found() -> NotFoundError:
 
 async def list_admin_memories(request: Request) -> Response:
     """``GET /v1/admin/memories`` (:class:`~proxy.routes.admin_models.AdminMemoryList`)."""
+    admin = caller(request, global_use="system")  # a missing key is 401 before a bad query
     q = query(m.AdminMemoriesQuery, request)
-    res, tenant, scope, _ = _space(request, q.scope)
+    res, tenant, scope, _ = _space(request, q.scope, admin)
     if scope == "system":
         tenant = GLOBAL_NAMESPACE
     found = await res.store.list_memories(ListQuery(

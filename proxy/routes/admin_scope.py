@@ -24,6 +24,7 @@ from starlette.requests import Request
 
 from proxy.errors import InvalidRequestError, PermissionDeniedError
 from proxy.resources import Resources
+from proxy.routes.params import check_query
 from proxy.settings import GLOBAL_NAMESPACE
 
 # What a global admin key may do on a route: nothing (the default), read one named tenant,
@@ -44,9 +45,12 @@ class Admin:
 def caller(request: Request, *, global_use: GlobalUse = "refused") -> Admin:
     """Authenticate an admin and pick the tenant (module docstring). Raises 401 for a
     missing or unknown key, 403 (``other_tenant``, ``tenant_admin_required``) and 400
-    (``missing_tenant``, ``param`` ``tenant``) as the module docstring says."""
+    (``missing_tenant``, ``param`` ``tenant``) as the module docstring says, and 400 for a
+    query parameter given twice or holding a control character
+    (:func:`~proxy.routes.params.check_query`: ``tenant=a&tenant=b`` names no tenant)."""
     res: Resources = request.app.state.resources
     principal = res.keyring.authenticate_admin(request.headers)
+    check_query(request.query_params)
     asked = request.query_params.get("tenant") or None
     actor = principal.key_name or "admin"
     if not principal.is_global_admin:

@@ -20,6 +20,7 @@ from proxy.identity import resolve_user
 from proxy.learning.policy import Switches
 from proxy.memory.store import AuditEvent, UserSettings
 from proxy.resources import Resources
+from proxy.routes.params import check_query
 
 Actor = Literal["user", "admin"]
 
@@ -60,8 +61,12 @@ def owner(request: Request, res: Resources, source: dict[str, Any], *,
     """The caller's (tenant, user); ``source`` holds the ``user`` the route reads, from
     where ``reads`` says (the missing-user message names only that place). Raises
     :class:`InvalidRequestError` (400 ``missing_user``) when no user is named,
-    :class:`~proxy.errors.AuthenticationError` (401) for a missing or unknown key."""
+    :class:`~proxy.errors.AuthenticationError` (401) for a missing or unknown key, and
+    :class:`InvalidRequestError` (400) for a query parameter given twice or holding a
+    control character (:func:`~proxy.routes.params.check_query`: ``user=a&user=b`` names
+    nobody)."""
     principal, user = caller(request, res, source)
+    check_query(request.query_params)
     if user is None:
         unread = "" if reads != "body" or "user" not in request.query_params else (
             "; 'user' in the query string is not read by this route")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
+from starlette.datastructures import QueryParams
 
 from proxy.errors import InvalidRequestError
 
@@ -32,9 +33,21 @@ _TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "n
 
 
 def check_query(query: Mapping[str, str]) -> None:
-    """Refuse a control character in any query value (no parameter of ours takes one).
-    Raises :class:`InvalidRequestError` naming the first such parameter."""
-    for name, raw in query.items():
+    """Refuse a query parameter given more than once (no parameter of ours takes a list, and
+    which of two values counts — ``confirm=maybe&confirm=true`` — must not be a guess) and a
+    control character in any value (no parameter of ours takes one). ``query`` is the
+    request's :class:`~starlette.datastructures.QueryParams`, whose ``multi_items`` keeps
+    every value (a plain mapping holds one per name). Raises :class:`InvalidRequestError`
+    naming the first such parameter."""
+    pairs = query.multi_items() if isinstance(query, QueryParams) else list(query.items())
+    seen: set[str] = set()
+    for name, raw in pairs:
+        if name in seen:
+            given = sum(1 for other, _ in pairs if other == name)
+            raise InvalidRequestError(
+                f"'{name}' is given {given} times; give each query parameter once.",
+                param=name, code="invalid_value")
+        seen.add(name)
         if _CONTROL_QUERY.search(raw):
             raise InvalidRequestError(f"'{name}' must not contain control characters.",
                                       param=name, code="invalid_value")

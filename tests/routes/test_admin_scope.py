@@ -127,6 +127,26 @@ async def test_a_global_admin_key_is_refused_where_a_tenant_is_required(
             assert response.json()["error"]["code"] == "tenant_admin_required"
 
 
+@pytest.mark.parametrize(("method", "path", "body", "global_use"), ROUTES, ids=IDS)
+async def test_a_tenant_named_twice_names_no_tenant(gw: Gateway, method: str, path: str,
+                                                    body: Any, global_use: str) -> None:
+    """``?tenant=acme&tenant=other`` is a 400 naming ``tenant`` on every admin route, for a
+    tenant key and a global key alike (the second name won before: a global key read the
+    tenant named last); a missing key is still 401 first."""
+    path = path.format(**FILLED)
+    for headers in (ACME, GLOBAL):
+        async with gw.client(headers=headers) as client:
+            twice = await client.request(method, f"{path}?tenant=acme&tenant=other",
+                                         json=body)
+        assert twice.status_code == 400, twice.text
+        assert (twice.json()["error"]["param"], twice.json()["error"]["code"]) == (
+            "tenant", "invalid_value")
+    async with gw.client() as client:
+        anonymous = await client.request(method, f"{path}?tenant=acme&tenant=other",
+                                         json=body)
+    assert anonymous.status_code == 401, anonymous.text
+
+
 async def test_another_tenants_dead_letters_and_prompts_stay_its_own(
         gw: Gateway, upstream: FakeUpstream) -> None:
     """Another tenant's dead job and prompt are listed for its admin, and acme's admin

@@ -636,6 +636,39 @@ async def test_confirm_is_a_query_flag_word_and_nothing_else_deletes(gw: Gateway
     assert (await call(gw, "GET", "/v1/memories", U1)).json()["data"] == []
 
 
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/me"])
+async def test_a_query_flag_given_twice_is_refused_and_deletes_nothing(gw: Gateway,
+                                                                      path: str) -> None:
+    """Which of two values counts is never guessed: ``confirm=maybe&confirm=true`` (and
+    ``true`` twice) is a 400 naming ``confirm`` that deletes nothing — it deleted before,
+    the last value winning — while ``confirm=true`` once still deletes."""
+    await add(gw, "Has two kids")
+    for query in ("confirm=maybe&confirm=true", "confirm=true&confirm=true"):
+        refused = await call(gw, "DELETE", f"{path}?{query}", U1)
+        body = error(refused, 400)
+        assert (body["param"], body["code"]) == ("confirm", "invalid_value"), query
+        assert "'confirm' is given 2 times" in body["message"], body
+    assert len((await call(gw, "GET", "/v1/memories", U1)).json()["data"]) == 1
+    done = await call(gw, "DELETE", f"{path}?confirm=true", U1)
+    assert done.status_code == 200, done.text
+    assert (await call(gw, "GET", "/v1/memories", U1)).json()["data"] == []
+
+
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/conflicts", "/v1/settings",
+                                  "/v1/profile/history", "/v1/memories/export"])
+async def test_a_user_named_twice_in_the_query_names_nobody(gw: Gateway, path: str) -> None:
+    """``user=u1&user=u2`` with an app key is a 400 naming ``user`` on every route that
+    reads the query's user, whether or not the route has query parameters of its own (the
+    second name won before); one ``user`` reads that user's data."""
+    await add(gw, "Has a dog", headers=U2)
+    refused = await call(gw, "GET", f"{path}?user=u1&user=u2", APP)
+    assert error(refused, 400)["param"] == "user", refused.text
+    alone = await call(gw, "GET", f"{path}?user=u2", APP)
+    assert alone.status_code == 200, alone.text
+    if path == "/v1/memories":
+        assert [m["content"] for m in alone.json()["data"]] == ["Has a dog"]
+
+
 async def test_forget_me_by_an_admin_and_never_across_tenants(gw: Gateway) -> None:
     """An admin key erases a user of its own tenant (tombstone audited admin); the same
     user id in another tenant is untouched."""
