@@ -68,7 +68,7 @@ from bench.gateway import procs, seed, targets  # noqa: E402
 from bench.gateway.report import Scenario  # noqa: E402
 from bench.gateway.run import Plan, Target, measure, wait_first_reply  # noqa: E402
 from bench.gateway.workload import chat_body, payloads  # noqa: E402
-from bench.setting_ab import Readings, budget, set_value  # noqa: E402
+from bench.setting_ab import Readings, budget, set_value, shared_arguments  # noqa: E402
 
 # Under callgrind the gateway runs ~50× slower: recall's deadlines (milliseconds when
 # native) are raised so that no measured request loses its memory to one.
@@ -184,22 +184,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--kinds", default="json", help="json, stream (comma-separated)")
     parser.add_argument("--calibrate", type=int, default=5,
                         help="native measurements of CPU ms per request (their median)")
-    parser.add_argument("--memories", type=int, default=seed.MEMORIES,
-                        help="memories seeded for the benchmark user (default: %(default)s)")
-    parser.add_argument("--server-core", type=int, default=1,
-                        help="CPU the gateway is pinned to (default: %(default)s)")
-    parser.add_argument("--client-core", type=int, default=0,
-                        help="CPU the load client and fake upstream are pinned to "
-                             "(default: %(default)s)")
-    parser.add_argument("--bound-ms", type=float, default=0.1,
-                        help="the cost bound is the larger of this (CPU ms per request) "
-                             "and --bound-share of memory-on (default: %(default)s)")
-    parser.add_argument("--bound-share", type=float, default=0.03,
-                        help="share of memory-on CPU per request (default: %(default)s)")
-    parser.add_argument("--tree", type=Path, default=ROOT,
-                        help="the gateway's source tree (default this checkout)")
-    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "instructions_ab",
-                        help="where each run's directory goes (default: %(default)s)")
+    shared_arguments(parser, out=ROOT / ".bench" / "instructions_ab")
     return parser.parse_args(argv)
 
 

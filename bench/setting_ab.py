@@ -169,6 +169,28 @@ async def set_value(port: int, setting: str, value: bool) -> None:
             raise SystemExit(f"PATCH {setting}={value} answered {answer.text[:300]}")
 
 
+def shared_arguments(parser: argparse.ArgumentParser, *, out: Path) -> None:
+    """The options this benchmark and ``bench/instructions_ab.py`` share: the seeded store,
+    the cores, the cost bound, the source tree and where a run's directory goes (``out``)."""
+    parser.add_argument("--memories", type=int, default=seed.MEMORIES,
+                        help="memories seeded for the benchmark user (default: %(default)s)")
+    parser.add_argument("--server-core", type=int, default=1,
+                        help="CPU the gateway is pinned to (default: %(default)s)")
+    parser.add_argument("--client-core", type=int, default=0,
+                        help="CPU the load client and fake upstream are pinned to "
+                             "(default: %(default)s)")
+    parser.add_argument("--bound-ms", type=float, default=0.1,
+                        help="the cost bound is the larger of this (CPU ms per request) "
+                             "and --bound-share of memory-on (default: %(default)s)")
+    parser.add_argument("--bound-share", type=float, default=0.03,
+                        help="share of memory-on CPU per request (default: %(default)s)")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="the gateway's source tree (default this checkout; e.g. a `git "
+                             "archive <commit> proxy | tar -x -C DIR`)")
+    parser.add_argument("--out", type=Path, default=out,
+                        help="where each run's directory goes (default: %(default)s)")
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setting", default="memory.record_injections",
@@ -182,29 +204,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="per measurement at c=1 (×3 at c > 1)")
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="longest one measurement may run (default: %(default)s)")
-    parser.add_argument("--memories", type=int, default=seed.MEMORIES,
-                        help="memories seeded for the benchmark user (default: %(default)s)")
-    parser.add_argument("--server-core", type=int, default=1,
-                        help="CPU the gateway is pinned to (default: %(default)s)")
-    parser.add_argument("--client-core", type=int, default=0,
-                        help="CPU the load client and fake upstream are pinned to "
-                             "(default: %(default)s)")
     parser.add_argument("--quiet", type=float, default=0.15,
                         help="share of the cores other processes may take during a "
                              "measurement before it is taken again (default: %(default)s)")
     parser.add_argument("--retries", type=int, default=2,
                         help="times a measurement that was not quiet is taken again "
                              "(default: %(default)s)")
-    parser.add_argument("--bound-ms", type=float, default=0.1,
-                        help="the cost bound is the larger of this (CPU ms per request) "
-                             "and --bound-share of memory-on (default: %(default)s)")
-    parser.add_argument("--bound-share", type=float, default=0.03,
-                        help="share of memory-on CPU per request (default: %(default)s)")
-    parser.add_argument("--tree", type=Path, default=ROOT,
-                        help="the gateway's source tree (default this checkout; e.g. a `git "
-                             "archive <commit> proxy | tar -x -C DIR`)")
-    parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "setting_ab",
-                        help="where each run's directory goes (default: %(default)s)")
+    shared_arguments(parser, out=ROOT / ".bench" / "setting_ab")
     return parser.parse_args(argv)
 
 
