@@ -51,8 +51,10 @@ class Evictions:
         await self.delete(victims, action="evicted", reason="over quota")
 
     async def sweep_retention(self, *, limit: int = 500) -> int:
-        """Purge memories older than ``retention_days`` that were never injected (memory
-        that has never been of use is not kept for ever). Returns how many went.
+        """Purge learned memories (``source: auto``) older than ``retention_days`` that were
+        never injected (memory the gateway chose to keep that has never been of use is not
+        kept for ever; docs/design.md#retention). A memory the user wrote or imported stays
+        until the user deletes it, whatever its ``created_at``. Returns how many went.
 
         A tenant's run-time ``learning.retention_days`` counts for its memories: the scan
         across tenants uses the config's value (a tenant with a longer one keeps its
@@ -61,7 +63,7 @@ class Evictions:
         now = self._clock()
         expired = await self._store.scan(ScanQuery(
             created_before=now - timedelta(days=self._settings.retention_days),
-            never_accessed=True, limit=limit))
+            never_accessed=True, source="auto", limit=limit))
         if self._tenants is not None:
             kept = []
             for memory in expired:
@@ -74,7 +76,7 @@ class Evictions:
                 if days < self._settings.retention_days:
                     expired += await self._store.scan(ScanQuery(
                         tenant=config.tenant, created_before=now - timedelta(days=days),
-                        never_accessed=True, limit=limit))
+                        never_accessed=True, source="auto", limit=limit))
         unique = list({m.id: m for m in expired}.values())
         await self.delete(unique, action="purged", reason="retention: never used")
         return len(unique)

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 from proxy.errors import MemoryProxyError, ProxyError
 from proxy.memory.conflicts import Conflict, ProfileWeek
 from proxy.memory.explain import InjectionRecord, RecordRow
-from proxy.memory.records import ConversationRecord, Memory, Profile
+from proxy.memory.records import ConversationRecord, Memory, Profile, Source
 from proxy.memory.synonyms import SynonymStore
 from proxy.memory.text import load_segmenter_for, query_terms
 
@@ -243,12 +243,13 @@ class VectorUpdate:
 @dataclass(frozen=True, slots=True)
 class ScanQuery:
     """Maintenance listing across users (quotas, retention): memories of a tenant (or all
-    tenants), optionally one user, one ``source_channel``, created before a time, never
-    accessed. Oldest first."""
+    tenants), optionally one user, one ``source_channel``, one ``source`` (``auto``:
+    learned ones only), created before a time, never accessed. Oldest first."""
 
     tenant: str | None = None
     user: str | None = None
     channel: str | None = None
+    source: Source | None = None
     created_before: datetime | None = None
     never_accessed: bool = False
     limit: int = 1000

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from proxy.learning import quotas
 from proxy.memory.records import Memory
 from proxy.memory.store import ListQuery
-from tests.fakes import FakeUpstream, Gateway, make_settings, running_gateway
+from tests.fakes import (
+    FakeUpstream,
+    Gateway,
+    backend_overrides,
+    make_settings,
+    running_gateway,
+)
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -105,6 +113,41 @@ async def test_retention_purges_old_memories_never_used(tmp_path: Path) -> None:
         assert await gateway.res.worker.sweep_retention() == 1
         left = await store.list_memories(ListQuery(tenant="default", user="u1"))
         assert sorted(m.content for m in left) == ["Fresh", "Old used"]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+async def kept(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Gateway]:
+    """A gateway with learning on and 30 days' retention, on each backend."""
+    settings = make_settings(tmp_path, learning={"enabled": True, "retention_days": 30},
+                             **backend_overrides(request, tmp_path))
+    async with running_gateway(settings) as gateway:
+        yield gateway
+
+
+async def test_retention_never_purges_what_the_user_wrote_or_imported(kept: Gateway) -> None:
+    """A memory added or imported with a ``created_at`` older than the retention window
+    and never injected stays (it was accepted with a 201 / ``imported``, and the user
+    wrote it); the learned one as old goes. More such manual memories than the sweep's
+    page do not hide the learned one behind them."""
+    old = (datetime.now(UTC) - timedelta(days=400)).isoformat()
+    async with kept.client(headers={"X-User-Id": "u1"}) as client:
+        for n in range(3):
+            added = await client.post("/v1/memories", json={
+                "content": f"Has a dog named Rex {n}0", "created_at": old})
+            assert added.status_code == 201, added.text
+        imported = await client.post("/v1/memories/import", json={"results": [
+            {"id": "m1", "memory": "Allergic to peanuts", "created_at": old}]})
+        assert imported.json()["imported"] == 1, imported.text
+    learned = mem(1, tenant="default", user_id="u1", content="Likes jazz",
+                  created_at=datetime.now(UTC) - timedelta(days=400))
+    await kept.res.store.add(learned)
+    assert kept.res.worker is not None
+    assert await kept.res.worker.sweep_retention(limit=2) == 1
+    left = await kept.res.store.list_memories(ListQuery(tenant="default", user="u1"))
+    assert sorted(m.content for m in left) == [
+        "Allergic to peanuts", "Has a dog named Rex 00", "Has a dog named Rex 10",
+        "Has a dog named Rex 20"]
+    assert await kept.res.worker.sweep_retention() == 0
 
 
 async def test_delete_all_during_learning_in_flight_wins(tmp_path: Path) -> None:

@@ -447,6 +447,8 @@ class RedisMemoryStore(RecordParts):
             parts.append(namespace_filter([user_token(query.tenant, query.user)]))
         if query.channel is not None:
             parts.append(tag_is("ix_chan", channel_token(query.channel)))
+        if query.source is not None:
+            parts.append(tag_is("source", query.source))
         if query.created_before is not None:
             parts.append(Num("ix_created") < query.created_before.timestamp())
         with _unavailable("scan"):

@@ -304,6 +304,9 @@ class SqliteMemoryStore:
         if query.channel is not None:
             where.append("m.source_channel = ?")
             args.append(query.channel)
+        if query.source is not None:
+            where.append("m.source = ?")
+            args.append(query.source)
         if query.created_before is not None:
             where.append("m.created_at < ?")
             args.append(to_iso(query.created_before))
