@@ -53,6 +53,7 @@ from proxy.settings import (
     GLOBAL_NAMESPACE,
     GROUP_PREFIX,
     RESERVED_IDS_RULE,
+    IdentitySettings,
     Settings,
     reserved_user_id,
 )
@@ -112,6 +113,39 @@ async def _unexpected(request: Request, _exc: Exception) -> Response:
     log.exception("unhandled_error", path=request.url.path)
     return _render(request.url.path,
                    ProxyError("The gateway failed unexpectedly; see its logs."))
+
+
+class _OneValueHeaders:
+    """ASGI middleware: a request carrying a credential or identity header more than once
+    (``X-User-Id: bob`` and ``X-User-Id: alice``, two ``Authorization`` headers) is a 400
+    naming the header, on every route, before anything reads it — which value counts is
+    never guessed (Starlette's ``headers.get`` reads the first, so a delete acted on the
+    first user named). ``names``: the credential headers (``Authorization``, ``api-key``,
+    ``x-api-key``, ``X-Memory-Proxy-Key``) and the identity settings' five headers. One
+    pass over the raw header list."""
+
+    def __init__(self, app: ASGIApp, identity: IdentitySettings) -> None:
+        self.app = app
+        shown = ["Authorization", "api-key", messages.ANTHROPIC_KEY_HEADER,
+                 "X-Memory-Proxy-Key", identity.user_header, identity.conversation_header,
+                 identity.memory_header, identity.channel_header, identity.group_header]
+        self.names = {name.lower().encode("latin-1"): name for name in shown}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            seen: set[bytes] = set()
+            for key, _ in scope["headers"]:
+                if key in self.names:
+                    if key in seen:
+                        name = self.names[key]
+                        response = _render(str(scope.get("path", "")), InvalidRequestError(
+                            f"Header {name} is sent more than once; send it once (which "
+                            "value counts is never guessed).", param=name,
+                            code="invalid_value"))
+                        await response(scope, receive, send)
+                        return
+                    seen.add(key)
+        await self.app(scope, receive, send)
 
 
 class _AnswerUnexpected:
@@ -480,7 +514,8 @@ def create_app(settings: Settings, resources: Resources | None = None, *,
         routes=routes,
         lifespan=lifespan,
         middleware=[Middleware(AccessLogMiddleware, settings=settings.server),
-                    Middleware(_AnswerUnexpected)],
+                    Middleware(_AnswerUnexpected),
+                    Middleware(_OneValueHeaders, identity=settings.identity)],
         exception_handlers={
             MemoryProxyError: _own_error,
             HTTPException: _http_error,

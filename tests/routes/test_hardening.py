@@ -73,6 +73,44 @@ async def test_nesting_past_the_decoder_is_told_alike_on_every_route(gateway: Ga
     assert gateway.upstream.requests == []
 
 
+@pytest.mark.parametrize("header", ["X-User-Id", "Authorization", "X-Conversation-Id",
+                                    "X-Memory-Channel"])
+async def test_an_identity_header_sent_twice_is_400_and_acts_on_nobody(
+        gateway: Gateway, upstream: FakeUpstream, header: str) -> None:
+    """Two ``X-User-Id`` headers (or two keys, conversations or channels) name nobody: a
+    400 naming the header on chat, Messages (in Anthropic's shape) and the memory API —
+    the delete deletes nothing (it deleted the first user's memories) and no chat reaches
+    the upstream. One of each is served."""
+    values = {"X-User-Id": ("bob", "alice"), "Authorization": ("Bearer a", "Bearer b"),
+              "X-Conversation-Id": ("c1", "c2"), "X-Memory-Channel": ("group", "private")}
+    async with gateway.client() as client:
+        added = await client.post("/v1/memories", json={"content": "Has a dog"},
+                                  headers={"X-User-Id": "bob"})
+        assert added.status_code == 201, added.text
+        twice = [(header, value) for value in values[header]]
+        if header != "X-User-Id":
+            twice.append(("X-User-Id", "bob"))
+        chat = await client.post("/v1/chat/completions", headers=twice, json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        cleared = await client.delete("/v1/memories?confirm=true", headers=twice)
+        anthropic = await client.post("/v1/messages", headers=twice, json={
+            "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+        for response in (chat, cleared):
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert (error["param"], error["code"]) == (header, "invalid_value"), error
+            assert f"Header {header} is sent more than once" in error["message"]
+        assert anthropic.status_code == 400, anthropic.text
+        assert anthropic.json()["type"] == "error", anthropic.text
+        assert header in anthropic.json()["error"]["message"]
+        assert upstream.requests == []
+        kept = await client.get("/v1/memories", headers={"X-User-Id": "bob"})
+        assert [m["content"] for m in kept.json()["data"]] == ["Has a dog"]
+        once = await client.post("/v1/chat/completions", headers=twice[1:], json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert once.status_code == 200, once.text
+
+
 @pytest.mark.parametrize(("field", "value"), [("user", 5), ("safety_identifier", ["a"]),
                                                ("metadata", "x")])
 async def test_identity_fields_of_the_wrong_type_are_400(
