@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import openapi
 from proxy.access import AccessLogMiddleware
 from proxy.alerts import alert_monitor
-from proxy.auth import OPEN_TENANT
+from proxy.auth import GATEWAY_KEY_HEADER, OPEN_TENANT
 from proxy.errors import InvalidRequestError, MemoryProxyError, NotFoundError, ProxyError
 from proxy.http import error_response
 from proxy.memory.text import load_confusables
@@ -121,13 +121,14 @@ class _OneValueHeaders:
     naming the header, on every route, before anything reads it — which value counts is
     never guessed (Starlette's ``headers.get`` reads the first, so a delete acted on the
     first user named). ``names``: the credential headers (``Authorization``, ``api-key``,
-    ``x-api-key``, ``X-Memory-Proxy-Key``) and the identity settings' five headers. One
+    ``x-api-key``, ``x-memory-proxy-key``: what :mod:`proxy.auth` and the Messages route
+    read) and the identity settings' five headers. One
     pass over the raw header list."""
 
     def __init__(self, app: ASGIApp, identity: IdentitySettings) -> None:
         self.app = app
         shown = ["Authorization", "api-key", messages.ANTHROPIC_KEY_HEADER,
-                 "X-Memory-Proxy-Key", identity.user_header, identity.conversation_header,
+                 GATEWAY_KEY_HEADER, identity.user_header, identity.conversation_header,
                  identity.memory_header, identity.channel_header, identity.group_header]
         self.names = {name.lower().encode("latin-1"): name for name in shown}
 

@@ -32,14 +32,14 @@ _MEMORY_ID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 _TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
 
 
-def check_query(query: Mapping[str, str]) -> None:
+def check_query(query: QueryParams) -> None:
     """Refuse a query parameter given more than once (no parameter of ours takes a list, and
     which of two values counts — ``confirm=maybe&confirm=true`` — must not be a guess) and a
     control character in any value (no parameter of ours takes one). ``query`` is the
-    request's :class:`~starlette.datastructures.QueryParams`, whose ``multi_items`` keeps
-    every value (a plain mapping holds one per name). Raises :class:`InvalidRequestError`
-    naming the first such parameter."""
-    pairs = query.multi_items() if isinstance(query, QueryParams) else list(query.items())
+    request's query string; its ``multi_items`` keeps every value (``items`` holds the
+    last one per name). Raises :class:`InvalidRequestError` naming the first such
+    parameter."""
+    pairs = query.multi_items()
     seen: set[str] = set()
     for name, raw in pairs:
         if name in seen:
